@@ -1,0 +1,99 @@
+// catalog: accelerators, instances and storage tiers with their published
+// figures (data/catalog/*.toml). Values are in base units: FLOP/s, bytes,
+// bytes/s, USD. Immutable after loading; safe to share between threads.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "catalog/embedded.h"
+
+namespace fmstack::catalog {
+
+enum class Precision { kFp32, kBf16, kFp8, kFp4 };
+
+std::string_view PrecisionName(Precision p);  // "fp32", "bf16", ...
+
+struct Accelerator {
+  std::string name;
+  std::vector<std::string> aliases;
+  std::string vendor;
+  double bf16_flops = 0, fp8_flops = 0, fp4_flops = 0, fp32_flops = 0;  // dense peak; 0 = n/a
+  double hbm_bytes = 0;
+  double hbm_bandwidth = 0;
+  std::string scaleup;
+  double scaleup_bandwidth = 0;  // per device, 0 = not published
+  std::string source, note;
+
+  // Dense peak for matmuls in `p`; 0 when the device has none.
+  double PeakFlops(Precision p) const;
+};
+
+struct Instance {
+  std::string name;
+  std::vector<std::string> aliases;
+  std::string accelerator;   // Accelerator::name
+  int64_t accelerators = 0;  // per instance
+  int64_t scaleup_domain = 0;  // accelerators sharing one NVLink/NeuronLink domain
+  int64_t vcpus = 0;           // 0 = not recorded
+  double memory_bytes = 0;
+  double network_bandwidth = 0;  // aggregate EFA, bytes/s
+  std::string efa;
+  double nvme_bytes = 0;
+  double price_per_hour = 0;  // USD on-demand; 0 = not published
+  std::string price_as_of;
+  double previous_price_per_hour = 0;
+  std::string source, note;
+};
+
+enum class StorageKind { kLocal, kShared, kObject };
+
+struct StorageTier {
+  std::string name;
+  StorageKind kind = StorageKind::kShared;
+  double throughput_per_tib = 0;  // bytes/s per TiB stored (Lustre); 0 = n/a
+  double write_bandwidth = 0;     // bytes/s when it does not scale with capacity
+  double price_per_gb_month = 0;
+  std::string price_as_of;
+  double previous_price_per_gb_month = 0;
+  std::string source, note;
+};
+
+class Catalog {
+ public:
+  // The catalog compiled into the binary.
+  static Catalog LoadEmbedded();
+  // Every *.toml in `dir`. Throws SpecError / Error naming file:line and key.
+  static Catalog LoadDirectory(const std::string& dir);
+  // From in-memory files (tests).
+  static Catalog LoadFiles(std::span<const EmbeddedFile> files);
+
+  std::span<const Accelerator> accelerators() const { return accelerators_; }
+  std::span<const Instance> instances() const { return instances_; }
+  std::span<const StorageTier> storage() const { return storage_; }
+
+  // By name or alias (case-insensitive); nullptr when unknown.
+  const Accelerator* FindAccelerator(std::string_view name) const;
+  const Instance* FindInstance(std::string_view name) const;
+  const StorageTier* FindStorage(std::string_view name) const;
+
+  // REQUIRES: the instance came from this catalog (its accelerator was checked on load).
+  const Accelerator& AcceleratorOf(const Instance& instance) const;
+
+  // All names and aliases, for "did you mean".
+  std::vector<std::string> InstanceNames() const;
+  std::vector<std::string> StorageNames() const;
+
+ private:
+  void AddFile(std::string_view text, const std::string& name);
+  void CheckReferences(const std::string& origin) const;
+
+  std::vector<Accelerator> accelerators_;
+  std::vector<Instance> instances_;
+  std::vector<StorageTier> storage_;
+};
+
+}  // namespace fmstack::catalog

@@ -1,0 +1,14 @@
+// cli: one file per verb. Each Add*Command registers its subcommand and
+// returns a function main() runs when that subcommand was chosen.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace fmstack::cli {
+
+using Runner = std::function<int()>;
+
+Runner AddPlanCommand(CLI::App& app);
+
+}  // namespace fmstack::cli

@@ -1,0 +1,29 @@
+// fmstack: plan, simulate and run foundation-model training jobs.
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "cli/commands.h"
+#include "util/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"fmstack: plan, simulate and run foundation-model training on a cluster"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "fmstack 0.1.0");
+  const fmstack::cli::Runner plan = fmstack::cli::AddPlanCommand(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (app.got_subcommand("plan")) return plan();
+  } catch (const fmstack::Error& e) {
+    std::cerr << "fmstack: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "fmstack: internal error: " << e.what() << "\n";
+    return 3;
+  }
+  return 1;
+}

@@ -1,0 +1,67 @@
+// `fmstack plan job.toml [--cluster c.toml] [--format table|json|markdown]`
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+
+#include "catalog/catalog.h"
+#include "cli/commands.h"
+#include "plan/plan.h"
+#include "plan/report.h"
+#include "spec/job_spec.h"
+
+namespace fmstack::cli {
+
+namespace {
+struct PlanArgs {
+  std::string job;
+  std::string cluster;
+  std::string format = "table";
+  std::string catalog_dir;
+  plan::PlanOptions options;
+};
+
+catalog::Catalog LoadCatalog(const std::string& dir) {
+  if (!dir.empty()) return catalog::Catalog::LoadDirectory(dir);
+  if (const char* env = std::getenv("FMSTACK_CATALOG"); env != nullptr && *env != '\0') {
+    return catalog::Catalog::LoadDirectory(env);
+  }
+  return catalog::Catalog::LoadEmbedded();
+}
+
+int RunPlan(const PlanArgs& args) {
+  const catalog::Catalog catalog = LoadCatalog(args.catalog_dir);
+  spec::JobSpec job = spec::LoadJobSpec(args.job, catalog);
+  if (!args.cluster.empty()) {
+    job.cluster = spec::LoadClusterSpec(args.cluster, catalog);
+    spec::ResolveLayout(job, *job.cluster);
+  }
+  const plan::Plan result = plan::MakePlan(job, catalog, args.options);
+  if (args.format == "json") {
+    std::cout << plan::ToJson(result).dump(2) << "\n";
+  } else if (args.format == "markdown") {
+    std::cout << plan::RenderMarkdown(result);
+  } else {
+    std::cout << plan::RenderText(result);
+  }
+  return 0;
+}
+}  // namespace
+
+Runner AddPlanCommand(CLI::App& app) {
+  auto args = std::make_shared<PlanArgs>();
+  CLI::App* cmd = app.add_subcommand("plan", "size a job: memory, compute, time, cost, checkpoints, storage");
+  cmd->add_option("job", args->job, "job spec (TOML)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--cluster", args->cluster, "cluster spec (TOML); overrides the job's [cluster]")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--format", args->format, "output format")
+      ->check(CLI::IsMember({"table", "json", "markdown"}));
+  cmd->add_option("--days", args->options.deadline_days, "deadline for 'accelerators to finish in D days'")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--observed-hours", args->options.observed_hours,
+                  "accelerator-hours a real run took: report the MFU it implies")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--catalog", args->catalog_dir, "catalog directory (default: the built-in one)");
+  return [args] { return RunPlan(*args); };
+}
+
+}  // namespace fmstack::cli

@@ -1,0 +1,183 @@
+#include "plan/plan.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "plan/sizing.h"
+#include "util/units.h"
+
+namespace fmstack::plan {
+namespace {
+
+using catalog::Precision;
+
+MemoryPlan PlanMemory(const spec::JobSpec& job, double num_params, const Plan& plan) {
+  MemoryPlan m;
+  m.bytes = job.train.state;
+  m.whole = workload::TrainingState(num_params, m.bytes);
+  if (plan.cluster) {
+    workload::ActivationOptions a;
+    a.micro_batch = job.train.micro_batch;
+    a.recompute = job.train.recompute;
+    a.flash_attention = job.train.flash_attention;
+    m.per_accelerator = workload::PerAccelerator(job.model, m.bytes, job.layout, a);
+    m.hbm_bytes = plan.cluster->accelerator.hbm_bytes;
+  }
+  return m;
+}
+
+void AddFits(MemoryPlan& m, const catalog::Catalog& catalog, Precision precision) {
+  for (const catalog::Accelerator& a : catalog.accelerators()) {
+    FitRow row;
+    row.accelerator = a.name;
+    row.hbm_bytes = a.hbm_bytes;
+    row.min_for_state = workload::MinDevices(m.whole.state(), a.hbm_bytes);
+    row.peak_flops = a.PeakFlops(precision);
+    m.fits.push_back(row);
+  }
+}
+
+CheckpointPlan PlanCheckpoint(const spec::JobSpec& job, double num_params,
+                              const std::optional<spec::ClusterSpec>& cluster) {
+  CheckpointPlan c;
+  c.bytes = workload::CheckpointBytes(num_params, job.train.state);
+  c.tier = job.checkpoint.tier;
+  if (!cluster) return c;
+  const spec::StorageSpec& tier = c.tier == "local"    ? cluster->local
+                                  : c.tier == "shared" ? cluster->shared
+                                                       : cluster->object;
+  // Node-local disks write in parallel: each node saves its own shard.
+  const double nodes = static_cast<double>(cluster->nodes);
+  c.tier_bandwidth = c.tier == "local" ? tier.write_bandwidth * nodes : tier.write_bandwidth;
+  c.save_seconds = c.tier_bandwidth > 0 ? c.bytes / c.tier_bandwidth : 0;
+  c.mtti = cluster->JobMtti();
+  if (c.mtti > 0) {
+    c.interval_tenth_mtti = IntervalTenthOfMtti(c.mtti);
+    c.interval_young_daly = c.save_seconds > 0 ? IntervalYoungDaly(c.save_seconds, c.mtti) : 0;
+  }
+  if (!job.checkpoint.interval_auto) {
+    c.interval = job.checkpoint.interval_seconds;
+    c.interval_rule = "from the job spec";
+  } else if (c.interval_young_daly > 0) {
+    c.interval = c.interval_young_daly;
+    c.interval_rule = "Young/Daly sqrt(2 C MTTI)";
+  } else if (c.interval_tenth_mtti > 0) {
+    c.interval = c.interval_tenth_mtti;
+    c.interval_rule = "MTTI / 10";
+  }
+  if (c.interval > 0) {
+    if (c.mtti > 0) c.overhead = CheckpointOverhead(c.interval, c.save_seconds, c.mtti);
+    c.bandwidth_blocking = BlockingSaveBandwidth(c.bytes, c.interval, job.checkpoint.overhead_budget);
+    c.bandwidth_async = AsyncSaveBandwidth(c.bytes, c.interval, job.checkpoint.overhead_budget);
+  }
+  return c;
+}
+
+void PlanCompute(Plan& plan, const spec::JobSpec& job, const PlanOptions& options) {
+  ComputePlan& c = plan.compute;
+  c.tokens = job.train.tokens;
+  c.flops_6n = plan.flops_per_token.six_n * c.tokens;
+  c.flops_detailed = plan.flops_per_token.detailed * c.tokens;
+  c.target_mfu = job.train.target_mfu;
+  c.deadline_days = options.deadline_days;
+  for (FitRow& row : plan.memory.fits) {
+    if (row.peak_flops > 0 && c.tokens > 0) {
+      row.hours = workload::AcceleratorHours(c.flops_6n, row.peak_flops, c.target_mfu);
+    }
+  }
+  if (!plan.cluster) return;
+  c.peak_flops = plan.cluster->accelerator.PeakFlops(job.train.precision);
+  if (c.peak_flops <= 0) {
+    plan.warnings.push_back(fmt::format("{} has no published {} peak; compute time not estimated",
+                                        plan.cluster->accelerator.name,
+                                        catalog::PrecisionName(job.train.precision)));
+    return;
+  }
+  if (options.observed_hours > 0 && c.tokens > 0) {
+    c.observed_hours = options.observed_hours;
+    c.implied_mfu_6n = workload::ImpliedMfu(c.flops_6n, c.peak_flops, c.observed_hours);
+    c.implied_mfu_detailed = workload::ImpliedMfu(c.flops_detailed, c.peak_flops, c.observed_hours);
+  }
+  if (c.tokens <= 0) {
+    plan.warnings.push_back("train.tokens is not set; time and cost not estimated");
+    return;
+  }
+  c.accelerator_hours = workload::AcceleratorHours(c.flops_6n, c.peak_flops, c.target_mfu);
+  c.wall_seconds = WallSeconds(c.accelerator_hours, plan.cluster->accelerators());
+  c.accelerators_for_deadline =
+      AcceleratorsToFinish(c.accelerator_hours, options.deadline_days * units::kDay);
+}
+
+void PlanCost(Plan& plan) {
+  if (!plan.cluster) return;
+  const spec::ClusterSpec& cl = *plan.cluster;
+  CostPlan& c = plan.cost;
+  c.price_per_hour = cl.instance.price_per_hour;
+  const double nodes = static_cast<double>(cl.nodes + cl.spares);
+  c.instance_hours = plan.compute.wall_seconds / units::kHour * nodes;
+  c.per_month_on_demand = Cost(units::kMonth / units::kHour * nodes, c.price_per_hour, 0, 0);
+  if (c.price_per_hour <= 0) {
+    plan.warnings.push_back(fmt::format(
+        "{} has no on-demand price in the catalog; set cluster.price_per_hour to estimate cost",
+        cl.instance.name));
+    return;
+  }
+  c.on_demand = Cost(c.instance_hours, c.price_per_hour, 0, 0);
+  c.blended = Cost(c.instance_hours, c.price_per_hour, cl.spot_fraction, cl.spot_discount);
+}
+
+void CheckFeasibility(Plan& plan, const spec::JobSpec& job) {
+  if (!plan.cluster || !plan.memory.per_accelerator) return;
+  const spec::ClusterSpec& cl = *plan.cluster;
+  const double need = plan.memory.per_accelerator->total();
+  if (need > cl.accelerator.hbm_bytes) {
+    plan.warnings.push_back(fmt::format(
+        "does not fit: {} per accelerator > {} HBM of {} (raise tp/pp, zero_stage, or recompute)",
+        units::FormatBytes(need), units::FormatBytes(cl.accelerator.hbm_bytes), cl.accelerator.name));
+  }
+  if (job.layout.tp > cl.scaleup_domain) {
+    plan.warnings.push_back(fmt::format(
+        "tp = {} spans more than one {}-accelerator NVLink/NeuronLink domain: TP traffic crosses EFA",
+        job.layout.tp, cl.scaleup_domain));
+  }
+}
+
+}  // namespace
+
+Plan MakePlan(const spec::JobSpec& job, const catalog::Catalog& catalog, const PlanOptions& options) {
+  Plan plan;
+  plan.job = job.name;
+  plan.model = job.model.name;
+  plan.shape = job.model;
+  plan.params = workload::CountParams(job.model);
+  plan.flops_per_token = workload::TrainingFlopsPerToken(job.model);
+  plan.layout = job.layout;
+  plan.cluster = job.cluster;
+  const double n = static_cast<double>(plan.params.total);
+
+  plan.memory = PlanMemory(job, n, plan);
+  AddFits(plan.memory, catalog, job.train.precision);
+  PlanCompute(plan, job, options);
+  PlanCost(plan);
+  plan.checkpoint = PlanCheckpoint(job, n, plan.cluster);
+
+  StoragePlan& s = plan.storage;
+  s.data_bytes = job.data.size_bytes;
+  s.generations = job.checkpoint.keep;
+  s.total_bytes = StorageCapacity(s.data_bytes, plan.checkpoint.bytes, s.generations);
+  if (plan.cluster) {
+    s.shared_capacity = plan.cluster->shared.capacity_bytes;
+    s.monthly_cost = s.total_bytes / units::kGB * plan.cluster->shared.price_per_gb_month;
+    if (s.shared_capacity > 0 && s.shared_capacity < s.total_bytes) {
+      plan.warnings.push_back(fmt::format("shared storage {} is smaller than data + {} checkpoints = {}",
+                                          units::FormatBytes(s.shared_capacity), s.generations,
+                                          units::FormatBytes(s.total_bytes)));
+    }
+    plan.vcpus = VcpuQuota(plan.cluster->nodes + plan.cluster->spares, plan.cluster->instance.vcpus);
+  }
+  CheckFeasibility(plan, job);
+  return plan;
+}
+
+}  // namespace fmstack::plan

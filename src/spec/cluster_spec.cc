@@ -1,0 +1,104 @@
+#include "spec/cluster_spec.h"
+
+#include <fmt/format.h>
+
+#include "util/units.h"
+
+namespace fmstack::spec {
+namespace {
+
+StorageSpec ReadStorage(StrictTable& parent, std::string_view key, catalog::StorageKind kind,
+                        std::string_view default_tier, const catalog::Catalog& catalog) {
+  StorageSpec s;
+  std::optional<StrictTable> t = parent.Table(key);
+  s.tier = default_tier;
+  if (t) {
+    s.configured = true;
+    s.tier = t->String("tier").value_or(s.tier);
+  }
+  const catalog::StorageTier* tier = catalog.FindStorage(s.tier);
+  if (tier == nullptr) {
+    const std::vector<std::string> names = catalog.StorageNames();
+    (t ? *t : parent).Fail(t ? "tier" : key, "unknown storage tier \"" + s.tier + "\"",
+                           DidYouMean(s.tier, names));
+  }
+  if (tier->kind != kind) {
+    (t ? *t : parent).Fail(t ? "tier" : key, "storage tier \"" + s.tier + "\" is not a " + std::string(key) + " tier");
+  }
+  s.price_per_gb_month = tier->price_per_gb_month;
+  if (t) {
+    s.capacity_bytes = t->Bytes("capacity").value_or(0);
+    s.price_per_gb_month = t->Number("price_per_gb_month", 0).value_or(s.price_per_gb_month);
+    if (auto bw = t->Bandwidth("write_bandwidth")) s.write_bandwidth = *bw;
+    t->Finish();
+  }
+  if (s.write_bandwidth == 0) {
+    s.write_bandwidth = tier->throughput_per_tib > 0 && s.capacity_bytes > 0
+                            ? tier->throughput_per_tib * s.capacity_bytes / units::kTiB
+                            : tier->write_bandwidth;
+  }
+  return s;
+}
+
+}  // namespace
+
+double ClusterSpec::JobMtti() const {
+  if (job_mtti_seconds > 0) return job_mtti_seconds;
+  if (node_mtbf_seconds > 0) return node_mtbf_seconds / static_cast<double>(nodes);
+  return 0;
+}
+
+ClusterSpec ReadClusterSpec(StrictTable& t, const catalog::Catalog& catalog) {
+  ClusterSpec c;
+  c.file = t.file();
+  const std::optional<std::string> name = t.String("instance");
+  if (!name) t.Fail("instance", "is required (an instance type from the catalog, e.g. \"p5.48xlarge\")");
+  const catalog::Instance* instance = catalog.FindInstance(*name);
+  if (instance == nullptr) {
+    const std::vector<std::string> names = catalog.InstanceNames();
+    t.Fail("instance", "unknown instance type \"" + *name + "\"", DidYouMean(*name, names));
+  }
+  c.instance = *instance;
+  c.accelerator = catalog.AcceleratorOf(*instance);
+  c.nodes = t.Int("nodes", 1).value_or(1);
+  c.spares = t.Int("spares", 0).value_or(0);
+  c.nodes_per_rack = t.Int("nodes_per_rack", 1).value_or(0);
+  c.scaleup_domain = t.Int("scaleup_domain", 1).value_or(instance->scaleup_domain);
+  c.instance.price_per_hour = t.Number("price_per_hour", 0).value_or(instance->price_per_hour);
+  c.spot_fraction = t.Number("spot_fraction", 0, 1).value_or(0);
+  c.spot_discount = t.Number("spot_discount", 0, 1).value_or(0);
+  if (c.spot_fraction > 0 && !t.Has("spot_discount")) {
+    t.Fail("spot_fraction", "needs spot_discount (Spot price = (1 - spot_discount) x on-demand)");
+  }
+
+  const std::optional<double> mtbf = t.Seconds("node_mtbf");
+  const std::optional<double> per_day = t.Number("node_failures_per_day", 0);
+  const std::optional<double> mtti = t.Seconds("job_mtti");
+  if (mtbf && per_day) t.Fail("node_failures_per_day", "give node_mtbf or node_failures_per_day, not both");
+  if (mtbf) c.node_mtbf_seconds = *mtbf;
+  if (per_day && *per_day > 0) c.node_mtbf_seconds = units::kDay / *per_day;
+  if (mtti) c.job_mtti_seconds = *mtti;
+
+  c.local = ReadStorage(t, "local", catalog::StorageKind::kLocal, "instance-nvme", catalog);
+  c.shared = ReadStorage(t, "shared", catalog::StorageKind::kShared, "fsx-lustre-persistent2-250", catalog);
+  c.object = ReadStorage(t, "object", catalog::StorageKind::kObject, "s3-standard", catalog);
+  t.Finish();
+  return c;
+}
+
+ClusterSpec ParseClusterSpec(std::string_view text, const std::string& name,
+                             const catalog::Catalog& catalog) {
+  const toml::table doc = ParseTomlText(text, name);
+  StrictTable root(doc, name, "");
+  std::optional<StrictTable> cluster = root.Table("cluster");
+  if (!cluster) root.Fail("cluster", "a cluster file needs a [cluster] table");
+  ClusterSpec c = ReadClusterSpec(*cluster, catalog);
+  root.Finish();
+  return c;
+}
+
+ClusterSpec LoadClusterSpec(const std::string& path, const catalog::Catalog& catalog) {
+  return ParseClusterSpec(ReadTextFile(path), path, catalog);
+}
+
+}  // namespace fmstack::spec

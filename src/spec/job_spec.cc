@@ -1,0 +1,201 @@
+#include "spec/job_spec.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "util/units.h"
+
+namespace fmstack::spec {
+namespace {
+
+TrainSpec ReadTrain(StrictTable& root) {
+  static const std::vector<std::string> kPrecision = {"fp32", "bf16", "fp8"};
+  static const std::vector<std::string> kState = {"mixed", "bf16", "fp32"};
+  static const std::vector<std::string> kOptimizer = {"adamw"};
+  static const std::vector<std::string> kRecompute = {"none", "selective", "full"};
+  TrainSpec s;
+  std::optional<StrictTable> t = root.Table("train");
+  if (!t) return s;
+  const std::string precision = t->Choice("precision", kPrecision).value_or("bf16");
+  s.precision = precision == "fp32"  ? catalog::Precision::kFp32
+                : precision == "fp8" ? catalog::Precision::kFp8
+                                     : catalog::Precision::kBf16;
+  const std::string state = t->Choice("state", kState).value_or(precision == "fp32" ? "fp32" : "mixed");
+  s.state = state == "bf16" ? workload::Bf16Everything()
+            : state == "fp32" ? workload::Fp32()
+                              : workload::MixedPrecision();
+  s.optimizer = t->Choice("optimizer", kOptimizer).value_or("adamw");
+  const std::string recompute = t->Choice("recompute", kRecompute).value_or("selective");
+  s.recompute = recompute == "none"   ? workload::Recompute::kNone
+                : recompute == "full" ? workload::Recompute::kFull
+                                      : workload::Recompute::kSelective;
+  s.flash_attention = t->Bool("flash_attention").value_or(true);
+  s.micro_batch = t->Int("micro_batch", 1).value_or(1);
+  s.global_batch = t->Int("global_batch", 1).value_or(0);
+  s.tokens = t->Number("tokens", 0).value_or(0);
+  s.target_mfu = t->Number("target_mfu", 0.001, 1).value_or(0.4);
+  t->Finish();
+  return s;
+}
+
+workload::Layout ReadParallel(StrictTable& root) {
+  workload::Layout l;
+  std::optional<StrictTable> t = root.Table("parallel");
+  if (!t) return l;
+  const toml::node* dp = t->Peek("dp");
+  if (dp != nullptr && dp->is_string()) {
+    if (dp->value<std::string>() != "auto") t->Fail("dp", "expected a positive integer or \"auto\"");
+    l.dp = 0;
+  } else {
+    l.dp = t->Int("dp", 1).value_or(1);
+  }
+  l.tp = t->Int("tp", 1).value_or(1);
+  l.pp = t->Int("pp", 1).value_or(1);
+  l.ep = t->Int("ep", 1).value_or(1);
+  l.cp = t->Int("cp", 1).value_or(1);
+  l.zero_stage = static_cast<int>(t->Int("zero_stage", 0, 3).value_or(0));
+  t->Finish();
+  return l;
+}
+
+CheckpointSpec ReadCheckpoint(StrictTable& root) {
+  static const std::vector<std::string> kTiers = {"local", "shared", "object"};
+  CheckpointSpec c;
+  std::optional<StrictTable> t = root.Table("checkpoint");
+  if (!t) return c;
+  const toml::node* interval = t->Peek("interval");
+  if (interval != nullptr && interval->value<std::string>() == "auto") {
+    c.interval_auto = true;
+  } else if (interval != nullptr) {
+    c.interval_auto = false;
+    c.interval_seconds = *t->Seconds("interval");
+    if (c.interval_seconds <= 0) t->Fail("interval", "expected a positive duration or \"auto\"");
+  }
+  c.keep = t->Int("keep", 1).value_or(3);
+  c.tier = t->Choice("tier", kTiers).value_or("local");
+  c.overhead_budget = t->Number("overhead_budget", 1e-6, 0.99).value_or(0.1);
+  t->Finish();
+  return c;
+}
+
+// Checks that only depend on the job file (no cluster): each names its key.
+void CheckLayout(StrictTable& root, const JobSpec& job) {
+  std::optional<StrictTable> p = root.Table("parallel");
+  auto fail = [&](std::string_view key, const std::string& problem) {
+    if (p) p->Fail(key, problem);
+    root.Fail("parallel", problem);
+  };
+  const workload::TransformerShape& m = job.model;
+  const workload::Layout& l = job.layout;
+  if (m.heads % l.tp != 0) {
+    fail("tp", fmt::format("tp ({}) must divide model.heads ({})", l.tp, m.heads));
+  }
+  if (m.ffn_hidden % l.tp != 0) {
+    fail("tp", fmt::format("tp ({}) must divide model.ffn_hidden ({})", l.tp, m.ffn_hidden));
+  }
+  // Stages may be uneven (Llama 3 405B: 126 layers on 16 stages), not empty.
+  if (l.pp > m.layers) {
+    fail("pp", fmt::format("pp ({}) cannot exceed model.layers ({}): a stage would be empty", l.pp, m.layers));
+  }
+  if (m.experts % l.ep != 0) {
+    fail("ep", fmt::format("ep ({}) must divide model.experts ({})", l.ep, m.experts));
+  }
+  if (m.seq_len % l.cp != 0) {
+    fail("cp", fmt::format("cp ({}) must divide model.seq_len ({})", l.cp, m.seq_len));
+  }
+  if (l.dp > 0 && l.dp % l.ep != 0) {
+    fail("ep", fmt::format("ep ({}) must divide dp ({}): experts are spread over data-parallel ranks", l.ep, l.dp));
+  }
+}
+
+JobSpec ReadJob(StrictTable& root, const std::string& file, const catalog::Catalog& catalog) {
+  JobSpec job;
+  job.file = file;
+  job.model = ReadModel(root);
+  job.name = root.String("name").value_or(job.model.name);
+  job.train = ReadTrain(root);
+  job.layout = ReadParallel(root);
+  job.checkpoint = ReadCheckpoint(root);
+  if (std::optional<StrictTable> d = root.Table("data")) {
+    job.data.size_bytes = d->Bytes("size").value_or(0);
+    d->Finish();
+  }
+  CheckLayout(root, job);
+  job.key_pos.emplace("parallel", root.PosOf("parallel"));
+  job.key_pos.emplace("train", root.PosOf("train"));
+  if (std::optional<StrictTable> p = root.Table("parallel")) {
+    for (const char* key : {"dp", "ep"}) {
+      if (p->Has(key)) job.key_pos.emplace(std::string("parallel.") + key, p->PosOf(key));
+    }
+  }
+  if (std::optional<StrictTable> t = root.Table("train"); t && t->Has("global_batch")) {
+    job.key_pos.emplace("train.global_batch", t->PosOf("global_batch"));
+  }
+
+  const toml::node* cluster = root.Peek("cluster");
+  if (cluster != nullptr && cluster->is_string()) {
+    // A path relative to the job file.
+    const std::filesystem::path base = std::filesystem::path(file).parent_path();
+    const std::string path = (base / *root.String("cluster")).string();
+    if (!std::filesystem::exists(path)) {
+      root.Fail("cluster", "cluster file \"" + path + "\" does not exist");
+    }
+    job.cluster = LoadClusterSpec(path, catalog);
+  } else if (cluster != nullptr) {
+    std::optional<StrictTable> t = root.Table("cluster");
+    job.cluster = ReadClusterSpec(*t, catalog);
+  }
+  root.Finish();
+  if (job.cluster) ResolveLayout(job, *job.cluster);
+  return job;
+}
+
+}  // namespace
+
+SourcePos JobSpec::PosOf(std::string_view key) const {
+  if (auto it = key_pos.find(key); it != key_pos.end()) return it->second;
+  if (auto dot = key.find('.'); dot != std::string_view::npos) return PosOf(key.substr(0, dot));
+  return SourcePos{file, 0, 0};
+}
+
+void ResolveLayout(JobSpec& job, const ClusterSpec& cluster) {
+  workload::Layout& l = job.layout;
+  const int64_t model_parallel = l.tp * l.pp * l.cp;
+  const int64_t accelerators = cluster.accelerators();
+  if (accelerators % model_parallel != 0) {
+    throw SpecError(job.PosOf("parallel"), "parallel",
+                    fmt::format("tp x pp x cp = {} does not divide the cluster's {} accelerators "
+                                "({} nodes x {} of {})",
+                                model_parallel, accelerators, cluster.nodes,
+                                cluster.instance.accelerators, cluster.instance.name));
+  }
+  if (l.dp == 0) l.dp = accelerators / model_parallel;
+  if (l.world() != accelerators) {
+    throw SpecError(job.PosOf("parallel.dp"), "parallel.dp",
+                    fmt::format("dp x tp x pp x cp = {} but the cluster has {} accelerators (set dp = "
+                                "\"auto\" to fill it)",
+                                l.world(), accelerators));
+  }
+  if (l.dp % l.ep != 0) {
+    throw SpecError(job.PosOf("parallel.ep"), "parallel.ep", fmt::format("ep ({}) must divide dp ({})", l.ep, l.dp));
+  }
+  const int64_t per_step = job.train.micro_batch * l.dp;
+  if (job.train.global_batch > 0 && job.train.global_batch % per_step != 0) {
+    throw SpecError(job.PosOf("train.global_batch"), "train.global_batch",
+                    fmt::format("global_batch ({}) must be a multiple of micro_batch x dp = {} x {} = {}",
+                                job.train.global_batch, job.train.micro_batch, l.dp, per_step));
+  }
+}
+
+JobSpec ParseJobSpec(std::string_view text, const std::string& name, const catalog::Catalog& catalog) {
+  const toml::table doc = ParseTomlText(text, name);
+  StrictTable root(doc, name, "");
+  return ReadJob(root, name, catalog);
+}
+
+JobSpec LoadJobSpec(const std::string& path, const catalog::Catalog& catalog) {
+  return ParseJobSpec(ReadTextFile(path), path, catalog);
+}
+
+}  // namespace fmstack::spec

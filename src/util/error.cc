@@ -1,0 +1,72 @@
+#include "util/error.h"
+
+#include <algorithm>
+#include <cctype>
+#include <vector>
+
+namespace fmstack {
+
+std::string SourcePos::ToString() const {
+  std::string s = file.empty() ? std::string("<input>") : file;
+  if (line > 0) {
+    s += ":" + std::to_string(line);
+    if (column > 0) s += ":" + std::to_string(column);
+  }
+  return s;
+}
+
+namespace {
+std::string ComposeSpecMessage(const SourcePos& pos, const std::string& key,
+                               const std::string& problem, const std::string& hint) {
+  std::string msg = pos.ToString() + ": ";
+  if (!key.empty()) msg += "key '" + key + "': ";
+  msg += problem;
+  if (!hint.empty()) msg += " " + hint;
+  return msg;
+}
+}  // namespace
+
+SpecError::SpecError(SourcePos pos, std::string key, std::string problem, std::string hint)
+    : Error(ComposeSpecMessage(pos, key, problem, hint)),
+      pos_(std::move(pos)),
+      key_(std::move(key)),
+      problem_(std::move(problem)) {}
+
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      const bool same = std::tolower(static_cast<unsigned char>(a[i - 1])) ==
+                        std::tolower(static_cast<unsigned char>(b[j - 1]));
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (same ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::optional<std::string> ClosestMatch(std::string_view word,
+                                        std::span<const std::string> candidates) {
+  const size_t limit = std::max<size_t>(1, word.size() / 3);
+  std::optional<std::string> best;
+  size_t best_distance = limit + 1;
+  for (const std::string& c : candidates) {
+    const size_t d = EditDistance(word, c);
+    if (d < best_distance) {
+      best_distance = d;
+      best = c;
+    }
+  }
+  return best;
+}
+
+std::string DidYouMean(std::string_view word, std::span<const std::string> candidates) {
+  const auto match = ClosestMatch(word, candidates);
+  return match ? "(did you mean '" + *match + "'?)" : std::string();
+}
+
+}  // namespace fmstack

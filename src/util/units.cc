@@ -1,0 +1,163 @@
+#include "util/units.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <stdexcept>
+#include <utility>
+
+namespace fmstack::units {
+namespace {
+
+struct Suffix {
+  std::string_view name;
+  double scale;
+};
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// Splits "15 TB" into 15 and "tb" (lower case, spaces dropped).
+std::pair<double, std::string> SplitNumber(std::string_view text, std::string_view what) {
+  size_t i = 0;
+  while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+  const char* begin = text.data() + i;
+  const char* end = text.data() + text.size();
+  double value = 0;
+  const auto [ptr, ec] = std::from_chars(begin, end, value);
+  if (ec != std::errc() || !std::isfinite(value)) {
+    throw std::invalid_argument(fmt::format("'{}' is not a {}: it must start with a number", text, what));
+  }
+  std::string unit;
+  for (const char* p = ptr; p < end; ++p) {
+    if (!std::isspace(static_cast<unsigned char>(*p))) unit += *p;
+  }
+  return {value, Lower(unit)};
+}
+
+template <size_t N>
+double Parse(std::string_view text, std::string_view what, const std::array<Suffix, N>& suffixes,
+             std::string_view examples) {
+  const auto [value, unit] = SplitNumber(text, what);
+  for (const Suffix& s : suffixes) {
+    if (unit == s.name) return value * s.scale;
+  }
+  throw std::invalid_argument(
+      fmt::format("'{}' has an unknown unit '{}' for a {} (use e.g. {})", text, unit, what, examples));
+}
+
+std::string ThreeDigits(double v) {
+  const double a = std::fabs(v);
+  if (a >= 100) return fmt::format("{:.0f}", v);
+  if (a >= 10) return fmt::format("{:.1f}", v);
+  return fmt::format("{:.2f}", v);
+}
+
+std::string GroupThousands(double v) {
+  const auto n = static_cast<long long>(std::llround(v));
+  std::string digits = std::to_string(n < 0 ? -n : n);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+}  // namespace
+
+double ParseBytes(std::string_view text) {
+  static constexpr std::array<Suffix, 14> kSuffixes = {{{"", 1},
+                                                        {"b", 1},
+                                                        {"kb", kKB},
+                                                        {"mb", kMB},
+                                                        {"gb", kGB},
+                                                        {"tb", kTB},
+                                                        {"pb", kPB},
+                                                        {"kib", 1024.0},
+                                                        {"mib", 1048576.0},
+                                                        {"gib", kGiB},
+                                                        {"tib", kTiB},
+                                                        {"pib", kTiB * 1024},
+                                                        {"k", kKB},
+                                                        {"g", kGB}}};
+  return Parse(text, "size", kSuffixes, "\"420GB\", \"15TB\", \"1.5TiB\"");
+}
+
+double ParseSeconds(std::string_view text) {
+  static constexpr std::array<Suffix, 16> kSuffixes = {{{"", 1},
+                                                        {"s", 1},
+                                                        {"sec", 1},
+                                                        {"ms", 1e-3},
+                                                        {"m", kMinute},
+                                                        {"min", kMinute},
+                                                        {"mins", kMinute},
+                                                        {"h", kHour},
+                                                        {"hr", kHour},
+                                                        {"hours", kHour},
+                                                        {"d", kDay},
+                                                        {"day", kDay},
+                                                        {"days", kDay},
+                                                        {"w", 7 * kDay},
+                                                        {"y", kYear},
+                                                        {"years", kYear}}};
+  return Parse(text, "duration", kSuffixes, "\"900s\", \"15m\", \"2.5h\", \"54d\"");
+}
+
+double ParseBandwidth(std::string_view text) {
+  static constexpr std::array<Suffix, 12> kSuffixes = {{{"", 1},
+                                                        {"b/s", 1},
+                                                        {"kb/s", kKB},
+                                                        {"mb/s", kMB},
+                                                        {"gb/s", kGB},
+                                                        {"tb/s", kTB},
+                                                        {"gib/s", kGiB},
+                                                        {"mbps", kMB / 8},
+                                                        {"gbps", kGB / 8},
+                                                        {"tbps", kTB / 8},
+                                                        {"mbit/s", kMB / 8},
+                                                        {"gbit/s", kGB / 8}}};
+  return Parse(text, "bandwidth", kSuffixes, "\"3GB/s\", \"200MB/s\", \"3200Gbps\"");
+}
+
+std::string FormatBytes(double bytes) {
+  static constexpr std::array<Suffix, 5> kScale = {
+      {{"PB", kPB}, {"TB", kTB}, {"GB", kGB}, {"MB", kMB}, {"kB", kKB}}};
+  for (const Suffix& s : kScale) {
+    if (std::fabs(bytes) >= s.scale) return ThreeDigits(bytes / s.scale) + " " + std::string(s.name);
+  }
+  return fmt::format("{:.0f} B", bytes);
+}
+
+std::string FormatSeconds(double seconds) {
+  const double a = std::fabs(seconds);
+  if (a < kMinute) return ThreeDigits(seconds) + " s";
+  if (a < 2 * kHour) return ThreeDigits(seconds / kMinute) + " min";
+  if (a < 2 * kDay) return ThreeDigits(seconds / kHour) + " h";
+  if (a < kYear) return ThreeDigits(seconds / kDay) + " days";
+  return ThreeDigits(seconds / kYear) + " years";
+}
+
+std::string FormatBandwidth(double bytes_per_second) {
+  return FormatBytes(bytes_per_second) + "/s";
+}
+
+std::string FormatFlop(double flop) { return fmt::format("{:.3g}", flop); }
+
+std::string FormatCount(double count) {
+  const double a = std::fabs(count);
+  if (a >= 1e12) return ThreeDigits(count / 1e12) + "T";
+  if (a >= 1e9) return ThreeDigits(count / 1e9) + "B";
+  if (a >= 1e6) return ThreeDigits(count / 1e6) + "M";
+  return GroupThousands(count);
+}
+
+std::string FormatUsd(double usd) { return "$" + GroupThousands(usd); }
+
+}  // namespace fmstack::units
