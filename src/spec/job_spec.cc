@@ -41,6 +41,7 @@ TrainSpec ReadTrain(StrictTable& root) {
 
 workload::Layout ReadParallel(StrictTable& root) {
   workload::Layout l;
+  l.dp = 0;  // "auto" unless given: fill the cluster
   std::optional<StrictTable> t = root.Table("parallel");
   if (!t) return l;
   const toml::node* dp = t->Peek("dp");
@@ -48,7 +49,7 @@ workload::Layout ReadParallel(StrictTable& root) {
     if (dp->value<std::string>() != "auto") t->Fail("dp", "expected a positive integer or \"auto\"");
     l.dp = 0;
   } else {
-    l.dp = t->Int("dp", 1).value_or(1);
+    l.dp = t->Int("dp", 1).value_or(0);
   }
   l.tp = t->Int("tp", 1).value_or(1);
   l.pp = t->Int("pp", 1).value_or(1);

@@ -45,7 +45,7 @@ struct JobSpec {
   std::string name;
   workload::TransformerShape model;
   TrainSpec train;
-  workload::Layout layout;  // dp == 0 means "fill the cluster"
+  workload::Layout layout;  // dp == 0 means "auto": fill the cluster (the default)
   CheckpointSpec checkpoint;
   DataSpec data;
   std::optional<ClusterSpec> cluster;  // [cluster] inline or cluster = "file.toml"
