@@ -33,20 +33,26 @@ SpecError::SpecError(SourcePos pos, std::string key, std::string problem, std::s
       problem_(std::move(problem)) {}
 
 size_t EditDistance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  // Optimal string alignment: insertions, deletions, substitutions and
+  // transpositions of neighbours ("trian" -> "train") each cost 1.
+  auto same = [](char x, char y) {
+    return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+  };
+  const size_t w = b.size() + 1;
+  std::vector<size_t> d((a.size() + 1) * w);
+  for (size_t i = 0; i <= a.size(); ++i) d[i * w] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[j] = j;
   for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
     for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      const bool same = std::tolower(static_cast<unsigned char>(a[i - 1])) ==
-                        std::tolower(static_cast<unsigned char>(b[j - 1]));
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (same ? 0 : 1)});
-      diag = up;
+      const size_t cost = same(a[i - 1], b[j - 1]) ? 0 : 1;
+      size_t best = std::min({d[(i - 1) * w + j] + 1, d[i * w + j - 1] + 1, d[(i - 1) * w + j - 1] + cost});
+      if (i > 1 && j > 1 && same(a[i - 1], b[j - 2]) && same(a[i - 2], b[j - 1])) {
+        best = std::min(best, d[(i - 2) * w + j - 2] + 1);
+      }
+      d[i * w + j] = best;
     }
   }
-  return row[b.size()];
+  return d[a.size() * w + b.size()];
 }
 
 std::optional<std::string> ClosestMatch(std::string_view word,

@@ -43,7 +43,7 @@ class SpecError : public Error {
   std::string problem_;
 };
 
-// Levenshtein distance, for "did you mean" suggestions.
+// Edit distance counting neighbour swaps as one edit, for "did you mean".
 size_t EditDistance(std::string_view a, std::string_view b);
 
 // The candidate closest to `word` if it is close enough to be a likely typo

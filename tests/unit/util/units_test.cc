@@ -1,1 +1,51 @@
+#include "util/units.h"
+
 #include <gtest/gtest.h>
+
+#include <stdexcept>
+
+#include "util/error.h"
+
+namespace fmstack::units {
+namespace {
+
+TEST(Units, ParseBytes) {
+  EXPECT_DOUBLE_EQ(ParseBytes("15TB"), 15e12);
+  EXPECT_DOUBLE_EQ(ParseBytes("420 GB"), 420e9);
+  EXPECT_DOUBLE_EQ(ParseBytes("1.5TiB"), 1.5 * kTiB);
+  EXPECT_DOUBLE_EQ(ParseBytes("800"), 800);
+  EXPECT_THROW(ParseBytes("lots"), std::invalid_argument);
+  EXPECT_THROW(ParseBytes("3 parsecs"), std::invalid_argument);
+}
+
+TEST(Units, ParseSecondsAndBandwidth) {
+  EXPECT_DOUBLE_EQ(ParseSeconds("15m"), 900);
+  EXPECT_DOUBLE_EQ(ParseSeconds("150min"), 9000);
+  EXPECT_DOUBLE_EQ(ParseSeconds("2.5h"), 9000);
+  EXPECT_DOUBLE_EQ(ParseSeconds("54d"), 54 * kDay);
+  EXPECT_DOUBLE_EQ(ParseBandwidth("3200Gbps"), 400e9);
+  EXPECT_DOUBLE_EQ(ParseBandwidth("3GB/s"), 3e9);
+  EXPECT_DOUBLE_EQ(ParseBandwidth("28.8Tbps"), 3.6e12);
+}
+
+TEST(Units, Format) {
+  EXPECT_EQ(FormatBytes(1.26e12), "1.26 TB");
+  EXPECT_EQ(FormatBytes(420e9), "420 GB");
+  EXPECT_EQ(FormatSeconds(900), "15.0 min");
+  EXPECT_EQ(FormatSeconds(6.8 * kDay), "6.80 days");
+  EXPECT_EQ(FormatCount(12288), "12,288");
+  EXPECT_EQ(FormatCount(70.55e9), "70.5B");
+  EXPECT_EQ(FormatUsd(236000), "$236,000");
+}
+
+TEST(DidYouMean, SuggestsCloseNamesOnly) {
+  const std::vector<std::string> keys = {"tp", "pp", "zero_stage", "train"};
+  EXPECT_EQ(ClosestMatch("zero_stgae", keys), "zero_stage");
+  EXPECT_EQ(ClosestMatch("trian", keys), "train");
+  EXPECT_FALSE(ClosestMatch("optimizer", keys).has_value());
+  EXPECT_EQ(EditDistance("", "abc"), 3u);
+  EXPECT_EQ(EditDistance("ab", "ba"), 1u);
+}
+
+}  // namespace
+}  // namespace fmstack::units
