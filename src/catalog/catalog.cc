@@ -92,7 +92,9 @@ StorageTier ReadStorage(StrictTable& t) {
   s.name = RequireString(t, "name");
   const std::string kind = t.Choice("kind", kKinds).value_or("");
   if (kind.empty()) t.Fail("kind", "is required (\"local\", \"shared\" or \"object\")");
-  s.kind = kind == "local" ? StorageKind::kLocal : kind == "shared" ? StorageKind::kShared : StorageKind::kObject;
+  s.kind = kind == "local"    ? StorageKind::kLocal
+           : kind == "shared" ? StorageKind::kShared
+                              : StorageKind::kObject;
   s.throughput_per_tib = t.Bandwidth("throughput_per_tib").value_or(0);
   s.write_bandwidth = t.Bandwidth("write_bandwidth").value_or(0);
   if (s.throughput_per_tib <= 0 && s.write_bandwidth <= 0) {
@@ -111,20 +113,28 @@ StorageTier ReadStorage(StrictTable& t) {
 
 std::string_view PrecisionName(Precision p) {
   switch (p) {
-    case Precision::kFp32: return "fp32";
-    case Precision::kBf16: return "bf16";
-    case Precision::kFp8: return "fp8";
-    case Precision::kFp4: return "fp4";
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kFp8:
+      return "fp8";
+    case Precision::kFp4:
+      return "fp4";
   }
   return "?";
 }
 
 double Accelerator::PeakFlops(Precision p) const {
   switch (p) {
-    case Precision::kFp32: return fp32_flops;
-    case Precision::kBf16: return bf16_flops;
-    case Precision::kFp8: return fp8_flops;
-    case Precision::kFp4: return fp4_flops;
+    case Precision::kFp32:
+      return fp32_flops;
+    case Precision::kBf16:
+      return bf16_flops;
+    case Precision::kFp8:
+      return fp8_flops;
+    case Precision::kFp4:
+      return fp4_flops;
   }
   return 0;
 }
@@ -134,7 +144,8 @@ void Catalog::AddFile(std::string_view text, const std::string& name) {
   StrictTable root(doc, name, "");
   for (StrictTable& t : root.TableArray("accelerator")) {
     Accelerator a = ReadAccelerator(t);
-    if (FindAccelerator(a.name) != nullptr) t.Fail("name", "duplicate accelerator '" + a.name + "'");
+    if (FindAccelerator(a.name) != nullptr)
+      t.Fail("name", "duplicate accelerator '" + a.name + "'");
     accelerators_.push_back(std::move(a));
   }
   for (StrictTable& t : root.TableArray("instance")) {
@@ -168,12 +179,15 @@ Catalog Catalog::LoadFiles(std::span<const EmbeddedFile> files) {
   return c;
 }
 
-Catalog Catalog::LoadEmbedded() { return LoadFiles(EmbeddedCatalogFiles()); }
+Catalog Catalog::LoadEmbedded() {
+  return LoadFiles(EmbeddedCatalogFiles());
+}
 
 Catalog Catalog::LoadDirectory(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) throw Error(fmt::format("{}: catalog directory does not exist", dir));
+  if (!fs::is_directory(dir, ec))
+    throw Error(fmt::format("{}: catalog directory does not exist", dir));
   std::vector<fs::path> paths;
   for (const auto& entry : fs::directory_iterator(dir)) {
     if (entry.path().extension() == ".toml") paths.push_back(entry.path());

@@ -35,8 +35,8 @@ struct Accelerator {
 struct Instance {
   std::string name;
   std::vector<std::string> aliases;
-  std::string accelerator;   // Accelerator::name
-  int64_t accelerators = 0;  // per instance
+  std::string accelerator;     // Accelerator::name
+  int64_t accelerators = 0;    // per instance
   int64_t scaleup_domain = 0;  // accelerators sharing one NVLink/NeuronLink domain
   int64_t vcpus = 0;           // 0 = not recorded
   double memory_bytes = 0;

@@ -49,13 +49,15 @@ int RunPlan(const PlanArgs& args) {
 
 Runner AddPlanCommand(CLI::App& app) {
   auto args = std::make_shared<PlanArgs>();
-  CLI::App* cmd = app.add_subcommand("plan", "size a job: memory, compute, time, cost, checkpoints, storage");
+  CLI::App* cmd =
+      app.add_subcommand("plan", "size a job: memory, compute, time, cost, checkpoints, storage");
   cmd->add_option("job", args->job, "job spec (TOML)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--cluster", args->cluster, "cluster spec (TOML); overrides the job's [cluster]")
       ->check(CLI::ExistingFile);
   cmd->add_option("--format", args->format, "output format")
       ->check(CLI::IsMember({"table", "json", "markdown"}));
-  cmd->add_option("--days", args->options.deadline_days, "deadline for 'accelerators to finish in D days'")
+  cmd->add_option("--days", args->options.deadline_days,
+                  "deadline for 'accelerators to finish in D days'")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--observed-hours", args->options.observed_hours,
                   "accelerator-hours a real run took: report the MFU it implies")

@@ -68,7 +68,8 @@ CheckpointPlan PlanCheckpoint(const spec::JobSpec& job, double num_params,
   }
   if (c.interval > 0) {
     if (c.mtti > 0) c.overhead = CheckpointOverhead(c.interval, c.save_seconds, c.mtti);
-    c.bandwidth_blocking = BlockingSaveBandwidth(c.bytes, c.interval, job.checkpoint.overhead_budget);
+    c.bandwidth_blocking =
+        BlockingSaveBandwidth(c.bytes, c.interval, job.checkpoint.overhead_budget);
     c.bandwidth_async = AsyncSaveBandwidth(c.bytes, c.interval, job.checkpoint.overhead_budget);
   }
   return c;
@@ -134,18 +135,21 @@ void CheckFeasibility(Plan& plan, const spec::JobSpec& job) {
   if (need > cl.accelerator.hbm_bytes) {
     plan.warnings.push_back(fmt::format(
         "does not fit: {} per accelerator > {} HBM of {} (raise tp/pp, zero_stage, or recompute)",
-        units::FormatBytes(need), units::FormatBytes(cl.accelerator.hbm_bytes), cl.accelerator.name));
+        units::FormatBytes(need), units::FormatBytes(cl.accelerator.hbm_bytes),
+        cl.accelerator.name));
   }
   if (job.layout.tp > cl.scaleup_domain) {
-    plan.warnings.push_back(fmt::format(
-        "tp = {} spans more than one {}-accelerator NVLink/NeuronLink domain: TP traffic crosses EFA",
-        job.layout.tp, cl.scaleup_domain));
+    plan.warnings.push_back(
+        fmt::format("tp = {} spans more than one {}-accelerator NVLink/NeuronLink domain: TP "
+                    "traffic crosses EFA",
+                    job.layout.tp, cl.scaleup_domain));
   }
 }
 
 }  // namespace
 
-Plan MakePlan(const spec::JobSpec& job, const catalog::Catalog& catalog, const PlanOptions& options) {
+Plan MakePlan(const spec::JobSpec& job, const catalog::Catalog& catalog,
+              const PlanOptions& options) {
   Plan plan;
   plan.job = job.name;
   plan.model = job.model.name;
@@ -170,11 +174,12 @@ Plan MakePlan(const spec::JobSpec& job, const catalog::Catalog& catalog, const P
     s.shared_capacity = plan.cluster->shared.capacity_bytes;
     s.monthly_cost = s.total_bytes / units::kGB * plan.cluster->shared.price_per_gb_month;
     if (s.shared_capacity > 0 && s.shared_capacity < s.total_bytes) {
-      plan.warnings.push_back(fmt::format("shared storage {} is smaller than data + {} checkpoints = {}",
-                                          units::FormatBytes(s.shared_capacity), s.generations,
-                                          units::FormatBytes(s.total_bytes)));
+      plan.warnings.push_back(fmt::format(
+          "shared storage {} is smaller than data + {} checkpoints = {}",
+          units::FormatBytes(s.shared_capacity), s.generations, units::FormatBytes(s.total_bytes)));
     }
-    plan.vcpus = VcpuQuota(plan.cluster->nodes + plan.cluster->spares, plan.cluster->instance.vcpus);
+    plan.vcpus =
+        VcpuQuota(plan.cluster->nodes + plan.cluster->spares, plan.cluster->instance.vcpus);
   }
   CheckFeasibility(plan, job);
   return plan;

@@ -16,8 +16,8 @@
 namespace fmstack::plan {
 
 struct PlanOptions {
-  double deadline_days = 30;        // "how many accelerators to finish in D days"
-  double observed_hours = 0;        // if > 0: accelerator-hours a real run took -> implied MFU
+  double deadline_days = 30;  // "how many accelerators to finish in D days"
+  double observed_hours = 0;  // if > 0: accelerator-hours a real run took -> implied MFU
 };
 
 // Per catalog accelerator: how many it takes to hold the training state.
@@ -31,20 +31,20 @@ struct FitRow {
 
 struct MemoryPlan {
   workload::StateBytes bytes;
-  workload::MemoryBreakdown whole;                         // unsharded training state
+  workload::MemoryBreakdown whole;                           // unsharded training state
   std::optional<workload::MemoryBreakdown> per_accelerator;  // with the job's layout
-  double hbm_bytes = 0;                                    // of the cluster's accelerator
+  double hbm_bytes = 0;                                      // of the cluster's accelerator
   std::vector<FitRow> fits;
 };
 
 struct ComputePlan {
   double tokens = 0;
   double flops_6n = 0, flops_detailed = 0;  // whole training run
-  std::string flop_count = "6N";             // which count hours and MFU use
-  double peak_flops = 0;                      // cluster accelerator at job precision
+  std::string flop_count = "6N";            // which count hours and MFU use
+  double peak_flops = 0;                    // cluster accelerator at job precision
   double target_mfu = 0;
   double accelerator_hours = 0;
-  double wall_seconds = 0;                    // on the cluster
+  double wall_seconds = 0;  // on the cluster
   int64_t accelerators_for_deadline = 0;
   double deadline_days = 0;
   double observed_hours = 0;
@@ -95,6 +95,7 @@ struct Plan {
   std::vector<std::string> warnings;
 };
 
-Plan MakePlan(const spec::JobSpec& job, const catalog::Catalog& catalog, const PlanOptions& options);
+Plan MakePlan(const spec::JobSpec& job, const catalog::Catalog& catalog,
+              const PlanOptions& options);
 
 }  // namespace fmstack::plan

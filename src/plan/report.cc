@@ -1,7 +1,8 @@
 // Text and Markdown share one layout: sections of (item, value, detail) rows.
+#include "plan/report.h"
+
 #include <fmt/format.h>
 
-#include "plan/report.h"
 #include "util/text_table.h"
 #include "util/units.h"
 
@@ -22,27 +23,30 @@ Section NewSection(std::string title) {
                     {TextTable::Align::kLeft, TextTable::Align::kRight, TextTable::Align::kLeft})};
 }
 
-std::string Pct(double share) { return fmt::format("{:.2f}%", 100 * share); }
+std::string Pct(double share) {
+  return fmt::format("{:.2f}%", 100 * share);
+}
 
 Section ModelSection(const Plan& p) {
   Section s = NewSection("Model");
   const auto& sh = p.shape;
-  s.table.AddRow({"shape", p.model,
-                  fmt::format("{} layers, hidden {}, {} heads ({} kv), ffn {}, vocab {}, seq {}{}",
-                              sh.layers, sh.hidden, sh.heads, sh.kv_heads, sh.ffn_hidden, sh.vocab,
-                              sh.seq_len,
-                              sh.is_moe() ? fmt::format(", {} experts top-{}", sh.experts,
-                                                        sh.active_experts)
-                                          : "")});
+  s.table.AddRow(
+      {"shape", p.model,
+       fmt::format(
+           "{} layers, hidden {}, {} heads ({} kv), ffn {}, vocab {}, seq {}{}", sh.layers,
+           sh.hidden, sh.heads, sh.kv_heads, sh.ffn_hidden, sh.vocab, sh.seq_len,
+           sh.is_moe() ? fmt::format(", {} experts top-{}", sh.experts, sh.active_experts) : "")});
   s.table.AddRow({"parameters", units::FormatCount(static_cast<double>(p.params.total)),
                   fmt::format("{} exactly", p.params.total)});
   if (p.shape.is_moe()) {
     s.table.AddRow({"active parameters", units::FormatCount(static_cast<double>(p.params.active)),
                     "per token (top-k experts)"});
   }
-  s.table.AddRow({"FLOPs per token (6N)", units::FormatFlop(p.flops_per_token.six_n), "training, 6 x active params"});
+  s.table.AddRow({"FLOPs per token (6N)", units::FormatFlop(p.flops_per_token.six_n),
+                  "training, 6 x active params"});
   s.table.AddRow({"FLOPs per token (detailed)", units::FormatFlop(p.flops_per_token.detailed),
-                  fmt::format("matmuls + attention ({} of it)", units::FormatFlop(p.flops_per_token.attention))});
+                  fmt::format("matmuls + attention ({} of it)",
+                              units::FormatFlop(p.flops_per_token.attention))});
   return s;
 }
 
@@ -52,16 +56,18 @@ Section MemorySection(const Plan& p) {
   s.table.AddRow({"convention", fmt::format("{:g} B/param", m.bytes.per_param()), m.bytes.name});
   s.table.AddRow({"parameters", FormatBytes(m.whole.params), "whole model"});
   s.table.AddRow({"gradients", FormatBytes(m.whole.grads), "whole model"});
-  s.table.AddRow({"optimizer state", FormatBytes(m.whole.optimizer), "AdamW moments (+ fp32 master)"});
+  s.table.AddRow(
+      {"optimizer state", FormatBytes(m.whole.optimizer), "AdamW moments (+ fp32 master)"});
   s.table.AddRow({"training state", FormatBytes(m.whole.state()), "unsharded, before activations"});
   if (m.per_accelerator) {
     const auto& a = *m.per_accelerator;
     const auto& l = p.layout;
-    s.table.AddRow({"per accelerator", FormatBytes(a.total()),
-                    fmt::format("dp {} tp {} pp {} ep {} cp {}, ZeRO-{}: params {}, grads {}, optimizer {}, "
-                                "activations {}",
-                                l.dp, l.tp, l.pp, l.ep, l.cp, l.zero_stage, FormatBytes(a.params),
-                                FormatBytes(a.grads), FormatBytes(a.optimizer), FormatBytes(a.activations))});
+    s.table.AddRow(
+        {"per accelerator", FormatBytes(a.total()),
+         fmt::format("dp {} tp {} pp {} ep {} cp {}, ZeRO-{}: params {}, grads {}, optimizer {}, "
+                     "activations {}",
+                     l.dp, l.tp, l.pp, l.ep, l.cp, l.zero_stage, FormatBytes(a.params),
+                     FormatBytes(a.grads), FormatBytes(a.optimizer), FormatBytes(a.activations))});
     s.table.AddRow({"HBM available", FormatBytes(m.hbm_bytes),
                     fmt::format("{:.0f}% used", 100 * a.total() / m.hbm_bytes)});
   }
@@ -99,7 +105,8 @@ Section ComputeSection(const Plan& p) {
   if (c.observed_hours > 0) {
     s.table.AddRow({"observed accelerator-hours", units::FormatCount(c.observed_hours), ""});
     s.table.AddRow({"implied MFU (6N)", Pct(c.implied_mfu_6n), "what the planner uses"});
-    s.table.AddRow({"implied MFU (detailed)", Pct(c.implied_mfu_detailed), "attention FLOPs included"});
+    s.table.AddRow(
+        {"implied MFU (detailed)", Pct(c.implied_mfu_detailed), "attention FLOPs included"});
   }
   return s;
 }
@@ -107,18 +114,23 @@ Section ComputeSection(const Plan& p) {
 Section CostSection(const Plan& p) {
   Section s = NewSection("Cost");
   const CostPlan& c = p.cost;
-  s.table.AddRow({"price per instance-hour", c.price_per_hour > 0 ? fmt::format("${:.2f}", c.price_per_hour) : "unknown",
-                  p.cluster->instance.price_as_of.empty() ? "" : "list price as of " + p.cluster->instance.price_as_of});
+  s.table.AddRow({"price per instance-hour",
+                  c.price_per_hour > 0 ? fmt::format("${:.2f}", c.price_per_hour) : "unknown",
+                  p.cluster->instance.price_as_of.empty()
+                      ? ""
+                      : "list price as of " + p.cluster->instance.price_as_of});
   if (c.price_per_hour > 0) {
     s.table.AddRow({"per month, on-demand", units::FormatUsd(c.per_month_on_demand),
-                    fmt::format("{} nodes incl. {} spares x 730 h", p.cluster->nodes + p.cluster->spares, p.cluster->spares)});
+                    fmt::format("{} nodes incl. {} spares x 730 h",
+                                p.cluster->nodes + p.cluster->spares, p.cluster->spares)});
     if (c.instance_hours > 0) {
       s.table.AddRow({"training run, on-demand", units::FormatUsd(c.on_demand),
                       fmt::format("{} instance-hours", units::FormatCount(c.instance_hours))});
       if (p.cluster->spot_fraction > 0) {
-        s.table.AddRow({"training run, with Spot", units::FormatUsd(c.blended),
-                        fmt::format("{:.0f}% on Spot at {:.0f}% off", 100 * p.cluster->spot_fraction,
-                                    100 * p.cluster->spot_discount)});
+        s.table.AddRow(
+            {"training run, with Spot", units::FormatUsd(c.blended),
+             fmt::format("{:.0f}% on Spot at {:.0f}% off", 100 * p.cluster->spot_fraction,
+                         100 * p.cluster->spot_discount)});
       }
     }
   }
@@ -130,21 +142,26 @@ Section CheckpointSection(const Plan& p) {
   const CheckpointPlan& c = p.checkpoint;
   s.table.AddRow({"size", FormatBytes(c.bytes), "weights + master + optimizer state"});
   if (c.tier_bandwidth > 0) {
-    s.table.AddRow({"blocking save", FormatSeconds(c.save_seconds),
-                    fmt::format("{} tier at {}", c.tier, units::FormatBandwidth(c.tier_bandwidth))});
+    s.table.AddRow(
+        {"blocking save", FormatSeconds(c.save_seconds),
+         fmt::format("{} tier at {}", c.tier, units::FormatBandwidth(c.tier_bandwidth))});
   }
   if (c.mtti > 0) {
     s.table.AddRow({"job MTTI", FormatSeconds(c.mtti), ""});
     s.table.AddRow({"interval, MTTI/10", FormatSeconds(c.interval_tenth_mtti), "seeds' rule"});
     if (c.interval_young_daly > 0) {
-      s.table.AddRow({"interval, Young/Daly", FormatSeconds(c.interval_young_daly), "sqrt(2 x save x MTTI)"});
+      s.table.AddRow(
+          {"interval, Young/Daly", FormatSeconds(c.interval_young_daly), "sqrt(2 x save x MTTI)"});
     }
   }
   if (c.interval > 0) {
     s.table.AddRow({"interval used", FormatSeconds(c.interval), c.interval_rule});
-    if (c.overhead > 0) s.table.AddRow({"expected overhead", Pct(c.overhead), "saving + lost work"});
-    s.table.AddRow({"bandwidth, blocking save", units::FormatBandwidth(c.bandwidth_blocking), "save within the overhead budget"});
-    s.table.AddRow({"bandwidth, async save", units::FormatBandwidth(c.bandwidth_async), "drain before the next save"});
+    if (c.overhead > 0)
+      s.table.AddRow({"expected overhead", Pct(c.overhead), "saving + lost work"});
+    s.table.AddRow({"bandwidth, blocking save", units::FormatBandwidth(c.bandwidth_blocking),
+                    "save within the overhead budget"});
+    s.table.AddRow({"bandwidth, async save", units::FormatBandwidth(c.bandwidth_async),
+                    "drain before the next save"});
   }
   return s;
 }
@@ -153,14 +170,17 @@ Section StorageSection(const Plan& p) {
   Section s = NewSection("Storage and quota");
   const StoragePlan& st = p.storage;
   s.table.AddRow({"data", FormatBytes(st.data_bytes), ""});
-  s.table.AddRow({"capacity", FormatBytes(st.total_bytes),
-                  fmt::format("data + {} x {} checkpoints", st.generations, FormatBytes(p.checkpoint.bytes))});
+  s.table.AddRow(
+      {"capacity", FormatBytes(st.total_bytes),
+       fmt::format("data + {} x {} checkpoints", st.generations, FormatBytes(p.checkpoint.bytes))});
   if (p.cluster) {
     if (st.monthly_cost > 0) {
-      s.table.AddRow({"shared tier per month", units::FormatUsd(st.monthly_cost), p.cluster->shared.tier});
+      s.table.AddRow(
+          {"shared tier per month", units::FormatUsd(st.monthly_cost), p.cluster->shared.tier});
     }
     s.table.AddRow({"vCPU quota", units::FormatCount(static_cast<double>(p.vcpus)),
-                    fmt::format("{} x {} vCPUs", p.cluster->nodes + p.cluster->spares, p.cluster->instance.vcpus)});
+                    fmt::format("{} x {} vCPUs", p.cluster->nodes + p.cluster->spares,
+                                p.cluster->instance.vcpus)});
   }
   return s;
 }
@@ -180,9 +200,10 @@ std::vector<Section> Sections(const Plan& p) {
 std::string Header(const Plan& p) {
   std::string cluster = "no cluster given (--cluster FILE)";
   if (p.cluster) {
-    cluster = fmt::format("{} x {} ({} x {} = {} accelerators, +{} spares)", p.cluster->nodes,
-                          p.cluster->instance.name, p.cluster->nodes, p.cluster->instance.accelerators,
-                          p.cluster->accelerators(), p.cluster->spares);
+    cluster =
+        fmt::format("{} x {} ({} x {} = {} accelerators, +{} spares)", p.cluster->nodes,
+                    p.cluster->instance.name, p.cluster->nodes, p.cluster->instance.accelerators,
+                    p.cluster->accelerators(), p.cluster->spares);
   }
   return fmt::format("fmstack plan: {} on {}", p.job, cluster);
 }
@@ -199,7 +220,8 @@ std::string RenderText(const Plan& plan) {
 
 std::string RenderMarkdown(const Plan& plan) {
   std::string out = "# " + Header(plan) + "\n";
-  for (const Section& s : Sections(plan)) out += "\n## " + s.title + "\n\n" + s.table.RenderMarkdown();
+  for (const Section& s : Sections(plan))
+    out += "\n## " + s.title + "\n\n" + s.table.RenderMarkdown();
   for (const std::string& w : plan.warnings) out += "\n> warning: " + w + "\n";
   return out;
 }

@@ -50,7 +50,8 @@ json ToJson(const Plan& p) {
   json memory = {{"convention", p.memory.bytes.name},
                  {"bytes_per_param", p.memory.bytes.per_param()},
                  {"whole", MemoryJson(p.memory.whole)},
-                 {"per_accelerator", p.memory.per_accelerator ? MemoryJson(*p.memory.per_accelerator) : json(nullptr)},
+                 {"per_accelerator",
+                  p.memory.per_accelerator ? MemoryJson(*p.memory.per_accelerator) : json(nullptr)},
                  {"hbm_bytes", p.memory.hbm_bytes}};
   json fits = json::array();
   for (const FitRow& r : p.memory.fits) {

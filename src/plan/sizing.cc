@@ -13,7 +13,9 @@ int64_t AcceleratorsToFinish(double accelerator_hours, double seconds) {
   return static_cast<int64_t>(std::ceil(accelerator_hours * 3600.0 / seconds - 1e-9));
 }
 
-double IntervalTenthOfMtti(double mtti_seconds) { return mtti_seconds / 10.0; }
+double IntervalTenthOfMtti(double mtti_seconds) {
+  return mtti_seconds / 10.0;
+}
 
 double IntervalYoungDaly(double save_seconds, double mtti_seconds) {
   return std::sqrt(2.0 * save_seconds * mtti_seconds);
@@ -35,10 +37,14 @@ double StorageCapacity(double data_bytes, double checkpoint_bytes, int64_t gener
   return data_bytes + checkpoint_bytes * static_cast<double>(generations);
 }
 
-int64_t VcpuQuota(int64_t nodes, int64_t vcpus_per_node) { return nodes * vcpus_per_node; }
+int64_t VcpuQuota(int64_t nodes, int64_t vcpus_per_node) {
+  return nodes * vcpus_per_node;
+}
 
-double Cost(double instance_hours, double price_per_hour, double spot_fraction, double spot_discount) {
-  return instance_hours * price_per_hour * ((1.0 - spot_fraction) + spot_fraction * (1.0 - spot_discount));
+double Cost(double instance_hours, double price_per_hour, double spot_fraction,
+            double spot_discount) {
+  return instance_hours * price_per_hour *
+         ((1.0 - spot_fraction) + spot_fraction * (1.0 - spot_discount));
 }
 
 double InferenceBytes(double num_params, double bytes_per_param, double activation_bytes) {

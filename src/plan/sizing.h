@@ -36,7 +36,8 @@ double StorageCapacity(double data_bytes, double checkpoint_bytes, int64_t gener
 int64_t VcpuQuota(int64_t nodes, int64_t vcpus_per_node);
 
 // Cost of `instance_hours` with a share on Spot at (1 - spot_discount) x price.
-double Cost(double instance_hours, double price_per_hour, double spot_fraction, double spot_discount);
+double Cost(double instance_hours, double price_per_hour, double spot_fraction,
+            double spot_discount);
 
 // Inference memory: weights at `bytes_per_param` plus activations / KV cache.
 double InferenceBytes(double num_params, double bytes_per_param, double activation_bytes);

@@ -19,11 +19,14 @@ StorageSpec ReadStorage(StrictTable& parent, std::string_view key, catalog::Stor
   const catalog::StorageTier* tier = catalog.FindStorage(s.tier);
   if (tier == nullptr) {
     const std::vector<std::string> names = catalog.StorageNames();
-    (t ? *t : parent).Fail(t ? "tier" : key, "unknown storage tier \"" + s.tier + "\"",
-                           DidYouMean(s.tier, names));
+    (t ? *t : parent)
+        .Fail(t ? "tier" : key, "unknown storage tier \"" + s.tier + "\"",
+              DidYouMean(s.tier, names));
   }
   if (tier->kind != kind) {
-    (t ? *t : parent).Fail(t ? "tier" : key, "storage tier \"" + s.tier + "\" is not a " + std::string(key) + " tier");
+    (t ? *t : parent)
+        .Fail(t ? "tier" : key,
+              "storage tier \"" + s.tier + "\" is not a " + std::string(key) + " tier");
   }
   s.price_per_gb_month = tier->price_per_gb_month;
   if (t) {
@@ -52,7 +55,8 @@ ClusterSpec ReadClusterSpec(StrictTable& t, const catalog::Catalog& catalog) {
   ClusterSpec c;
   c.file = t.file();
   const std::optional<std::string> name = t.String("instance");
-  if (!name) t.Fail("instance", "is required (an instance type from the catalog, e.g. \"p5.48xlarge\")");
+  if (!name)
+    t.Fail("instance", "is required (an instance type from the catalog, e.g. \"p5.48xlarge\")");
   const catalog::Instance* instance = catalog.FindInstance(*name);
   if (instance == nullptr) {
     const std::vector<std::string> names = catalog.InstanceNames();
@@ -74,13 +78,15 @@ ClusterSpec ReadClusterSpec(StrictTable& t, const catalog::Catalog& catalog) {
   const std::optional<double> mtbf = t.Seconds("node_mtbf");
   const std::optional<double> per_day = t.Number("node_failures_per_day", 0);
   const std::optional<double> mtti = t.Seconds("job_mtti");
-  if (mtbf && per_day) t.Fail("node_failures_per_day", "give node_mtbf or node_failures_per_day, not both");
+  if (mtbf && per_day)
+    t.Fail("node_failures_per_day", "give node_mtbf or node_failures_per_day, not both");
   if (mtbf) c.node_mtbf_seconds = *mtbf;
   if (per_day && *per_day > 0) c.node_mtbf_seconds = units::kDay / *per_day;
   if (mtti) c.job_mtti_seconds = *mtti;
 
   c.local = ReadStorage(t, "local", catalog::StorageKind::kLocal, "instance-nvme", catalog);
-  c.shared = ReadStorage(t, "shared", catalog::StorageKind::kShared, "fsx-lustre-persistent2-250", catalog);
+  c.shared = ReadStorage(t, "shared", catalog::StorageKind::kShared, "fsx-lustre-persistent2-250",
+                         catalog);
   c.object = ReadStorage(t, "object", catalog::StorageKind::kObject, "s3-standard", catalog);
   t.Finish();
   return c;

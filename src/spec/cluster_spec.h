@@ -25,8 +25,8 @@ struct ClusterSpec {
   catalog::Accelerator accelerator;
   int64_t nodes = 1;
   int64_t spares = 0;
-  int64_t nodes_per_rack = 0;   // nodes under one ToR switch; 0 = not modelled
-  int64_t scaleup_domain = 0;   // accelerators per NVLink/NeuronLink domain
+  int64_t nodes_per_rack = 0;    // nodes under one ToR switch; 0 = not modelled
+  int64_t scaleup_domain = 0;    // accelerators per NVLink/NeuronLink domain
   double node_mtbf_seconds = 0;  // mean time between failures of one node; 0 = unknown
   double job_mtti_seconds = 0;   // if set, overrides node_mtbf / nodes
   double spot_fraction = 0;      // share of nodes on Spot

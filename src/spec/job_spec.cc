@@ -21,8 +21,9 @@ TrainSpec ReadTrain(StrictTable& root) {
   s.precision = precision == "fp32"  ? catalog::Precision::kFp32
                 : precision == "fp8" ? catalog::Precision::kFp8
                                      : catalog::Precision::kBf16;
-  const std::string state = t->Choice("state", kState).value_or(precision == "fp32" ? "fp32" : "mixed");
-  s.state = state == "bf16" ? workload::Bf16Everything()
+  const std::string state =
+      t->Choice("state", kState).value_or(precision == "fp32" ? "fp32" : "mixed");
+  s.state = state == "bf16"   ? workload::Bf16Everything()
             : state == "fp32" ? workload::Fp32()
                               : workload::MixedPrecision();
   s.optimizer = t->Choice("optimizer", kOptimizer).value_or("adamw");
@@ -46,7 +47,8 @@ workload::Layout ReadParallel(StrictTable& root) {
   if (!t) return l;
   const toml::node* dp = t->Peek("dp");
   if (dp != nullptr && dp->is_string()) {
-    if (dp->value<std::string>() != "auto") t->Fail("dp", "expected a positive integer or \"auto\"");
+    if (dp->value<std::string>() != "auto")
+      t->Fail("dp", "expected a positive integer or \"auto\"");
     l.dp = 0;
   } else {
     l.dp = t->Int("dp", 1).value_or(0);
@@ -97,7 +99,8 @@ void CheckLayout(StrictTable& root, const JobSpec& job) {
   }
   // Stages may be uneven (Llama 3 405B: 126 layers on 16 stages), not empty.
   if (l.pp > m.layers) {
-    fail("pp", fmt::format("pp ({}) cannot exceed model.layers ({}): a stage would be empty", l.pp, m.layers));
+    fail("pp", fmt::format("pp ({}) cannot exceed model.layers ({}): a stage would be empty", l.pp,
+                           m.layers));
   }
   if (m.experts % l.ep != 0) {
     fail("ep", fmt::format("ep ({}) must divide model.experts ({})", l.ep, m.experts));
@@ -106,7 +109,9 @@ void CheckLayout(StrictTable& root, const JobSpec& job) {
     fail("cp", fmt::format("cp ({}) must divide model.seq_len ({})", l.cp, m.seq_len));
   }
   if (l.dp > 0 && l.dp % l.ep != 0) {
-    fail("ep", fmt::format("ep ({}) must divide dp ({}): experts are spread over data-parallel ranks", l.ep, l.dp));
+    fail("ep",
+         fmt::format("ep ({}) must divide dp ({}): experts are spread over data-parallel ranks",
+                     l.ep, l.dp));
   }
 }
 
@@ -173,23 +178,27 @@ void ResolveLayout(JobSpec& job, const ClusterSpec& cluster) {
   }
   if (l.dp == 0) l.dp = accelerators / model_parallel;
   if (l.world() != accelerators) {
-    throw SpecError(job.PosOf("parallel.dp"), "parallel.dp",
-                    fmt::format("dp x tp x pp x cp = {} but the cluster has {} accelerators (set dp = "
-                                "\"auto\" to fill it)",
-                                l.world(), accelerators));
+    throw SpecError(
+        job.PosOf("parallel.dp"), "parallel.dp",
+        fmt::format("dp x tp x pp x cp = {} but the cluster has {} accelerators (set dp = "
+                    "\"auto\" to fill it)",
+                    l.world(), accelerators));
   }
   if (l.dp % l.ep != 0) {
-    throw SpecError(job.PosOf("parallel.ep"), "parallel.ep", fmt::format("ep ({}) must divide dp ({})", l.ep, l.dp));
+    throw SpecError(job.PosOf("parallel.ep"), "parallel.ep",
+                    fmt::format("ep ({}) must divide dp ({})", l.ep, l.dp));
   }
   const int64_t per_step = job.train.micro_batch * l.dp;
   if (job.train.global_batch > 0 && job.train.global_batch % per_step != 0) {
-    throw SpecError(job.PosOf("train.global_batch"), "train.global_batch",
-                    fmt::format("global_batch ({}) must be a multiple of micro_batch x dp = {} x {} = {}",
-                                job.train.global_batch, job.train.micro_batch, l.dp, per_step));
+    throw SpecError(
+        job.PosOf("train.global_batch"), "train.global_batch",
+        fmt::format("global_batch ({}) must be a multiple of micro_batch x dp = {} x {} = {}",
+                    job.train.global_batch, job.train.micro_batch, l.dp, per_step));
   }
 }
 
-JobSpec ParseJobSpec(std::string_view text, const std::string& name, const catalog::Catalog& catalog) {
+JobSpec ParseJobSpec(std::string_view text, const std::string& name,
+                     const catalog::Catalog& catalog) {
   const toml::table doc = ParseTomlText(text, name);
   StrictTable root(doc, name, "");
   return ReadJob(root, name, catalog);

@@ -18,7 +18,7 @@ namespace fmstack::spec {
 
 struct TrainSpec {
   catalog::Precision precision = catalog::Precision::kBf16;  // matmul precision
-  workload::StateBytes state = workload::MixedPrecision();    // bytes per parameter
+  workload::StateBytes state = workload::MixedPrecision();   // bytes per parameter
   std::string optimizer = "adamw";
   workload::Recompute recompute = workload::Recompute::kSelective;
   bool flash_attention = true;
@@ -31,9 +31,9 @@ struct TrainSpec {
 struct CheckpointSpec {
   bool interval_auto = true;  // Young/Daly from save time and MTTI
   double interval_seconds = 0;
-  int64_t keep = 3;                // generations kept
-  std::string tier = "local";      // where the blocking save lands: local | shared | object
-  double overhead_budget = 0.1;    // share of time checkpointing may take
+  int64_t keep = 3;              // generations kept
+  std::string tier = "local";    // where the blocking save lands: local | shared | object
+  double overhead_budget = 0.1;  // share of time checkpointing may take
 };
 
 struct DataSpec {

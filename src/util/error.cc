@@ -36,7 +36,8 @@ size_t EditDistance(std::string_view a, std::string_view b) {
   // Optimal string alignment: insertions, deletions, substitutions and
   // transpositions of neighbours ("trian" -> "train") each cost 1.
   auto same = [](char x, char y) {
-    return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+    return std::tolower(static_cast<unsigned char>(x)) ==
+           std::tolower(static_cast<unsigned char>(y));
   };
   const size_t w = b.size() + 1;
   std::vector<size_t> d((a.size() + 1) * w);
@@ -45,7 +46,8 @@ size_t EditDistance(std::string_view a, std::string_view b) {
   for (size_t i = 1; i <= a.size(); ++i) {
     for (size_t j = 1; j <= b.size(); ++j) {
       const size_t cost = same(a[i - 1], b[j - 1]) ? 0 : 1;
-      size_t best = std::min({d[(i - 1) * w + j] + 1, d[i * w + j - 1] + 1, d[(i - 1) * w + j - 1] + cost});
+      size_t best =
+          std::min({d[(i - 1) * w + j] + 1, d[i * w + j - 1] + 1, d[(i - 1) * w + j - 1] + cost});
       if (i > 1 && j > 1 && same(a[i - 1], b[j - 2]) && same(a[i - 2], b[j - 1])) {
         best = std::min(best, d[(i - 2) * w + j - 2] + 1);
       }

@@ -13,7 +13,8 @@ namespace fmstack {
 namespace {
 
 SourcePos ToPos(const std::string& file, const toml::source_region& region) {
-  return SourcePos{file, static_cast<int>(region.begin.line), static_cast<int>(region.begin.column)};
+  return SourcePos{file, static_cast<int>(region.begin.line),
+                   static_cast<int>(region.begin.column)};
 }
 
 std::string Quote(const toml::node& node) {
@@ -34,16 +35,26 @@ std::string Quote(const toml::node& node) {
 
 std::string_view TomlTypeName(const toml::node& node) {
   switch (node.type()) {
-    case toml::node_type::table: return "table";
-    case toml::node_type::array: return "array";
-    case toml::node_type::string: return "string";
-    case toml::node_type::integer: return "integer";
-    case toml::node_type::floating_point: return "float";
-    case toml::node_type::boolean: return "boolean";
-    case toml::node_type::date: return "date";
-    case toml::node_type::time: return "time";
-    case toml::node_type::date_time: return "date-time";
-    default: return "nothing";
+    case toml::node_type::table:
+      return "table";
+    case toml::node_type::array:
+      return "array";
+    case toml::node_type::string:
+      return "string";
+    case toml::node_type::integer:
+      return "integer";
+    case toml::node_type::floating_point:
+      return "float";
+    case toml::node_type::boolean:
+      return "boolean";
+    case toml::node_type::date:
+      return "date";
+    case toml::node_type::time:
+      return "time";
+    case toml::node_type::date_time:
+      return "date-time";
+    default:
+      return "nothing";
   }
 }
 
@@ -54,7 +65,9 @@ std::string StrictTable::KeyPath(std::string_view key) const {
   return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
 }
 
-SourcePos StrictTable::Pos() const { return ToPos(file_, table_->source()); }
+SourcePos StrictTable::Pos() const {
+  return ToPos(file_, table_->source());
+}
 
 SourcePos StrictTable::PosOf(std::string_view key) const {
   for (const auto& [k, v] : *table_) {
@@ -78,7 +91,9 @@ const toml::node* StrictTable::Lookup(std::string_view key) {
   return table_->get(key);
 }
 
-bool StrictTable::Has(std::string_view key) { return Lookup(key) != nullptr; }
+bool StrictTable::Has(std::string_view key) {
+  return Lookup(key) != nullptr;
+}
 
 std::optional<int64_t> StrictTable::Int(std::string_view key, int64_t min, int64_t max) {
   const toml::node* node = Lookup(key);
@@ -90,7 +105,8 @@ std::optional<int64_t> StrictTable::Int(std::string_view key, int64_t min, int64
   std::optional<int64_t> value = node->value_exact<int64_t>();
   if (!value) {
     // 2e12 is a float in TOML; accept it when it is a whole number.
-    if (const auto d = node->value_exact<double>(); d && std::floor(*d) == *d && std::fabs(*d) < 9e18) {
+    if (const auto d = node->value_exact<double>();
+        d && std::floor(*d) == *d && std::fabs(*d) < 9e18) {
       value = static_cast<int64_t>(*d);
     } else {
       FailType(key, *node, range);
@@ -137,7 +153,8 @@ std::optional<std::string> StrictTable::Choice(std::string_view key,
   if (std::find(allowed.begin(), allowed.end(), *value) != allowed.end()) return value;
   std::string list;
   for (const std::string& a : allowed) list += (list.empty() ? "\"" : ", \"") + a + "\"";
-  Fail(key, fmt::format("expected one of {}, got \"{}\"", list, *value), DidYouMean(*value, allowed));
+  Fail(key, fmt::format("expected one of {}, got \"{}\"", list, *value),
+       DidYouMean(*value, allowed));
 }
 
 namespace {
@@ -184,7 +201,8 @@ std::vector<StrictTable> StrictTable::TableArray(std::string_view key) {
   std::vector<StrictTable> out;
   const toml::node* node = Lookup(key);
   if (node == nullptr) return out;
-  if (!node->is_array_of_tables()) FailType(key, *node, "an array of tables ([[" + KeyPath(key) + "]])");
+  if (!node->is_array_of_tables())
+    FailType(key, *node, "an array of tables ([[" + KeyPath(key) + "]])");
   size_t i = 0;
   for (const toml::node& element : *node->as_array()) {
     out.emplace_back(*element.as_table(), file_, fmt::format("{}[{}]", KeyPath(key), i++));
@@ -222,7 +240,8 @@ toml::table ParseTomlText(std::string_view text, const std::string& name) {
   try {
     return toml::parse(text, name);
   } catch (const toml::parse_error& e) {
-    throw SpecError(ToPos(name, e.source()), "", "TOML syntax error: " + std::string(e.description()));
+    throw SpecError(ToPos(name, e.source()), "",
+                    "TOML syntax error: " + std::string(e.description()));
   }
 }
 

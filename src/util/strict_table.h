@@ -32,7 +32,8 @@ class StrictTable {
 
   // Each getter returns nullopt when the key is absent, and throws SpecError
   // when present with the wrong type or out of range.
-  std::optional<int64_t> Int(std::string_view key, int64_t min = std::numeric_limits<int64_t>::min(),
+  std::optional<int64_t> Int(std::string_view key,
+                             int64_t min = std::numeric_limits<int64_t>::min(),
                              int64_t max = std::numeric_limits<int64_t>::max());
   std::optional<double> Number(std::string_view key,
                                double min = -std::numeric_limits<double>::infinity(),

@@ -8,8 +8,8 @@ namespace {
 
 // Display width, counting UTF-8 continuation bytes as zero.
 size_t Width(const std::string& s) {
-  return static_cast<size_t>(
-      std::count_if(s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+  return static_cast<size_t>(std::count_if(
+      s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
 }
 
 std::string Pad(const std::string& s, size_t width, TextTable::Align align) {
@@ -42,7 +42,8 @@ std::string TextTable::RenderText() const {
   std::string out;
   auto line = [&](const std::vector<std::string>& cells) {
     std::string l;
-    for (size_t c = 0; c < cells.size(); ++c) l += (c ? "  " : "") + Pad(cells[c], width[c], align_[c]);
+    for (size_t c = 0; c < cells.size(); ++c)
+      l += (c ? "  " : "") + Pad(cells[c], width[c], align_[c]);
     while (!l.empty() && l.back() == ' ') l.pop_back();
     out += l + "\n";
   };

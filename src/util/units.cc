@@ -32,7 +32,8 @@ std::pair<double, std::string> SplitNumber(std::string_view text, std::string_vi
   double value = 0;
   const auto [ptr, ec] = std::from_chars(begin, end, value);
   if (ec != std::errc() || !std::isfinite(value)) {
-    throw std::invalid_argument(fmt::format("'{}' is not a {}: it must start with a number", text, what));
+    throw std::invalid_argument(
+        fmt::format("'{}' is not a {}: it must start with a number", text, what));
   }
   std::string unit;
   for (const char* p = ptr; p < end; ++p) {
@@ -48,8 +49,8 @@ double Parse(std::string_view text, std::string_view what, const std::array<Suff
   for (const Suffix& s : suffixes) {
     if (unit == s.name) return value * s.scale;
   }
-  throw std::invalid_argument(
-      fmt::format("'{}' has an unknown unit '{}' for a {} (use e.g. {})", text, unit, what, examples));
+  throw std::invalid_argument(fmt::format("'{}' has an unknown unit '{}' for a {} (use e.g. {})",
+                                          text, unit, what, examples));
 }
 
 std::string ThreeDigits(double v) {
@@ -130,7 +131,8 @@ std::string FormatBytes(double bytes) {
   static constexpr std::array<Suffix, 5> kScale = {
       {{"PB", kPB}, {"TB", kTB}, {"GB", kGB}, {"MB", kMB}, {"kB", kKB}}};
   for (const Suffix& s : kScale) {
-    if (std::fabs(bytes) >= s.scale) return ThreeDigits(bytes / s.scale) + " " + std::string(s.name);
+    if (std::fabs(bytes) >= s.scale)
+      return ThreeDigits(bytes / s.scale) + " " + std::string(s.name);
   }
   return fmt::format("{:.0f} B", bytes);
 }
@@ -148,7 +150,9 @@ std::string FormatBandwidth(double bytes_per_second) {
   return FormatBytes(bytes_per_second) + "/s";
 }
 
-std::string FormatFlop(double flop) { return fmt::format("{:.3g}", flop); }
+std::string FormatFlop(double flop) {
+  return fmt::format("{:.3g}", flop);
+}
 
 std::string FormatCount(double count) {
   const double a = std::fabs(count);
@@ -158,6 +162,8 @@ std::string FormatCount(double count) {
   return GroupThousands(count);
 }
 
-std::string FormatUsd(double usd) { return "$" + GroupThousands(usd); }
+std::string FormatUsd(double usd) {
+  return "$" + GroupThousands(usd);
+}
 
 }  // namespace fmstack::units

@@ -5,9 +5,15 @@
 
 namespace fmstack::workload {
 
-StateBytes Bf16Everything() { return {"bf16 everything (seed convention)", 2, 2, 0, 4}; }
-StateBytes MixedPrecision() { return {"mixed precision (fp32 master + moments)", 2, 2, 4, 8}; }
-StateBytes Fp32() { return {"fp32", 4, 4, 0, 8}; }
+StateBytes Bf16Everything() {
+  return {"bf16 everything (seed convention)", 2, 2, 0, 4};
+}
+StateBytes MixedPrecision() {
+  return {"mixed precision (fp32 master + moments)", 2, 2, 4, 8};
+}
+StateBytes Fp32() {
+  return {"fp32", 4, 4, 0, 8};
+}
 
 MemoryBreakdown TrainingState(double num_params, const StateBytes& b) {
   return {num_params * b.param, num_params * b.grad, num_params * (b.master + b.optimizer), 0};
@@ -78,7 +84,8 @@ MemoryBreakdown PerAccelerator(const TransformerShape& shape, const StateBytes& 
   m.optimizer = params_here * (bytes.master + bytes.optimizer) / sharded(1);
   // First stage holds min(pp, micro-batches) in flight under 1F1B, each of
   // layers/pp layers: layers x one micro-batch in the common case.
-  m.activations = static_cast<double>(shape.layers) * ActivationBytesPerLayer(shape, layout, options);
+  m.activations =
+      static_cast<double>(shape.layers) * ActivationBytesPerLayer(shape, layout, options);
   return m;
 }
 

@@ -12,7 +12,7 @@ namespace fmstack::workload {
 // Bytes per parameter of each kind of training state.
 struct StateBytes {
   std::string name;
-  double param = 2;      // the weights the forward pass reads
+  double param = 2;  // the weights the forward pass reads
   double grad = 2;
   double master = 0;     // fp32 master copy of the weights (mixed precision)
   double optimizer = 4;  // AdamW first + second moment together
@@ -40,10 +40,10 @@ struct Layout {
 };
 
 struct ActivationOptions {
-  int64_t micro_batch = 1;      // sequences per micro-batch per DP rank
-  int64_t seq_len = 0;          // 0: the shape's seq_len
+  int64_t micro_batch = 1;  // sequences per micro-batch per DP rank
+  int64_t seq_len = 0;      // 0: the shape's seq_len
   Recompute recompute = Recompute::kNone;
-  bool flash_attention = true;  // no seq_len^2 score matrix is kept
+  bool flash_attention = true;    // no seq_len^2 score matrix is kept
   bool sequence_parallel = true;  // activations outside TP regions also split by tp
 };
 

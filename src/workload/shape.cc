@@ -9,19 +9,21 @@ std::optional<TransformerShape::Problem> TransformerShape::FindProblem() const {
     const char* key;
     int64_t value;
   };
-  for (const Positive& p : {Positive{"layers", layers}, Positive{"hidden", hidden},
-                            Positive{"heads", heads}, Positive{"kv_heads", kv_heads},
-                            Positive{"ffn_hidden", ffn_hidden}, Positive{"vocab", vocab},
-                            Positive{"seq_len", seq_len}, Positive{"experts", experts},
-                            Positive{"active_experts", active_experts}}) {
-    if (p.value <= 0) return Problem{p.key, fmt::format("expected a positive integer, got {}", p.value)};
+  for (const Positive& p :
+       {Positive{"layers", layers}, Positive{"hidden", hidden}, Positive{"heads", heads},
+        Positive{"kv_heads", kv_heads}, Positive{"ffn_hidden", ffn_hidden},
+        Positive{"vocab", vocab}, Positive{"seq_len", seq_len}, Positive{"experts", experts},
+        Positive{"active_experts", active_experts}}) {
+    if (p.value <= 0)
+      return Problem{p.key, fmt::format("expected a positive integer, got {}", p.value)};
   }
   if (hidden % heads != 0) {
     return Problem{"heads", fmt::format("heads ({}) must divide hidden ({})", heads, hidden)};
   }
   if (heads % kv_heads != 0) {
-    return Problem{"kv_heads", fmt::format("kv_heads ({}) must divide heads ({}) for grouped-query attention",
-                                           kv_heads, heads)};
+    return Problem{"kv_heads",
+                   fmt::format("kv_heads ({}) must divide heads ({}) for grouped-query attention",
+                               kv_heads, heads)};
   }
   if (active_experts > experts) {
     return Problem{"active_experts", fmt::format("active_experts ({}) cannot exceed experts ({})",
@@ -39,7 +41,8 @@ ParamCounts CountParams(const TransformerShape& s) {
   const int64_t attention_layer = 2 * d * d + 2 * d * kv_dim + bias * (2 * d + 2 * kv_dim);
   // MLP per expert: GELU has up (d x f) and down (f x d); SwiGLU adds a gate.
   const int64_t matrices = s.mlp == MlpKind::kSwiGlu ? 3 : 2;
-  const int64_t mlp_expert = matrices * d * s.ffn_hidden + bias * (s.ffn_hidden * (matrices - 1) + d);
+  const int64_t mlp_expert =
+      matrices * d * s.ffn_hidden + bias * (s.ffn_hidden * (matrices - 1) + d);
   const int64_t norm_params = s.norm == NormKind::kLayerNorm ? 2 * d : d;
 
   ParamCounts c;

@@ -9,7 +9,7 @@
 
 namespace fmstack::workload {
 
-enum class MlpKind { kGelu, kSwiGlu };       // GPT-2: GELU (2 matrices); Llama: SwiGLU (3)
+enum class MlpKind { kGelu, kSwiGlu };         // GPT-2: GELU (2 matrices); Llama: SwiGLU (3)
 enum class NormKind { kLayerNorm, kRmsNorm };  // LayerNorm has a bias, RMSNorm only a gain
 enum class PositionKind { kLearned, kRope };   // learned table (GPT-2) or rotary (no params)
 
@@ -21,7 +21,7 @@ struct TransformerShape {
   int64_t kv_heads = 0;    // == heads without GQA
   int64_t ffn_hidden = 0;  // per expert for MoE
   int64_t vocab = 0;
-  int64_t seq_len = 0;     // context length the model is trained with
+  int64_t seq_len = 0;  // context length the model is trained with
   MlpKind mlp = MlpKind::kGelu;
   NormKind norm = NormKind::kLayerNorm;
   PositionKind position = PositionKind::kLearned;
@@ -51,8 +51,8 @@ struct ParamCounts {
   int64_t router = 0;     // MoE gates
   int64_t norms = 0;      // every LayerNorm / RMSNorm, final one included
   int64_t total = 0;
-  int64_t active = 0;        // used by one token: MoE counts top-k experts only
-  int64_t expert = 0;        // the part of `mlp` that lives in experts (0 if dense)
+  int64_t active = 0;         // used by one token: MoE counts top-k experts only
+  int64_t expert = 0;         // the part of `mlp` that lives in experts (0 if dense)
   int64_t matmul_active = 0;  // weights one token multiplies with (LM head included, tied or not)
 };
 

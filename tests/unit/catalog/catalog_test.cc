@@ -9,17 +9,18 @@ namespace {
 
 TEST(Catalog, EmbeddedHasEverythingTheSeedsName) {
   const Catalog c = Catalog::LoadEmbedded();
-  for (const char* a : {"a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb", "b200", "b300", "gb200", "gb300",
-                        "trainium1", "trainium2", "trainium3"}) {
+  for (const char* a : {"a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb", "b200", "b300",
+                        "gb200", "gb300", "trainium1", "trainium2", "trainium3"}) {
     EXPECT_NE(c.FindAccelerator(a), nullptr) << a;
   }
-  for (const char* i : {"p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge",
-                        "p5.4xlarge", "p6-b200.48xlarge", "p6-b300.48xlarge", "u-p6e-gb200x72", "u-p6e-gb300x72",
-                        "trn1.32xlarge", "trn1n.32xlarge", "trn2.48xlarge", "trn3-ultraserver"}) {
+  for (const char* i :
+       {"p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge",
+        "p5.4xlarge", "p6-b200.48xlarge", "p6-b300.48xlarge", "u-p6e-gb200x72", "u-p6e-gb300x72",
+        "trn1.32xlarge", "trn1n.32xlarge", "trn2.48xlarge", "trn3-ultraserver"}) {
     EXPECT_NE(c.FindInstance(i), nullptr) << i;
   }
-  for (const char* s : {"instance-nvme", "fsx-lustre-scratch2", "fsx-lustre-persistent2-250", "s3-standard",
-                        "s3-express-one-zone"}) {
+  for (const char* s : {"instance-nvme", "fsx-lustre-scratch2", "fsx-lustre-persistent2-250",
+                        "s3-standard", "s3-express-one-zone"}) {
     EXPECT_NE(c.FindStorage(s), nullptr) << s;
   }
 }
@@ -57,20 +58,24 @@ TEST(Catalog, DirectoryMatchesEmbedded) {
 }
 
 TEST(Catalog, BadFilesAreRejectedWithPosition) {
-  const EmbeddedFile unknown_key[] = {{"a.toml", "[[accelerator]]\nname = \"x\"\nhbm = \"1GB\"\nsource = \"s\"\nbf16_tflop = 1\n"}};
+  const EmbeddedFile unknown_key[] = {
+      {"a.toml", "[[accelerator]]\nname = \"x\"\nhbm = \"1GB\"\nsource = \"s\"\nbf16_tflop = 1\n"}};
   try {
     Catalog::LoadFiles(unknown_key);
     FAIL();
   } catch (const SpecError& e) {
     EXPECT_EQ(e.pos().line, 5);
-    EXPECT_NE(std::string(e.what()).find("did you mean 'bf16_tflops'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("did you mean 'bf16_tflops'"), std::string::npos)
+        << e.what();
   }
   const EmbeddedFile dangling[] = {
-      {"i.toml", "[[instance]]\nname = \"x\"\naccelerator = \"h1000\"\naccelerators = 8\nsource = \"s\"\n"}};
+      {"i.toml",
+       "[[instance]]\nname = \"x\"\naccelerator = \"h1000\"\naccelerators = 8\nsource = \"s\"\n"}};
   EXPECT_THROW(Catalog::LoadFiles(dangling), Error);
-  const EmbeddedFile no_date[] = {{"i.toml",
-                                   "[[accelerator]]\nname = \"a\"\nhbm = \"1GB\"\nsource = \"s\"\n[[instance]]\nname = "
-                                   "\"x\"\naccelerator = \"a\"\naccelerators = 1\nprice_per_hour = 3.0\nsource = \"s\"\n"}};
+  const EmbeddedFile no_date[] = {
+      {"i.toml",
+       "[[accelerator]]\nname = \"a\"\nhbm = \"1GB\"\nsource = \"s\"\n[[instance]]\nname = "
+       "\"x\"\naccelerator = \"a\"\naccelerators = 1\nprice_per_hour = 3.0\nsource = \"s\"\n"}};
   EXPECT_THROW(Catalog::LoadFiles(no_date), SpecError);
 }
 

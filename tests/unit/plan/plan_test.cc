@@ -64,7 +64,8 @@ TEST(Plan, RendersAllFormats) {
 }
 
 TEST(Plan, WithoutClusterStillSizesMemoryAndCheckpoint) {
-  const spec::JobSpec job = spec::ParseJobSpec("model = \"llama2-7b\"\n[train]\nstate = \"bf16\"\n", "j.toml", Cat());
+  const spec::JobSpec job =
+      spec::ParseJobSpec("model = \"llama2-7b\"\n[train]\nstate = \"bf16\"\n", "j.toml", Cat());
   const Plan p = MakePlan(job, Cat(), {});
   EXPECT_FALSE(p.memory.per_accelerator.has_value());
   EXPECT_DOUBLE_EQ(p.checkpoint.bytes, 6.0 * 6'738'415'616);
@@ -85,15 +86,17 @@ nodes = 1
 )",
                                                "j.toml", Cat());
   const Plan p = MakePlan(job, Cat(), {});
-  const bool found = std::any_of(p.warnings.begin(), p.warnings.end(),
-                                [](const std::string& w) { return w.find("does not fit") != std::string::npos; });
+  const bool found = std::any_of(p.warnings.begin(), p.warnings.end(), [](const std::string& w) {
+    return w.find("does not fit") != std::string::npos;
+  });
   EXPECT_TRUE(found);
 }
 
 TEST(Sizing, YoungDalyBeatsTenthOfMttiWhenSavesAreCheap) {
   const double mtti = 9000, save = 5;
   const double yd = IntervalYoungDaly(save, mtti);
-  EXPECT_LT(CheckpointOverhead(yd, save, mtti), CheckpointOverhead(IntervalTenthOfMtti(mtti), save, mtti));
+  EXPECT_LT(CheckpointOverhead(yd, save, mtti),
+            CheckpointOverhead(IntervalTenthOfMtti(mtti), save, mtti));
 }
 
 }  // namespace

@@ -1,9 +1,8 @@
 // Every arithmetically consistent worked example in the seed articles, with
 // the seed's number. Inconsistent ones test the correct arithmetic; each is
 // explained in docs/seed-arithmetic.md.
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <cmath>
 
@@ -26,7 +25,9 @@ const catalog::Catalog& Cat() {
   return kCatalog;
 }
 
-double H100Hbm() { return Cat().FindAccelerator("h100-80gb")->hbm_bytes; }
+double H100Hbm() {
+  return Cat().FindAccelerator("h100-80gb")->hbm_bytes;
+}
 
 // Seed 003: Llama 3 70B in BF16 needs 560 GB (140 + 140 + 280) -> 7 H100-80GB.
 TEST(SeedNumbers, Llama3_70bTrainingStateAndSevenH100) {
@@ -37,8 +38,11 @@ TEST(SeedNumbers, Llama3_70bTrainingStateAndSevenH100) {
   EXPECT_DOUBLE_EQ(m.state(), 560 * kGB);
   EXPECT_EQ(workload::MinDevices(m.state(), H100Hbm()), 7);
   // With the exact parameter count (70.55B) the state is 564 GB: 8 H100.
-  const double exact = static_cast<double>(workload::CountParams(*workload::FindPreset("llama3-70b")).total);
-  EXPECT_EQ(workload::MinDevices(workload::TrainingState(exact, workload::Bf16Everything()).state(), H100Hbm()), 8);
+  const double exact =
+      static_cast<double>(workload::CountParams(*workload::FindPreset("llama3-70b")).total);
+  EXPECT_EQ(workload::MinDevices(workload::TrainingState(exact, workload::Bf16Everything()).state(),
+                                 H100Hbm()),
+            8);
 }
 
 // Seed 003: 6 x 70e9 x 1.4e12 = 5.88e23 FLOPs; ~19 years on one 1 PFLOP/s
@@ -47,7 +51,7 @@ TEST(SeedNumbers, ComputeForSeventyBillionOnOnePointFourTrillionTokens) {
   const double flops = 6 * 70e9 * 1.4e12;
   EXPECT_DOUBLE_EQ(flops, 5.88e23);
   const double hours = workload::AcceleratorHours(flops, 1e15, 1.0);
-  EXPECT_EQ(std::lround(WallSeconds(hours, 1) / units::kYear), 19);  // 18.6 years
+  EXPECT_EQ(std::lround(WallSeconds(hours, 1) / units::kYear), 19);   // 18.6 years
   EXPECT_EQ(std::lround(WallSeconds(hours, 1000) / units::kDay), 7);  // 6.8 days
 }
 

@@ -131,7 +131,8 @@ TEST(JobSpec, ExamplesLoad) {
     const std::string path = std::string(FMSTACK_SOURCE_DIR) + "/examples/" + name;
     EXPECT_NO_THROW(LoadJobSpec(path, Cat())) << path;
   }
-  EXPECT_NO_THROW(LoadClusterSpec(std::string(FMSTACK_SOURCE_DIR) + "/examples/p5-512.toml", Cat()));
+  EXPECT_NO_THROW(
+      LoadClusterSpec(std::string(FMSTACK_SOURCE_DIR) + "/examples/p5-512.toml", Cat()));
 }
 
 }  // namespace

@@ -6,7 +6,8 @@ namespace fmstack {
 namespace {
 
 TEST(StrictTable, TypedGettersAndUnknownKeys) {
-  const toml::table doc = ParseTomlText("a = 1\nb = 2.5\nc = \"x\"\nd = true\ne = \"3GB\"\nf = 2e12\n", "t.toml");
+  const toml::table doc =
+      ParseTomlText("a = 1\nb = 2.5\nc = \"x\"\nd = true\ne = \"3GB\"\nf = 2e12\n", "t.toml");
   StrictTable t(doc, "t.toml", "");
   EXPECT_EQ(t.Int("a"), 1);
   EXPECT_EQ(t.Number("b"), 2.5);

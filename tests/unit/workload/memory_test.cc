@@ -60,7 +60,8 @@ TEST(Activations, KorthikantiGptFormula) {
                    sq * b * h * (10 + 24.0 / 4 + 5 * heads * sq / (h * 4)));
   // With sequence parallelism everything splits: sbh(34/t + 5as/(ht)).
   a.sequence_parallel = true;
-  EXPECT_DOUBLE_EQ(ActivationBytesPerLayer(s, tp, a), sq * b * h * (34.0 / 4 + 5 * heads * sq / (h * 4)));
+  EXPECT_DOUBLE_EQ(ActivationBytesPerLayer(s, tp, a),
+                   sq * b * h * (34.0 / 4 + 5 * heads * sq / (h * 4)));
   // Full recompute keeps the layer input only.
   a.recompute = Recompute::kFull;
   EXPECT_DOUBLE_EQ(ActivationBytesPerLayer(s, tp, a), 2 * sq * b * h / 4);

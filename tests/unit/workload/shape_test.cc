@@ -7,7 +7,9 @@
 namespace fmstack::workload {
 namespace {
 
-int64_t Total(const char* preset) { return CountParams(*FindPreset(preset)).total; }
+int64_t Total(const char* preset) {
+  return CountParams(*FindPreset(preset)).total;
+}
 
 TEST(ParamCount, Gpt2FamilyMatchesPublishedCounts) {
   EXPECT_EQ(Total("gpt2-124m"), 124'439'808);
