@@ -45,8 +45,8 @@ TEST(Catalog, VendorFigures) {
   // Trn3 UltraServer totals in seed 004 follow from the chip figures.
   const Instance& trn3 = *c.FindInstance("trn3-ultraserver");
   const Accelerator& chip = c.AcceleratorOf(trn3);
-  EXPECT_NEAR(trn3.accelerators * chip.fp8_flops / 1e15, 362, 1);
-  EXPECT_NEAR(trn3.accelerators * chip.hbm_bandwidth / 1e12, 706, 1);
+  EXPECT_NEAR(static_cast<double>(trn3.accelerators) * chip.fp8_flops / 1e15, 362, 1);
+  EXPECT_NEAR(static_cast<double>(trn3.accelerators) * chip.hbm_bandwidth / 1e12, 706, 1);
 }
 
 TEST(Catalog, DirectoryMatchesEmbedded) {

@@ -56,7 +56,7 @@ TEST(Flops, SixNIsSixTimesActiveParams) {
   const TransformerShape s = *FindPreset("llama3-8b");
   EXPECT_DOUBLE_EQ(TrainingFlopsPerToken(s).six_n, 6.0 * 8'030'261'248);
   const TransformerShape moe = *FindPreset("mixtral-8x7b");
-  EXPECT_DOUBLE_EQ(TrainingFlopsPerToken(moe).six_n, 6.0 * CountParams(moe).active);
+  EXPECT_DOUBLE_EQ(TrainingFlopsPerToken(moe).six_n, 6.0 * static_cast<double>(CountParams(moe).active));
 }
 
 TEST(Flops, DetailedMatchesMegatronFormulaForGpt) {
