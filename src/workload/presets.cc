@@ -5,20 +5,8 @@
 namespace fmstack::workload {
 namespace {
 
-TransformerShape Gpt2(const char* name, int64_t layers, int64_t hidden, int64_t heads) {
-  TransformerShape s;
-  s.name = name;
-  s.layers = layers;
-  s.hidden = hidden;
-  s.heads = heads;
-  s.kv_heads = heads;
-  s.ffn_hidden = 4 * hidden;
-  s.vocab = 50257;
-  s.seq_len = 1024;
-  return s;  // GELU, LayerNorm, learned positions, tied head, biases: the defaults
-}
-
-TransformerShape Llama(const char* name, int64_t layers, int64_t hidden, int64_t heads,
+// GPT-2 style by default: GELU, LayerNorm, learned positions, tied head, biases.
+TransformerShape Dense(const char* name, int64_t layers, int64_t hidden, int64_t heads,
                        int64_t kv_heads, int64_t ffn, int64_t vocab, int64_t seq_len) {
   TransformerShape s;
   s.name = name;
@@ -29,6 +17,16 @@ TransformerShape Llama(const char* name, int64_t layers, int64_t hidden, int64_t
   s.ffn_hidden = ffn;
   s.vocab = vocab;
   s.seq_len = seq_len;
+  return s;
+}
+
+TransformerShape Gpt2(const char* name, int64_t layers, int64_t hidden, int64_t heads) {
+  return Dense(name, layers, hidden, heads, heads, 4 * hidden, 50257, 1024);
+}
+
+TransformerShape Llama(const char* name, int64_t layers, int64_t hidden, int64_t heads,
+                       int64_t kv_heads, int64_t ffn, int64_t vocab, int64_t seq_len) {
+  TransformerShape s = Dense(name, layers, hidden, heads, kv_heads, ffn, vocab, seq_len);
   s.mlp = MlpKind::kSwiGlu;
   s.norm = NormKind::kRmsNorm;
   s.position = PositionKind::kRope;
