@@ -9,7 +9,17 @@
 namespace fmstack::spec {
 namespace {
 
-TrainSpec ReadTrain(StrictTable& root) {
+using KeyPositions = std::map<std::string, SourcePos, std::less<>>;
+
+// Remembers where `keys` were written in `t`, for cross-checks made later.
+void RecordPositions(const StrictTable& t, std::string_view prefix,
+                     std::initializer_list<const char*> keys, KeyPositions& out) {
+  for (const char* key : keys) {
+    if (t.Contains(key)) out.emplace(std::string(prefix) + "." + key, t.PosOf(key));
+  }
+}
+
+TrainSpec ReadTrain(StrictTable& root, KeyPositions& positions) {
   static const std::vector<std::string> kPrecision = {"fp32", "bf16", "fp8"};
   static const std::vector<std::string> kState = {"mixed", "bf16", "fp32"};
   static const std::vector<std::string> kOptimizer = {"adamw"};
@@ -36,11 +46,12 @@ TrainSpec ReadTrain(StrictTable& root) {
   s.global_batch = t->Int("global_batch", 1).value_or(0);
   s.tokens = t->Number("tokens", 0).value_or(0);
   s.target_mfu = t->Number("target_mfu", 0.001, 1).value_or(0.4);
+  RecordPositions(*t, "train", {"global_batch"}, positions);
   t->Finish();
   return s;
 }
 
-workload::Layout ReadParallel(StrictTable& root) {
+workload::Layout ReadParallel(StrictTable& root, KeyPositions& positions) {
   workload::Layout l;
   l.dp = 0;  // "auto" unless given: fill the cluster
   std::optional<StrictTable> t = root.Table("parallel");
@@ -58,6 +69,7 @@ workload::Layout ReadParallel(StrictTable& root) {
   l.ep = t->Int("ep", 1).value_or(1);
   l.cp = t->Int("cp", 1).value_or(1);
   l.zero_stage = static_cast<int>(t->Int("zero_stage", 0, 3).value_or(0));
+  RecordPositions(*t, "parallel", {"dp", "ep"}, positions);
   t->Finish();
   return l;
 }
@@ -120,24 +132,16 @@ JobSpec ReadJob(StrictTable& root, const std::string& file, const catalog::Catal
   job.file = file;
   job.model = ReadModel(root);
   job.name = root.String("name").value_or(job.model.name);
-  job.train = ReadTrain(root);
-  job.layout = ReadParallel(root);
+  job.key_pos.emplace("parallel", root.PosOf("parallel"));
+  job.key_pos.emplace("train", root.PosOf("train"));
+  job.train = ReadTrain(root, job.key_pos);
+  job.layout = ReadParallel(root, job.key_pos);
   job.checkpoint = ReadCheckpoint(root);
   if (std::optional<StrictTable> d = root.Table("data")) {
     job.data.size_bytes = d->Bytes("size").value_or(0);
     d->Finish();
   }
   CheckLayout(root, job);
-  job.key_pos.emplace("parallel", root.PosOf("parallel"));
-  job.key_pos.emplace("train", root.PosOf("train"));
-  if (std::optional<StrictTable> p = root.Table("parallel")) {
-    for (const char* key : {"dp", "ep"}) {
-      if (p->Has(key)) job.key_pos.emplace(std::string("parallel.") + key, p->PosOf(key));
-    }
-  }
-  if (std::optional<StrictTable> t = root.Table("train"); t && t->Has("global_batch")) {
-    job.key_pos.emplace("train.global_batch", t->PosOf("global_batch"));
-  }
 
   const toml::node* cluster = root.Peek("cluster");
   if (cluster != nullptr && cluster->is_string()) {

@@ -28,8 +28,8 @@ void Override(StrictTable& t, workload::TransformerShape& s) {
   s.layers = t.Int("layers", 1).value_or(s.layers);
   s.hidden = t.Int("hidden", 1).value_or(s.hidden);
   s.heads = t.Int("heads", 1).value_or(s.heads);
-  s.kv_heads =
-      t.Int("kv_heads", 1).value_or(t.Has("heads") && !t.Has("kv_heads") ? s.heads : s.kv_heads);
+  // Overriding heads alone means plain multi-head attention.
+  s.kv_heads = t.Int("kv_heads", 1).value_or(t.Has("heads") ? s.heads : s.kv_heads);
   s.ffn_hidden = t.Int("ffn_hidden", 1).value_or(s.ffn_hidden);
   s.vocab = t.Int("vocab", 1).value_or(s.vocab);
   s.seq_len = t.Int("seq_len", 1).value_or(s.seq_len);

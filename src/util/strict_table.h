@@ -27,6 +27,7 @@ class StrictTable {
   StrictTable(const toml::table& table, std::string file, std::string path);
 
   bool Has(std::string_view key);  // also marks the key as known
+  bool Contains(std::string_view key) const { return table_->contains(key); }
   // The raw node (nullptr when absent), for keys that accept several types.
   const toml::node* Peek(std::string_view key) { return Lookup(key); }
 
