@@ -96,4 +96,18 @@ int64_t MinDevices(double bytes, double capacity_per_device) {
   return (need + each - 1) / each;
 }
 
+double ReferenceTrainerActivationBytes(const TransformerShape& shape, int64_t B, int64_t T) {
+  const double N = static_cast<double>(B * T), C = static_cast<double>(shape.hidden);
+  const double F = static_cast<double>(shape.ffn_hidden), V = static_cast<double>(shape.vocab);
+  const double scores = static_cast<double>(B * shape.heads * T * T);
+  // Per layer: ln1, qkv, atty, residual2, ln2, residual3 (8C), fch and its GELU
+  // (2F), two LayerNorm mean/rstd pairs (4), and the softmax probabilities.
+  const double per_layer = N * (8 * C + 2 * F + 4) + scores;
+  // Once: embeddings, final LayerNorm (+ mean/rstd), logits, per-token losses.
+  const double once = N * (2 * C + 2 + V + 1);
+  // Backward scratch: dresidual, dln, dqkv, datty (6C), dfch (F), dscores.
+  const double scratch = N * (6 * C + F) + scores;
+  return 4.0 * (static_cast<double>(shape.layers) * per_layer + once + scratch);
+}
+
 }  // namespace fmstack::workload

@@ -66,6 +66,11 @@ double CheckpointBytes(double num_params, const StateBytes& bytes);
 double ActivationBytesPerLayer(const TransformerShape& shape, const Layout& layout,
                                const ActivationOptions& options);
 
+// Activation bytes of fmstack's fp32 reference trainer (gpt/) for B sequences
+// of T tokens: what the forward pass keeps for backward, plus the per-layer
+// gradient scratch that backward reuses. No recompute, explicit T x T scores.
+double ReferenceTrainerActivationBytes(const TransformerShape& shape, int64_t B, int64_t T);
+
 // Per-accelerator memory of the most loaded rank (first pipeline stage: with
 // 1F1B it holds pp micro-batches in flight, i.e. activations of all layers).
 MemoryBreakdown PerAccelerator(const TransformerShape& shape, const StateBytes& bytes,

@@ -1,0 +1,300 @@
+#include "gpt/cpu_kernels.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace fmstack::gpt::cpu {
+namespace {
+
+// Column-wise reductions (bias and LayerNorm parameter gradients) split the
+// channels, not the rows, across threads: each sum runs over rows in order,
+// so the result does not depend on the thread count at all.
+constexpr int64_t kChannelChunk = 32;
+
+int64_t Chunks(int64_t C) {
+  return (C + kChannelChunk - 1) / kChannelChunk;
+}
+
+// An empty bias means none: the rows start at zero.
+void FillRowsWithBias(float* out, ConstFloats bias, int64_t N, int64_t OC) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    if (bias.empty()) {
+      std::fill(out + n * OC, out + (n + 1) * OC, 0.0f);
+    } else {
+      std::copy(bias.begin(), bias.end(), out + n * OC);
+    }
+  }
+}
+
+// out = 1.0 * inp @ weight^T + out
+void GemmAccumulate(float* out, const float* inp, const float* weight, int64_t N, int64_t C,
+                    int64_t OC) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(N),
+              static_cast<blasint>(OC), static_cast<blasint>(C), 1.0f, inp, static_cast<blasint>(C),
+              weight, static_cast<blasint>(C), 1.0f, out, static_cast<blasint>(OC));
+}
+
+}  // namespace
+
+void EncoderForward(Floats out, Tokens tokens, ConstFloats wte, ConstFloats wpe, int64_t B,
+                    int64_t T, int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < B * T; ++n) {
+    const float* te = wte.data() + tokens[n] * C;
+    const float* pe = wpe.data() + (n % T) * C;
+    float* o = out.data() + n * C;
+    for (int64_t c = 0; c < C; ++c) o[c] = te[c] + pe[c];
+  }
+}
+
+void EncoderBackward(Floats dwte, Floats dwpe, ConstFloats dout, Tokens tokens, int64_t B,
+                     int64_t T, int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t chunk = 0; chunk < Chunks(C); ++chunk) {
+    const int64_t c0 = chunk * kChannelChunk, c1 = std::min(C, c0 + kChannelChunk);
+    for (int64_t n = 0; n < B * T; ++n) {
+      const float* d = dout.data() + n * C;
+      float* te = dwte.data() + tokens[n] * C;
+      float* pe = dwpe.data() + (n % T) * C;
+      for (int64_t c = c0; c < c1; ++c) {
+        te[c] += d[c];
+        pe[c] += d[c];
+      }
+    }
+  }
+}
+
+void LayerNormForward(Floats out, Floats mean, Floats rstd, ConstFloats inp, ConstFloats weight,
+                      ConstFloats bias, int64_t N, int64_t C) {
+  const float* w = weight.data();
+  const float* b = bias.data();
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* x = inp.data() + n * C;
+    float sum = 0;
+    for (int64_t c = 0; c < C; ++c) sum += x[c];
+    const float m = sum / static_cast<float>(C);
+    float var = 0;
+    for (int64_t c = 0; c < C; ++c) var += (x[c] - m) * (x[c] - m);
+    const float s = 1.0f / std::sqrt(var / static_cast<float>(C) + 1e-5f);
+    float* o = out.data() + n * C;
+    for (int64_t c = 0; c < C; ++c) o[c] = (x[c] - m) * s * w[c] + b[c];
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
+
+void LayerNormBackwardAccumulate(Floats dinp, Floats dweight, Floats dbias, ConstFloats dout,
+                                 ConstFloats inp, ConstFloats weight, ConstFloats mean,
+                                 ConstFloats rstd, int64_t N, int64_t C) {
+  const float* w = weight.data();
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* x = inp.data() + n * C;
+    const float* d = dout.data() + n * C;
+    const float m = mean[n], s = rstd[n];
+    float dnorm_mean = 0, dnorm_norm_mean = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      const float dnorm = w[c] * d[c];
+      dnorm_mean += dnorm;
+      dnorm_norm_mean += dnorm * (x[c] - m) * s;
+    }
+    dnorm_mean /= static_cast<float>(C);
+    dnorm_norm_mean /= static_cast<float>(C);
+    float* di = dinp.data() + n * C;
+    for (int64_t c = 0; c < C; ++c) {
+      const float norm = (x[c] - m) * s;
+      di[c] += (w[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
+    }
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t chunk = 0; chunk < Chunks(C); ++chunk) {
+    const int64_t c0 = chunk * kChannelChunk, c1 = std::min(C, c0 + kChannelChunk);
+    for (int64_t n = 0; n < N; ++n) {
+      const float* x = inp.data() + n * C;
+      const float* d = dout.data() + n * C;
+      const float m = mean[n], s = rstd[n];
+      for (int64_t c = c0; c < c1; ++c) {
+        dweight[c] += d[c] * (x[c] - m) * s;
+        dbias[c] += d[c];
+      }
+    }
+  }
+}
+
+void MatmulForward(Floats out, ConstFloats inp, ConstFloats weight, ConstFloats bias, int64_t N,
+                   int64_t C, int64_t OC) {
+  FillRowsWithBias(out.data(), bias, N, OC);
+  GemmAccumulate(out.data(), inp.data(), weight.data(), N, C, OC);
+}
+
+void MatmulResidualForward(Floats out, ConstFloats residual, ConstFloats inp, ConstFloats weight,
+                           ConstFloats bias, int64_t N, int64_t C, int64_t OC) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* r = residual.data() + n * OC;
+    float* o = out.data() + n * OC;
+    for (int64_t c = 0; c < OC; ++c) o[c] = r[c] + bias[c];
+  }
+  GemmAccumulate(out.data(), inp.data(), weight.data(), N, C, OC);
+}
+
+void MatmulBackward(Floats dinp, Floats dweight, Floats dbias, ConstFloats dout, ConstFloats inp,
+                    ConstFloats weight, int64_t N, int64_t C, int64_t OC) {
+  const auto n = static_cast<blasint>(N), c = static_cast<blasint>(C);
+  const auto oc = static_cast<blasint>(OC);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, c, oc, 1.0f, dout.data(), oc,
+              weight.data(), c, 0.0f, dinp.data(), c);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, oc, c, n, 1.0f, dout.data(), oc, inp.data(),
+              c, 1.0f, dweight.data(), c);
+  if (dbias.empty()) return;
+#pragma omp parallel for schedule(static)
+  for (int64_t chunk = 0; chunk < Chunks(OC); ++chunk) {
+    const int64_t c0 = chunk * kChannelChunk, c1 = std::min(OC, c0 + kChannelChunk);
+    for (int64_t r = 0; r < N; ++r) {
+      const float* d = dout.data() + r * OC;
+      for (int64_t k = c0; k < c1; ++k) dbias[k] += d[k];
+    }
+  }
+}
+
+// Per (batch, head): S = scale * Q K^T, masked causal softmax, out = P V. The
+// heads run in parallel, each sgemm on one thread (OpenBLAS's OpenMP build
+// runs single-threaded inside a parallel region).
+void AttentionForward(Floats out, Floats att, ConstFloats qkv, int64_t B, int64_t T, int64_t C,
+                      int64_t NH) {
+  const int64_t hs = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const auto t = static_cast<blasint>(T), h = static_cast<blasint>(hs);
+  const auto ld_qkv = static_cast<blasint>(3 * C), ld_out = static_cast<blasint>(C);
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < B * NH; ++bh) {
+    const int64_t b = bh / NH, head = bh % NH;
+    const float* q = qkv.data() + b * T * 3 * C + head * hs;
+    const float* k = q + C;
+    const float* v = q + 2 * C;
+    float* p = att.data() + bh * T * T;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t, t, h, scale, q, ld_qkv, k, ld_qkv, 0.0f,
+                p, t);
+    for (int64_t i = 0; i < T; ++i) {
+      float* row = p + i * T;
+      float max = row[0];
+      for (int64_t j = 1; j <= i; ++j) max = std::max(max, row[j]);
+      float sum = 0;
+      for (int64_t j = 0; j <= i; ++j) {
+        row[j] = std::exp(row[j] - max);
+        sum += row[j];
+      }
+      const float inv = 1.0f / sum;
+      for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
+      for (int64_t j = i + 1; j < T; ++j) row[j] = 0.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t, h, t, 1.0f, p, t, v, ld_qkv, 0.0f,
+                out.data() + b * T * C + head * hs, ld_out);
+  }
+}
+
+void AttentionBackward(Floats dqkv, Floats dscores, ConstFloats dout, ConstFloats qkv,
+                       ConstFloats att, int64_t B, int64_t T, int64_t C, int64_t NH) {
+  const int64_t hs = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const auto t = static_cast<blasint>(T), h = static_cast<blasint>(hs);
+  const auto ld_qkv = static_cast<blasint>(3 * C), ld_out = static_cast<blasint>(C);
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < B * NH; ++bh) {
+    const int64_t b = bh / NH, head = bh % NH;
+    const int64_t qkv_at = b * T * 3 * C + head * hs;
+    const float* q = qkv.data() + qkv_at;
+    const float* k = q + C;
+    const float* v = q + 2 * C;
+    float* dq = dqkv.data() + qkv_at;
+    float* dk = dq + C;
+    float* dv = dq + 2 * C;
+    const float* p = att.data() + bh * T * T;
+    float* dp = dscores.data() + bh * T * T;
+    const float* d = dout.data() + b * T * C + head * hs;
+    // dP = dO V^T and dV = P^T dO
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t, t, h, 1.0f, d, ld_out, v, ld_qkv, 0.0f,
+                dp, t);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t, h, t, 1.0f, p, t, d, ld_out, 0.0f, dv,
+                ld_qkv);
+    // Softmax backward: dS = P * (dP - rowsum(P * dP)); zero above the diagonal.
+    for (int64_t i = 0; i < T; ++i) {
+      const float* prow = p + i * T;
+      float* drow = dp + i * T;
+      float dot = 0;
+      for (int64_t j = 0; j <= i; ++j) dot += prow[j] * drow[j];
+      for (int64_t j = 0; j <= i; ++j) drow[j] = prow[j] * (drow[j] - dot);
+      for (int64_t j = i + 1; j < T; ++j) drow[j] = 0.0f;
+    }
+    // dQ = scale dS K and dK = scale dS^T Q
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t, h, t, scale, dp, t, k, ld_qkv, 0.0f,
+                dq, ld_qkv);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t, h, t, scale, dp, t, q, ld_qkv, 0.0f, dk,
+                ld_qkv);
+  }
+}
+
+namespace {
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+}
+
+void GeluForward(Floats out, ConstFloats inp) {
+  const auto n = static_cast<int64_t>(inp.size());
+  const float* x = inp.data();
+  float* o = out.data();
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float u = kGeluScale * (x[i] + 0.044715f * x[i] * x[i] * x[i]);
+    o[i] = 0.5f * x[i] * (1.0f + std::tanh(u));
+  }
+}
+
+void GeluBackwardInPlace(Floats dinout, ConstFloats inp) {
+  const auto n = static_cast<int64_t>(inp.size());
+  const float* x = inp.data();
+  float* d = dinout.data();
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float u = kGeluScale * (x[i] + 0.044715f * x[i] * x[i] * x[i]);
+    const float th = std::tanh(u);
+    const float sech2 = 1.0f - th * th;
+    const float grad = 0.5f * (1.0f + th) +
+                       0.5f * x[i] * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x[i] * x[i]);
+    d[i] *= grad;
+  }
+}
+
+void SoftmaxCrossEntropyForward(Floats probs_inout, Floats losses, Tokens targets, int64_t N,
+                                int64_t V) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    float* row = probs_inout.data() + n * V;
+    float max = row[0];
+    for (int64_t v = 1; v < V; ++v) max = std::max(max, row[v]);
+    float sum = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      row[v] = std::exp(row[v] - max);
+      sum += row[v];
+    }
+    const float inv = 1.0f / sum;
+    for (int64_t v = 0; v < V; ++v) row[v] *= inv;
+    losses[n] = -std::log(std::max(row[targets[n]], 1e-30f));
+  }
+}
+
+void SoftmaxCrossEntropyBackwardInPlace(Floats probs_inout, Tokens targets, int64_t N, int64_t V,
+                                        float scale) {
+  const float k = scale / static_cast<float>(N);
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    float* row = probs_inout.data() + n * V;
+    for (int64_t v = 0; v < V; ++v) row[v] *= k;
+    row[targets[n]] -= k;
+  }
+}
+
+}  // namespace fmstack::gpt::cpu

@@ -1,0 +1,180 @@
+// The CPU backend: the forward and backward passes of the whole model as the
+// sequence of kernel calls in cpu_kernels.h, written side by side.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "gpt/cpu_kernels.h"
+#include "gpt/model.h"
+#include "util/error.h"
+
+namespace fmstack::gpt {
+namespace {
+
+class CpuModel final : public Model {
+ public:
+  CpuModel(const workload::TransformerShape& shape, const ModelOptions& options)
+      : p_(ParamLayout::For(shape)),
+        a_(ActivationLayout::For(p_, options.max_batch,
+                                 options.max_seq > 0 ? options.max_seq : shape.seq_len)),
+        params_(p_.total),
+        grads_(p_.total),
+        acts_(a_.total),
+        targets_(a_.B * a_.T) {
+    if (a_.T > p_.maxT) {
+      throw Error(fmt::format("max_seq {} exceeds the model's seq_len {}", a_.T, p_.maxT));
+    }
+  }
+
+  const ParamLayout& params_layout() const override { return p_; }
+  const ActivationLayout& activations_layout() const override { return a_; }
+  std::span<float> params() override { return params_; }
+  std::span<const float> params() const override { return params_; }
+  std::span<float> grads() override { return grads_; }
+  std::span<const float> grads() const override { return grads_; }
+  void ZeroGrad() override { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+
+  float Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int64_t B,
+                int64_t T) override;
+  void Backward(float scale) override;
+  std::span<const float> Logits(int64_t b, int64_t t) const override {
+    return std::span<const float>(acts_).subspan((a_.logits + (b * T_ + t) * p_.V), p_.V);
+  }
+
+ private:
+  // Parameter tensor `base` of layer l with `size` floats per layer.
+  std::span<float> P(int64_t base, int64_t size, int64_t l = 0) {
+    return std::span<float>(params_).subspan(base + l * size, size);
+  }
+  std::span<float> G(int64_t base, int64_t size, int64_t l = 0) {
+    return std::span<float>(grads_).subspan(base + l * size, size);
+  }
+  // Activation `base` of layer l, `per_row` floats per token row; sized for
+  // the current B x T inside the buffer sized for the maximum.
+  std::span<float> A(int64_t base, int64_t per_row, int64_t l = 0) {
+    const int64_t stride = a_.B * a_.T * per_row;
+    return std::span<float>(acts_).subspan(base + l * stride, B_ * T_ * per_row);
+  }
+  std::span<float> Scores(int64_t base, int64_t l = 0) {
+    const int64_t stride = a_.B * p_.NH * a_.T * a_.T;
+    return std::span<float>(acts_).subspan(base + l * stride, B_ * p_.NH * T_ * T_);
+  }
+  void CheckVocabulary(std::span<const int32_t> ids, std::string_view what) const {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] < 0 || ids[i] >= p_.V) {
+        throw Error(fmt::format("{} {} at position {} is outside the vocabulary [0, {})", what,
+                                ids[i], i, p_.V));
+      }
+    }
+  }
+  std::span<float> LayerInput(int64_t l) {
+    return l == 0 ? A(a_.encoded, p_.C) : A(a_.residual3, p_.C, l - 1);
+  }
+
+  ParamLayout p_;
+  ActivationLayout a_;
+  std::vector<float> params_, grads_, acts_;
+  std::vector<int32_t> tokens_, targets_;
+  int64_t B_ = 0, T_ = 0;
+  bool has_targets_ = false;
+};
+
+float CpuModel::Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                        int64_t B, int64_t T) {
+  if (B < 1 || T < 1 || B > a_.B || T > a_.T) {
+    throw Error(fmt::format("forward of {} x {} tokens exceeds the model's allocation {} x {}", B,
+                            T, a_.B, a_.T));
+  }
+  if (static_cast<int64_t>(tokens.size()) != B * T ||
+      (!targets.empty() && static_cast<int64_t>(targets.size()) != B * T)) {
+    throw Error(fmt::format("forward of {} x {} needs {} tokens and targets, got {} and {}", B, T,
+                            B * T, tokens.size(), targets.size()));
+  }
+  CheckVocabulary(tokens, "token");
+  CheckVocabulary(targets, "target");
+  B_ = B, T_ = T;
+  tokens_.assign(tokens.begin(), tokens.end());
+  has_targets_ = !targets.empty();
+  if (has_targets_) std::copy(targets.begin(), targets.end(), targets_.begin());
+
+  const int64_t L = p_.L, C = p_.C, F = p_.F, V = p_.V, NH = p_.NH, N = B * T;
+  cpu::EncoderForward(A(a_.encoded, C), tokens_, P(p_.wte, V * C), P(p_.wpe, p_.maxT * C), B, T, C);
+  for (int64_t l = 0; l < L; ++l) {
+    cpu::LayerNormForward(A(a_.ln1, C, l), A(a_.ln1_mean, 1, l), A(a_.ln1_rstd, 1, l),
+                          LayerInput(l), P(p_.ln1w, C, l), P(p_.ln1b, C, l), N, C);
+    cpu::MatmulForward(A(a_.qkv, 3 * C, l), A(a_.ln1, C, l), P(p_.qkvw, 3 * C * C, l),
+                       P(p_.qkvb, 3 * C, l), N, C, 3 * C);
+    cpu::AttentionForward(A(a_.atty, C, l), Scores(a_.att, l), A(a_.qkv, 3 * C, l), B, T, C, NH);
+    cpu::MatmulResidualForward(A(a_.residual2, C, l), LayerInput(l), A(a_.atty, C, l),
+                               P(p_.attprojw, C * C, l), P(p_.attprojb, C, l), N, C, C);
+    cpu::LayerNormForward(A(a_.ln2, C, l), A(a_.ln2_mean, 1, l), A(a_.ln2_rstd, 1, l),
+                          A(a_.residual2, C, l), P(p_.ln2w, C, l), P(p_.ln2b, C, l), N, C);
+    cpu::MatmulForward(A(a_.fch, F, l), A(a_.ln2, C, l), P(p_.fcw, F * C, l), P(p_.fcb, F, l), N, C,
+                       F);
+    cpu::GeluForward(A(a_.fch_gelu, F, l), A(a_.fch, F, l));
+    cpu::MatmulResidualForward(A(a_.residual3, C, l), A(a_.residual2, C, l), A(a_.fch_gelu, F, l),
+                               P(p_.fcprojw, C * F, l), P(p_.fcprojb, C, l), N, F, C);
+  }
+  cpu::LayerNormForward(A(a_.lnf, C), A(a_.lnf_mean, 1), A(a_.lnf_rstd, 1), LayerInput(L),
+                        P(p_.lnfw, C), P(p_.lnfb, C), N, C);
+  // LM head tied to the token embedding: logits = lnf @ wte^T (no bias).
+  std::span<float> logits = A(a_.logits, V);
+  cpu::MatmulForward(logits, A(a_.lnf, C), P(p_.wte, V * C), {}, N, C, V);
+  if (!has_targets_) return 0.0f;
+
+  std::span<float> losses = A(a_.losses, 1);
+  cpu::SoftmaxCrossEntropyForward(logits, losses, targets_, N, V);
+  double sum = 0;  // in order: the loss must not depend on the thread count
+  for (float x : losses) sum += x;
+  return static_cast<float>(sum / static_cast<double>(N));
+}
+
+void CpuModel::Backward(float scale) {
+  if (!has_targets_) throw Error("Backward needs a Forward with targets first");
+  const int64_t L = p_.L, C = p_.C, F = p_.F, V = p_.V, NH = p_.NH, N = B_ * T_;
+  std::span<float> dlogits = A(a_.logits, V);
+  cpu::SoftmaxCrossEntropyBackwardInPlace(dlogits, targets_, N, V, scale);
+  std::span<float> dres = A(a_.dresidual, C);
+  std::span<float> dln = A(a_.dln, C);
+  cpu::MatmulBackward(dln, G(p_.wte, V * C), {}, dlogits, A(a_.lnf, C), P(p_.wte, V * C), N, C, V);
+  std::fill(dres.begin(), dres.end(), 0.0f);
+  cpu::LayerNormBackwardAccumulate(dres, G(p_.lnfw, C), G(p_.lnfb, C), dln, LayerInput(L),
+                                   P(p_.lnfw, C), A(a_.lnf_mean, 1), A(a_.lnf_rstd, 1), N, C);
+  std::span<float> dfch = A(a_.dfch, F);
+  std::span<float> dqkv = A(a_.dqkv, 3 * C);
+  std::span<float> datty = A(a_.datty, C);
+  for (int64_t l = L - 1; l >= 0; --l) {
+    // residual3 = residual2 + gelu(ln2 @ fc^T) @ fcproj^T
+    cpu::MatmulBackward(dfch, G(p_.fcprojw, C * F, l), G(p_.fcprojb, C, l), dres,
+                        A(a_.fch_gelu, F, l), P(p_.fcprojw, C * F, l), N, F, C);
+    cpu::GeluBackwardInPlace(dfch, A(a_.fch, F, l));
+    cpu::MatmulBackward(dln, G(p_.fcw, F * C, l), G(p_.fcb, F, l), dfch, A(a_.ln2, C, l),
+                        P(p_.fcw, F * C, l), N, C, F);
+    cpu::LayerNormBackwardAccumulate(dres, G(p_.ln2w, C, l), G(p_.ln2b, C, l), dln,
+                                     A(a_.residual2, C, l), P(p_.ln2w, C, l), A(a_.ln2_mean, 1, l),
+                                     A(a_.ln2_rstd, 1, l), N, C);
+    // residual2 = residual + attention(ln1 @ qkv^T) @ attproj^T
+    cpu::MatmulBackward(datty, G(p_.attprojw, C * C, l), G(p_.attprojb, C, l), dres,
+                        A(a_.atty, C, l), P(p_.attprojw, C * C, l), N, C, C);
+    cpu::AttentionBackward(dqkv, Scores(a_.datt), datty, A(a_.qkv, 3 * C, l), Scores(a_.att, l), B_,
+                           T_, C, NH);
+    cpu::MatmulBackward(dln, G(p_.qkvw, 3 * C * C, l), G(p_.qkvb, 3 * C, l), dqkv, A(a_.ln1, C, l),
+                        P(p_.qkvw, 3 * C * C, l), N, C, 3 * C);
+    cpu::LayerNormBackwardAccumulate(dres, G(p_.ln1w, C, l), G(p_.ln1b, C, l), dln, LayerInput(l),
+                                     P(p_.ln1w, C, l), A(a_.ln1_mean, 1, l), A(a_.ln1_rstd, 1, l),
+                                     N, C);
+  }
+  cpu::EncoderBackward(G(p_.wte, V * C), G(p_.wpe, p_.maxT * C), dres, tokens_, B_, T_, C);
+  has_targets_ = false;  // the logits now hold gradients
+}
+
+}  // namespace
+
+std::unique_ptr<Model> CreateModel(const workload::TransformerShape& shape,
+                                   const ModelOptions& options) {
+  if (options.backend == "cpu") return std::make_unique<CpuModel>(shape, options);
+  throw Error(fmt::format("unknown model backend \"{}\" (this build has: cpu)", options.backend));
+}
+
+}  // namespace fmstack::gpt

@@ -1,0 +1,54 @@
+// gpt: the GPT-2-style decoder the trainer drives. One contiguous buffer of
+// parameters, one of their gradients and one of activations, laid out by
+// layout.h. train/ sees only this interface: the CPU backend (OpenBLAS +
+// OpenMP) implements it today; a CUDA backend slots in behind CreateModel.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "gpt/layout.h"
+#include "workload/shape.h"
+
+namespace fmstack::gpt {
+
+struct ModelOptions {
+  std::string backend = "cpu";
+  int64_t max_batch = 1;  // sequences per forward, at most
+  int64_t max_seq = 0;    // tokens per sequence, at most; 0 = the shape's seq_len
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  virtual const ParamLayout& params_layout() const = 0;
+  virtual const ActivationLayout& activations_layout() const = 0;
+  virtual std::span<float> params() = 0;
+  virtual std::span<const float> params() const = 0;
+  virtual std::span<float> grads() = 0;
+  virtual std::span<const float> grads() const = 0;
+
+  // Runs B sequences of T tokens (row-major B x T). With targets, returns the
+  // mean cross-entropy of predicting them and keeps what Backward needs;
+  // with none, returns 0 and leaves logits for Logits().
+  virtual float Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                        int64_t B, int64_t T) = 0;
+  // Adds the gradient of scale * (the last Forward's mean loss) to grads().
+  virtual void Backward(float scale) = 0;
+  virtual void ZeroGrad() = 0;
+  // Next-token logits at (b, t) after a Forward without targets.
+  virtual std::span<const float> Logits(int64_t b, int64_t t) const = 0;
+};
+
+// Throws Error for an unknown backend or a shape gpt/ cannot build.
+std::unique_ptr<Model> CreateModel(const workload::TransformerShape& shape,
+                                   const ModelOptions& options);
+
+// GPT-2 initialisation, a pure function of seed: weights N(0, 0.02), residual
+// projections N(0, 0.02 / sqrt(2 L)), LayerNorm gains 1, biases 0.
+void InitParams(const ParamLayout& layout, std::span<float> params, uint64_t seed);
+
+}  // namespace fmstack::gpt

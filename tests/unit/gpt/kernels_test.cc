@@ -1,0 +1,144 @@
+// Every CPU kernel's backward against central finite differences of its forward.
+#include <gtest/gtest.h>
+
+#include "gpt/cpu_kernels.h"
+#include "grad_check.h"
+
+namespace fmstack::gpt {
+namespace {
+
+using testing::Dot;
+using testing::FillNormal;
+using testing::GradientError;
+using V = std::vector<float>;
+
+constexpr double kTolerance = 1e-3;
+
+TEST(Kernels, LayerNormBackwardMatchesFiniteDifferences) {
+  const int64_t N = 6, C = 20;
+  V x(N * C), w(C), b(C), r(N * C), out(N * C), mean(N), rstd(N);
+  FillNormal(x, 1), FillNormal(w, 2), FillNormal(b, 3), FillNormal(r, 4);
+  auto loss = [&] {
+    cpu::LayerNormForward(out, mean, rstd, x, w, b, N, C);
+    return Dot(out, r);
+  };
+  loss();
+  V dx(N * C, 0), dw(C, 0), db(C, 0);
+  cpu::LayerNormBackwardAccumulate(dx, dw, db, r, x, w, mean, rstd, N, C);
+  EXPECT_LT(GradientError(loss, x, dx), kTolerance);
+  EXPECT_LT(GradientError(loss, w, dw), kTolerance);
+  EXPECT_LT(GradientError(loss, b, db), kTolerance);
+}
+
+TEST(Kernels, LayerNormBackwardAccumulatesIntoInputGradient) {
+  const int64_t N = 2, C = 8;
+  V x(N * C), w(C, 1), b(C, 0), r(N * C), out(N * C), mean(N), rstd(N);
+  FillNormal(x, 5), FillNormal(r, 6);
+  cpu::LayerNormForward(out, mean, rstd, x, w, b, N, C);
+  V fresh(N * C, 0), seeded(N * C, 1), dw(C, 0), db(C, 0);
+  cpu::LayerNormBackwardAccumulate(fresh, dw, db, r, x, w, mean, rstd, N, C);
+  cpu::LayerNormBackwardAccumulate(seeded, dw, db, r, x, w, mean, rstd, N, C);
+  for (size_t i = 0; i < fresh.size(); ++i) EXPECT_FLOAT_EQ(seeded[i], fresh[i] + 1);
+}
+
+TEST(Kernels, MatmulBackwardMatchesFiniteDifferences) {
+  const int64_t N = 7, C = 12, OC = 9;
+  V x(N * C), w(OC * C), b(OC), r(N * OC), out(N * OC);
+  FillNormal(x, 1), FillNormal(w, 2), FillNormal(b, 3), FillNormal(r, 4);
+  auto loss = [&] {
+    cpu::MatmulForward(out, x, w, b, N, C, OC);
+    return Dot(out, r);
+  };
+  V dx(N * C), dw(OC * C, 0), db(OC, 0);
+  cpu::MatmulBackward(dx, dw, db, r, x, w, N, C, OC);
+  EXPECT_LT(GradientError(loss, x, dx), kTolerance);
+  EXPECT_LT(GradientError(loss, w, dw), kTolerance);
+  EXPECT_LT(GradientError(loss, b, db), kTolerance);
+}
+
+TEST(Kernels, MatmulResidualAddsTheResidual) {
+  const int64_t N = 3, C = 4, OC = 5;
+  V x(N * C), w(OC * C), b(OC), res(N * OC), plain(N * OC), with(N * OC);
+  FillNormal(x, 1), FillNormal(w, 2), FillNormal(b, 3), FillNormal(res, 4);
+  cpu::MatmulForward(plain, x, w, b, N, C, OC);
+  cpu::MatmulResidualForward(with, res, x, w, b, N, C, OC);
+  for (size_t i = 0; i < with.size(); ++i) EXPECT_NEAR(with[i], plain[i] + res[i], 1e-5);
+}
+
+TEST(Kernels, AttentionBackwardMatchesFiniteDifferences) {
+  const int64_t B = 2, T = 5, C = 8, NH = 2;
+  V qkv(B * T * 3 * C), r(B * T * C), out(B * T * C), att(B * NH * T * T);
+  FillNormal(qkv, 1), FillNormal(r, 2);
+  auto loss = [&] {
+    cpu::AttentionForward(out, att, qkv, B, T, C, NH);
+    return Dot(out, r);
+  };
+  loss();
+  V dqkv(qkv.size()), scratch(att.size());
+  cpu::AttentionBackward(dqkv, scratch, r, qkv, att, B, T, C, NH);
+  EXPECT_LT(GradientError(loss, qkv, dqkv), kTolerance);
+}
+
+TEST(Kernels, AttentionIsCausal) {
+  const int64_t B = 1, T = 4, C = 4, NH = 1;
+  V qkv(T * 3 * C), out(T * C), att(T * T);
+  FillNormal(qkv, 7);
+  cpu::AttentionForward(out, att, qkv, B, T, C, NH);
+  const V first_row(out.begin(), out.begin() + C);
+  qkv[3 * 3 * C + 2 * C] += 5.0f;  // change the last token's value vector
+  cpu::AttentionForward(out, att, qkv, B, T, C, NH);
+  for (int64_t c = 0; c < C; ++c) EXPECT_EQ(out[c], first_row[c]);
+  for (int64_t i = 0; i < T; ++i) {
+    double sum = 0;
+    for (int64_t j = 0; j < T; ++j) sum += att[i * T + j];
+    EXPECT_NEAR(sum, 1.0, 1e-6);
+  }
+}
+
+TEST(Kernels, GeluBackwardMatchesFiniteDifferences) {
+  V x(300), r(300), out(300);
+  FillNormal(x, 1, 2.0f), FillNormal(r, 2);
+  auto loss = [&] {
+    cpu::GeluForward(out, x);
+    return Dot(out, r);
+  };
+  V d = r;
+  cpu::GeluBackwardInPlace(d, x);
+  EXPECT_LT(GradientError(loss, x, d, 1e-3f), kTolerance);
+}
+
+TEST(Kernels, SoftmaxCrossEntropyBackwardMatchesFiniteDifferences) {
+  const int64_t N = 4, Vocab = 11;
+  V logits(N * Vocab), probs(N * Vocab), losses(N);
+  FillNormal(logits, 1);
+  const std::vector<int32_t> targets = {3, 0, 10, 3};
+  auto loss = [&] {
+    probs = logits;
+    cpu::SoftmaxCrossEntropyForward(probs, losses, targets, N, Vocab);
+    double s = 0;
+    for (float l : losses) s += l;
+    return s / N;
+  };
+  loss();
+  cpu::SoftmaxCrossEntropyBackwardInPlace(probs, targets, N, Vocab, 1.0f);
+  const V analytic = probs;  // loss() below overwrites probs
+  EXPECT_LT(GradientError(loss, logits, analytic), kTolerance);
+}
+
+TEST(Kernels, EncoderBackwardMatchesFiniteDifferences) {
+  const int64_t B = 2, T = 3, C = 4, Vocab = 5;
+  V wte(Vocab * C), wpe(T * C), r(B * T * C), out(B * T * C);
+  FillNormal(wte, 1), FillNormal(wpe, 2), FillNormal(r, 3);
+  const std::vector<int32_t> tokens = {1, 4, 1, 0, 1, 2};  // repeats must accumulate
+  auto loss = [&] {
+    cpu::EncoderForward(out, tokens, wte, wpe, B, T, C);
+    return Dot(out, r);
+  };
+  V dwte(wte.size(), 0), dwpe(wpe.size(), 0);
+  cpu::EncoderBackward(dwte, dwpe, r, tokens, B, T, C);
+  EXPECT_LT(GradientError(loss, wte, dwte), kTolerance);
+  EXPECT_LT(GradientError(loss, wpe, dwpe), kTolerance);
+}
+
+}  // namespace
+}  // namespace fmstack::gpt
