@@ -8,7 +8,7 @@ packages=(
   libtomlplusplus-dev libcli11-dev libfmt-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-jsonschema
-  libopenblas-openmp-dev bible-kjv
+  libopenblas-openmp-dev bible-kjv libxxhash-dev
 )
 
 missing=()

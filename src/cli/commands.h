@@ -10,5 +10,8 @@ namespace fmstack::cli {
 using Runner = std::function<int()>;
 
 Runner AddPlanCommand(CLI::App& app);
+Runner AddDataCommand(CLI::App& app);
+Runner AddTrainCommand(CLI::App& app);
+Runner AddGenerateCommand(CLI::App& app);
 
 }  // namespace fmstack::cli

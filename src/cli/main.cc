@@ -11,6 +11,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "fmstack 0.1.0");
   const fmstack::cli::Runner plan = fmstack::cli::AddPlanCommand(app);
+  const fmstack::cli::Runner data = fmstack::cli::AddDataCommand(app);
+  const fmstack::cli::Runner train = fmstack::cli::AddTrainCommand(app);
+  const fmstack::cli::Runner generate = fmstack::cli::AddGenerateCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -18,6 +21,9 @@ int main(int argc, char** argv) {
   }
   try {
     if (app.got_subcommand("plan")) return plan();
+    if (app.got_subcommand("data")) return data();
+    if (app.got_subcommand("train")) return train();
+    if (app.got_subcommand("generate")) return generate();
   } catch (const fmstack::Error& e) {
     std::cerr << "fmstack: error: " << e.what() << "\n";
     return 2;

@@ -46,9 +46,32 @@ TrainSpec ReadTrain(StrictTable& root, KeyPositions& positions) {
   s.global_batch = t->Int("global_batch", 1).value_or(0);
   s.tokens = t->Number("tokens", 0).value_or(0);
   s.target_mfu = t->Number("target_mfu", 0.001, 1).value_or(0.4);
+  s.steps = t->Int("steps", 1).value_or(0);
+  s.seed = t->Int("seed", 0).value_or(1337);
+  s.eval_interval = t->Int("eval_interval", 0).value_or(0);
+  s.eval_batches = t->Int("eval_batches", 1).value_or(8);
+  s.threads = t->Int("threads", 0, 1024).value_or(0);
+  s.backend = t->Choice("backend", std::vector<std::string>{"cpu"}).value_or("cpu");
   RecordPositions(*t, "train", {"global_batch"}, positions);
   t->Finish();
   return s;
+}
+
+OptimSpec ReadOptim(StrictTable& root) {
+  OptimSpec o;
+  std::optional<StrictTable> t = root.Table("optim");
+  if (!t) return o;
+  o.lr = t->Number("lr", 0, 10).value_or(o.lr);
+  o.min_lr = t->Number("min_lr", 0, 10).value_or(o.lr / 10);
+  o.warmup_steps = t->Int("warmup_steps", 0).value_or(o.warmup_steps);
+  o.weight_decay = t->Number("weight_decay", 0, 10).value_or(o.weight_decay);
+  o.beta1 = t->Number("beta1", 0, 0.999999).value_or(o.beta1);
+  o.beta2 = t->Number("beta2", 0, 0.999999).value_or(o.beta2);
+  o.eps = t->Number("eps", 0, 1).value_or(o.eps);
+  o.grad_clip = t->Number("grad_clip", 0).value_or(o.grad_clip);
+  if (o.min_lr > o.lr) t->Fail("min_lr", fmt::format("min_lr {} exceeds lr {}", o.min_lr, o.lr));
+  t->Finish();
+  return o;
 }
 
 workload::Layout ReadParallel(StrictTable& root, KeyPositions& positions) {
@@ -136,9 +159,14 @@ JobSpec ReadJob(StrictTable& root, const std::string& file, const catalog::Catal
   job.key_pos.emplace("train", root.PosOf("train"));
   job.train = ReadTrain(root, job.key_pos);
   job.layout = ReadParallel(root, job.key_pos);
+  job.optim = ReadOptim(root);
   job.checkpoint = ReadCheckpoint(root);
   if (std::optional<StrictTable> d = root.Table("data")) {
     job.data.size_bytes = d->Bytes("size").value_or(0);
+    if (std::optional<std::string> dir = d->String("dir")) {
+      const std::filesystem::path base = std::filesystem::path(file).parent_path();
+      job.data.dir = (base / *dir).lexically_normal().string();
+    }
     d->Finish();
   }
   CheckLayout(root, job);

@@ -26,6 +26,23 @@ struct TrainSpec {
   int64_t global_batch = 0;  // sequences per optimizer step; 0 = not set
   double tokens = 0;         // tokens to train on; 0 = not set
   double target_mfu = 0.4;
+  // The reference trainer (`fmstack train`):
+  int64_t steps = 0;          // optimizer steps; 0 = tokens / (global_batch x seq_len)
+  int64_t seed = 1337;        // initialisation and data order
+  int64_t eval_interval = 0;  // evaluate on held-out data every N steps; 0 = at the end only
+  int64_t eval_batches = 8;   // micro-batches per evaluation
+  int64_t threads = 0;        // CPU threads; 0 = all cores
+  std::string backend = "cpu";
+};
+
+// AdamW and its schedule: warm-up, cosine decay to min_lr, gradient clipping.
+struct OptimSpec {
+  double lr = 6e-4;
+  double min_lr = 6e-5;
+  int64_t warmup_steps = 100;
+  double weight_decay = 0.1;
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double grad_clip = 1.0;
 };
 
 struct CheckpointSpec {
@@ -38,6 +55,8 @@ struct CheckpointSpec {
 
 struct DataSpec {
   double size_bytes = 0;  // training corpus on disk; 0 = not set
+  std::string dir;        // `fmstack data prepare` output (train.bin, val.bin, tokenizer.bpe),
+                          // resolved against the job file's directory
 };
 
 struct JobSpec {
@@ -45,6 +64,7 @@ struct JobSpec {
   std::string name;
   workload::TransformerShape model;
   TrainSpec train;
+  OptimSpec optim;
   workload::Layout layout;  // dp == 0 means "auto": fill the cluster (the default)
   CheckpointSpec checkpoint;
   DataSpec data;

@@ -1,0 +1,55 @@
+#include "gpt/sgemm_peak.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+
+namespace fmstack::gpt {
+
+std::vector<GemmShape> TrainingGemms(int64_t rows, int64_t C, int64_t F, int64_t V) {
+  std::vector<GemmShape> g;
+  for (const auto& [in, out] : {std::pair{C, 3 * C}, {C, C}, {C, F}, {F, C}, {C, V}}) {
+    g.push_back({rows, out, in});  // forward
+    g.push_back({rows, in, out});  // gradient wrt the input
+    g.push_back({out, in, rows});  // gradient wrt the weight
+  }
+  return g;
+}
+
+double MeasureSgemmGflops(const std::vector<GemmShape>& shapes, int repeats) {
+  int64_t biggest = 0;
+  for (const GemmShape& s : shapes) biggest = std::max({biggest, s.m * s.k, s.k * s.n, s.m * s.n});
+  std::vector<float> a(biggest, 0.5f), b(biggest, 0.25f), c(biggest, 0.0f);
+  double flops = 0;
+  for (const GemmShape& s : shapes) flops += 2.0 * static_cast<double>(s.m * s.n * s.k);
+  double best = 0;
+  for (int r = 0; r < repeats + 1; ++r) {  // the first round warms up
+    const auto start = std::chrono::steady_clock::now();
+    for (const GemmShape& s : shapes) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(s.m),
+                  static_cast<blasint>(s.n), static_cast<blasint>(s.k), 1.0f, a.data(),
+                  static_cast<blasint>(s.k), b.data(), static_cast<blasint>(s.n), 0.0f, c.data(),
+                  static_cast<blasint>(s.n));
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (r > 0) best = std::max(best, flops / seconds / 1e9);
+  }
+  return best;
+}
+
+}  // namespace fmstack::gpt
+
+#include <omp.h>
+
+namespace fmstack::gpt {
+void SetCpuThreads(int threads) {
+  const int n = threads > 0 ? threads : omp_get_num_procs();
+  omp_set_num_threads(n);
+  openblas_set_num_threads(n);
+}
+int CpuThreads() {
+  return omp_get_max_threads();
+}
+}  // namespace fmstack::gpt

@@ -1,0 +1,77 @@
+#include "train/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+namespace fmstack::train {
+
+double LearningRate(const OptimConfig& c, int64_t step, int64_t total_steps) {
+  if (step < c.warmup_steps) {
+    return c.lr * static_cast<double>(step + 1) / static_cast<double>(c.warmup_steps);
+  }
+  const int64_t decay_steps = std::max<int64_t>(1, total_steps - c.warmup_steps);
+  const double progress =
+      std::min(1.0, static_cast<double>(step - c.warmup_steps) / static_cast<double>(decay_steps));
+  const double cosine = 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
+  return c.min_lr + cosine * (c.lr - c.min_lr);
+}
+
+double GlobalNorm(std::span<const float> grads) {
+  constexpr int64_t kBlock = 1 << 16;
+  const auto n = static_cast<int64_t>(grads.size());
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<double> partial(blocks, 0.0);
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < blocks; ++b) {
+    double s = 0;
+    for (int64_t i = b * kBlock; i < std::min(n, (b + 1) * kBlock); ++i) {
+      s += static_cast<double>(grads[i]) * grads[i];
+    }
+    partial[b] = s;
+  }
+  double total = 0;
+  for (double s : partial) total += s;
+  return std::sqrt(total);
+}
+
+float ClipByGlobalNorm(std::span<float> grads, double norm, double max_norm) {
+  if (max_norm <= 0 || norm <= max_norm) return 1.0f;
+  const auto scale = static_cast<float>(max_norm / (norm + 1e-6));
+  const auto n = static_cast<int64_t>(grads.size());
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) grads[i] *= scale;
+  return scale;
+}
+
+AdamW::AdamW(const OptimConfig& config, const gpt::ParamLayout& layout)
+    : config_(config), m_(layout.total, 0.0f), v_(layout.total, 0.0f), decay_(layout.total, 0) {
+  for (const gpt::TensorInfo& t : layout.Tensors()) {
+    if (t.dims.size() >= 2) std::fill_n(decay_.begin() + t.offset, t.size(), uint8_t{1});
+  }
+}
+
+void AdamW::Update(std::span<float> params, std::span<const float> grads, int64_t step, double lr) {
+  const double t = static_cast<double>(step);
+  const auto b1 = static_cast<float>(config_.beta1), b2 = static_cast<float>(config_.beta2);
+  const auto correction1 = static_cast<float>(1.0 - std::pow(config_.beta1, t));
+  const auto correction2 = static_cast<float>(1.0 - std::pow(config_.beta2, t));
+  const auto rate = static_cast<float>(lr), eps = static_cast<float>(config_.eps);
+  const auto wd = static_cast<float>(config_.weight_decay);
+  const auto n = static_cast<int64_t>(params.size());
+  float* p = params.data();
+  float* m = m_.data();
+  float* v = v_.data();
+  const float* g = grads.data();
+  const uint8_t* decay = decay_.data();
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+    v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+    const float m_hat = m[i] / correction1;
+    const float v_hat = v[i] / correction2;
+    p[i] -= rate * (m_hat / (std::sqrt(v_hat) + eps) + (decay[i] ? wd * p[i] : 0.0f));
+  }
+}
+
+}  // namespace fmstack::train

@@ -1,0 +1,53 @@
+// train: AdamW with decoupled weight decay (Loshchilov & Hutter 2019), the
+// learning-rate schedule (linear warm-up, cosine decay to a floor) and
+// global gradient-norm clipping.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "gpt/layout.h"
+
+namespace fmstack::train {
+
+struct OptimConfig {
+  double lr = 6e-4;      // peak learning rate
+  double min_lr = 6e-5;  // floor the cosine decays to
+  int64_t warmup_steps = 100;
+  double weight_decay = 0.1;  // on weight matrices only, as GPT-2
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double grad_clip = 1.0;  // max global L2 norm; 0 = no clipping
+};
+
+// Learning rate at optimizer step `step` (0-based) of `total_steps`.
+double LearningRate(const OptimConfig& c, int64_t step, int64_t total_steps);
+
+// L2 norm of all gradients, summed in fixed-size blocks in double so that it
+// does not depend on the thread count.
+double GlobalNorm(std::span<const float> grads);
+
+// Scales grads so their global norm is at most max_norm; returns the factor.
+float ClipByGlobalNorm(std::span<float> grads, double norm, double max_norm);
+
+class AdamW {
+ public:
+  // Decays every parameter tensor with two or more dimensions (matrices and
+  // embeddings), never biases or LayerNorm gains.
+  AdamW(const OptimConfig& config, const gpt::ParamLayout& layout);
+
+  // One update with bias-corrected moments; `step` is 1 for the first update.
+  void Update(std::span<float> params, std::span<const float> grads, int64_t step, double lr);
+
+  std::span<float> m() { return m_; }
+  std::span<float> v() { return v_; }
+  std::span<const float> m() const { return m_; }
+  std::span<const float> v() const { return v_; }
+
+ private:
+  OptimConfig config_;
+  std::vector<float> m_, v_;
+  std::vector<uint8_t> decay_;  // per parameter: 1 = apply weight decay
+};
+
+}  // namespace fmstack::train

@@ -1,0 +1,70 @@
+// train: the training loop. One Step() is one optimizer step: grad_accum
+// micro-batches of B x T tokens forward and backward, global-norm clipping,
+// then AdamW at the scheduled learning rate. Everything is a pure function of
+// (config, data, step), so two runs with the same seed and thread count are
+// bitwise identical, and a resumed run equals an uninterrupted one.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpt/model.h"
+#include "train/optimizer.h"
+#include "train/token_file.h"
+#include "train/train_state.h"
+#include "workload/shape.h"
+
+namespace fmstack::train {
+
+struct TrainConfig {
+  workload::TransformerShape shape;
+  std::string backend = "cpu";
+  int64_t micro_batch = 4;  // B
+  int64_t grad_accum = 1;   // micro-batches per optimizer step
+  int64_t steps = 100;      // optimizer steps in the whole run
+  uint64_t seed = 1337;
+  OptimConfig optim;
+
+  int64_t seq_len() const { return shape.seq_len; }
+  int64_t tokens_per_step() const { return micro_batch * grad_accum * shape.seq_len; }
+};
+
+struct StepStats {
+  int64_t step = 0;      // the step just completed, 1-based
+  double loss = 0;       // mean over the step's micro-batches
+  double grad_norm = 0;  // before clipping
+  double lr = 0;
+  double seconds = 0;  // wall time of the step
+};
+
+class Trainer {
+ public:
+  // `data` must outlive the trainer. Initialises parameters from the seed.
+  Trainer(const TrainConfig& config, const TokenFile& data);
+
+  StepStats Step();
+  // Mean loss over `batches` fixed evaluation batches of `data`.
+  double Evaluate(const TokenFile& data, int64_t batches);
+
+  int64_t step() const { return counters_.step; }
+  const TrainConfig& config() const { return config_; }
+  gpt::Model& model() { return *model_; }
+  const gpt::Model& model() const { return *model_; }
+  TrainState state();
+  void Save(const std::string& path, const std::string& data_dir);
+  // Restores params, moments and counters; throws Error on any mismatch.
+  void Load(const std::string& path);
+  uint64_t ParamHash() const { return HashFloats(model_->params()); }
+
+ private:
+  TrainConfig config_;
+  std::unique_ptr<gpt::Model> model_;
+  AdamW optimizer_;
+  BatchSampler sampler_;
+  TrainCounters counters_;
+  std::vector<int32_t> inputs_, targets_;
+};
+
+}  // namespace fmstack::train
