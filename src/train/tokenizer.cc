@@ -47,6 +47,9 @@ std::vector<std::string_view> BpeTokenizer::Split(std::string_view text) {
     }
     const CharClass cls = Classify(static_cast<unsigned char>(text[i]));
     while (i < text.size() && Classify(static_cast<unsigned char>(text[i])) == cls) ++i;
+    // A whitespace run leaves its last space to the word after it: "  was"
+    // splits as " " + " was", so " was" is one token wherever it appears.
+    if (cls == CharClass::kSpace && i < text.size() && i - start >= 2 && text[i - 1] == ' ') --i;
     chunks.push_back(text.substr(start, i - start));
   }
   return chunks;
