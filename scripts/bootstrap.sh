@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian package fmstack needs to build and test. Idempotent:
 # it runs `apt-get update` and `apt-get install` only when a package is missing.
+# --bench also installs the benchmarks' peer programs (PyTorch, ~1 GB).
 set -euo pipefail
 
 packages=(
@@ -10,6 +11,10 @@ packages=(
   python3 python3-jsonschema
   libopenblas-openmp-dev bible-kjv libxxhash-dev
 )
+
+if [ "${1:-}" = "--bench" ]; then
+  packages+=(python3-torch python3-numpy)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

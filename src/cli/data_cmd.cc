@@ -1,5 +1,6 @@
 // `fmstack data prepare [--corpus FILE] [--out DIR] [--vocab N]`
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <iostream>
 #include <memory>
@@ -30,8 +31,13 @@ int RunPrepare(const DataArgs& args) {
                            units::FormatBytes(static_cast<double>(text.size())));
   const train::PrepareReport r =
       train::PrepareData(text, args.options, [](const std::string& stage, int64_t d, int64_t t) {
-        std::cerr << fmt::format("\r{}: {}/{} merges", stage, d, t) << (d == t ? "\n" : "")
-                  << std::flush;
+        // On a terminal one line counts up; in a log only the last one lands.
+        if (::isatty(2) == 1) {
+          std::cerr << fmt::format("\r{}: {}/{} merges", stage, d, t) << (d == t ? "\n" : "")
+                    << std::flush;
+        } else if (d == t) {
+          std::cerr << fmt::format("{}: {} merges learned\n", stage, d);
+        }
       });
   TextTable table({"", "train", "held out"});
   table.AddRow({"bytes", units::FormatCount(static_cast<double>(r.train_bytes)),

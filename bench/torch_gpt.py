@@ -1,0 +1,78 @@
+#!/usr/bin/python3
+"""The peer program for bench/train: the same GPT-2-style model, batch and
+sequence length trained in PyTorch on the CPU (Debian python3-torch).
+
+Prints one JSON line: {"tokens_per_s": ..., "torch": version, "threads": n}.
+"""
+import argparse, json, math, time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, C, NH, Fh):
+        super().__init__()
+        self.ln_1, self.ln_2 = nn.LayerNorm(C), nn.LayerNorm(C)
+        self.c_attn, self.c_proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+        self.c_fc, self.mlp_proj = nn.Linear(C, Fh), nn.Linear(Fh, C)
+        self.NH = NH
+
+    def forward(self, x, mask):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.NH, C // self.NH).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.NH)
+        att = F.softmax(att.masked_fill(mask[:T, :T] == 0, float("-inf")), dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        x = x + self.c_proj(y)
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, L, C, NH, Fh, V, T):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
+        self.h = nn.ModuleList(Block(C, NH, Fh) for _ in range(L))
+        self.ln_f = nn.LayerNorm(C)
+        self.register_buffer("mask", torch.tril(torch.ones(T, T)))
+
+    def forward(self, idx, targets):
+        B, T = idx.shape
+        x = self.wte(idx) + self.wpe(torch.arange(T))
+        for block in self.h:
+            x = block(x, self.mask)
+        logits = self.ln_f(x) @ self.wte.weight.t()  # tied LM head
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    for name in ("layers", "hidden", "heads", "ffn", "vocab", "batch", "seq", "steps", "threads"):
+        p.add_argument("--" + name, type=int, required=True)
+    a = p.parse_args()
+    torch.manual_seed(0)
+    torch.set_num_threads(a.threads)
+    model = GPT(a.layers, a.hidden, a.heads, a.ffn, a.vocab, a.seq)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    idx = torch.randint(0, a.vocab, (a.batch, a.seq))
+    targets = torch.randint(0, a.vocab, (a.batch, a.seq))
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        model(idx, targets).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+    step()  # warm-up
+    start = time.perf_counter()
+    for _ in range(a.steps):
+        step()
+    seconds = time.perf_counter() - start
+    print(json.dumps({"tokens_per_s": a.steps * a.batch * a.seq / seconds,
+                      "torch": torch.__version__, "threads": torch.get_num_threads()}))
+
+
+if __name__ == "__main__":
+    main()

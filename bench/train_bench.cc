@@ -1,0 +1,139 @@
+// bench_train: the CPU trainer against this machine's own limits and a peer.
+//   - sgemm GFLOP/s on exactly the model's matmul shapes (OpenBLAS, same threads)
+//   - the trainer's achieved model FLOP/s (6 x matmul weights + attention per
+//     token), and the ratio of the two (target >= 0.5)
+//   - tokens/s of the same model, batch and sequence in PyTorch (CPU), and the
+//     ratio (target >= 1.5)
+//   - peak RSS against params + grads + 2 Adam moments + activations as
+//     workload/ counts them (target: within 10%)
+// Usage: bench_train [--model gpt-mini|gpt2-124m] [--batch 4] [--seq 256] [--steps N]
+//        [--threads N] [--no-torch]
+#include <fmt/format.h>
+#include <stdio.h>
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "gpt/sgemm_peak.h"
+#include "train/trainer.h"
+#include "util/random.h"
+#include "util/text_table.h"
+#include "util/units.h"
+#include "workload/memory.h"
+#include "workload/presets.h"
+
+namespace {
+
+using namespace fmstack;
+
+double PeakRssBytes() {  // VmHWM: the high-water mark of resident memory
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) * 1024.0;
+  }
+  return 0;
+}
+
+double TorchTokensPerSecond(const workload::TransformerShape& s, int64_t B, int64_t T,
+                            int64_t steps, int threads, const std::string& script) {
+  const std::string cmd = fmt::format(
+      "/usr/bin/python3 {} --layers {} --hidden {} --heads {} --ffn {} --vocab {} --batch {} "
+      "--seq {} --steps {} --threads {} 2>&1",
+      script, s.layers, s.hidden, s.heads, s.ffn_hidden, s.vocab, B, T, steps, threads);
+  struct Closer {
+    void operator()(FILE* f) const { ::pclose(f); }
+  };
+  std::unique_ptr<FILE, Closer> pipe(::popen(cmd.c_str(), "r"));
+  std::string out;
+  char buf[4096];
+  size_t n = 0;
+  while (pipe && (n = std::fread(buf, 1, sizeof(buf), pipe.get())) > 0) out.append(buf, n);
+  const size_t brace = out.rfind('{');
+  if (brace == std::string::npos) {
+    std::cerr << "PyTorch peer failed (install python3-torch: scripts/bootstrap.sh --bench):\n"
+              << out;
+    return 0;
+  }
+  return nlohmann::json::parse(out.substr(brace)).at("tokens_per_s").get<double>();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_train: the CPU GPT trainer vs measured sgemm and PyTorch"};
+  std::string model = "gpt-mini";
+  int64_t B = 4, T = 256, steps = 0;
+  int threads = 0;
+  bool no_torch = false;
+  std::string script = std::string(FMSTACK_SOURCE_DIR) + "/bench/torch_gpt.py";
+  app.add_option("--model", model, "model preset")->check(CLI::IsMember({"gpt-mini", "gpt2-124m"}));
+  app.add_option("--batch", B)->check(CLI::PositiveNumber);
+  app.add_option("--seq", T)->check(CLI::PositiveNumber);
+  app.add_option("--steps", steps, "timed steps (default: 10 for gpt-mini, 4 for gpt2-124m)");
+  app.add_option("--threads", threads, "0 = all cores");
+  app.add_flag("--no-torch", no_torch, "skip the PyTorch peer");
+  CLI11_PARSE(app, argc, argv);
+  if (steps == 0) steps = model == "gpt-mini" ? 10 : 4;
+
+  gpt::SetCpuThreads(threads);
+  workload::TransformerShape shape = *workload::FindPreset(model);
+  shape.seq_len = T;
+  const std::string data_path = "/tmp/bench_train_tokens.bin";
+  {
+    Rng rng(1);
+    std::vector<int32_t> tokens(1 << 20);
+    for (int32_t& t : tokens) t = static_cast<int32_t>(rng.Below(shape.vocab));
+    train::WriteTokenFile(data_path, tokens, shape.vocab);
+  }
+  const train::TokenFile data = train::TokenFile::Load(data_path);
+  train::TrainConfig config;
+  config.shape = shape;
+  config.micro_batch = B;
+  config.steps = steps + 1;
+  config.optim.lr = 1e-4;
+  train::Trainer trainer(config, data);
+  trainer.Step();  // warm-up: first touch of every buffer
+  double seconds = 0;
+  for (int64_t i = 0; i < steps; ++i) {
+    seconds += trainer.Step().seconds;
+    std::cerr << fmt::format("\rfmstack step {}/{}", i + 1, steps) << std::flush;
+  }
+  std::cerr << "\n";
+  const double rss = PeakRssBytes();
+  const double tok_s = static_cast<double>(steps * B * T) / seconds;
+  const double flops_per_token = workload::TrainingFlopsPerToken(shape).detailed;
+  const double model_gflops = tok_s * flops_per_token / 1e9;
+  const double sgemm = gpt::MeasureSgemmGflops(
+      gpt::TrainingGemms(B * T, shape.hidden, shape.ffn_hidden, shape.vocab));
+  const double torch_tok_s =
+      no_torch ? 0 : TorchTokensPerSecond(shape, B, T, steps, gpt::CpuThreads(), script);
+
+  const double params = static_cast<double>(workload::CountParams(shape).total);
+  const double state = 4 * 4 * params;  // fp32 params, grads, m, v
+  const double acts = workload::ReferenceTrainerActivationBytes(shape, B, T);
+  TextTable t({"metric", "value", "ratio", "target"});
+  t.AddRow({"model",
+            fmt::format("{} ({} params), batch {} x {}, {} threads", model,
+                        units::FormatCount(params), B, T, gpt::CpuThreads()),
+            "", ""});
+  t.AddRow({"sgemm on the model's shapes", fmt::format("{:.1f} GFLOP/s", sgemm), "", ""});
+  t.AddRow({"trainer model FLOP/s", fmt::format("{:.1f} GFLOP/s", model_gflops),
+            fmt::format("{:.2f} of sgemm", model_gflops / sgemm), ">= 0.50"});
+  t.AddRow({"fmstack tokens/s", fmt::format("{:.0f}", tok_s), "", ""});
+  if (torch_tok_s > 0) {
+    t.AddRow({"PyTorch tokens/s", fmt::format("{:.0f}", torch_tok_s),
+              fmt::format("{:.2f}x PyTorch", tok_s / torch_tok_s), ">= 1.50x"});
+  }
+  t.AddRow({"state (params+grads+m+v)", units::FormatBytes(state), "", ""});
+  t.AddRow({"activations (workload/)", units::FormatBytes(acts), "", ""});
+  t.AddRow({"peak RSS", units::FormatBytes(rss),
+            fmt::format("{:.3f} of state+activations", rss / (state + acts)), "<= 1.10"});
+  std::cout << t.RenderText();
+  return 0;
+}
