@@ -1,14 +1,13 @@
 #include "train/token_file.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
 #include <xxhash.h>
 
 #include <array>
 #include <cstring>
 #include <fstream>
 
+#include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/random.h"
 
@@ -47,30 +46,10 @@ void WriteTokenFile(const std::string& path, std::span<const int32_t> tokens, in
   Put<uint64_t>(header, 16, body.size());
   Put<uint64_t>(header, 24, XXH3_64bits(body.data(), body.size() * sizeof(uint16_t)));
 
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw Error(fmt::format("{}: cannot create: {}", tmp, std::strerror(errno)));
-  auto write_all = [&](const void* data, size_t n) {
-    const char* p = static_cast<const char*>(data);
-    while (n > 0) {
-      const ssize_t w = ::write(fd, p, n);
-      if (w < 0) {
-        const int err = errno;
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        throw Error(fmt::format("{}: write failed: {}", tmp, std::strerror(err)));
-      }
-      p += w, n -= static_cast<size_t>(w);
-    }
-  };
-  write_all(header.data(), header.size());
-  write_all(body.data(), body.size() * sizeof(uint16_t));
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    throw Error(fmt::format("{}: fsync/close failed: {}", tmp, std::strerror(errno)));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    throw Error(fmt::format("{}: cannot rename into place: {}", path, std::strerror(errno)));
-  }
+  AtomicFileWriter w(path);
+  w.Write(header.data(), header.size());
+  w.Write(body.data(), body.size() * sizeof(uint16_t));
+  w.Commit();
 }
 
 TokenFile TokenFile::Load(const std::string& path) {

@@ -1,14 +1,13 @@
 #include "train/train_state.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
 #include <xxhash.h>
 
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace fmstack::train {
@@ -20,45 +19,6 @@ constexpr const char* kArrays[] = {"params", "m", "v"};
 int64_t Padded(int64_t n) {
   return (n + 63) / 64 * 64;
 }
-
-class FdWriter {
- public:
-  explicit FdWriter(std::string path) : path_(std::move(path)) {
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd_ < 0) Fail("cannot create");
-  }
-  ~FdWriter() {
-    if (fd_ >= 0) {
-      ::close(fd_);
-      ::unlink(path_.c_str());  // not committed: leave nothing half-written
-    }
-  }
-  FdWriter(const FdWriter&) = delete;
-  FdWriter& operator=(const FdWriter&) = delete;
-
-  void Write(const void* data, size_t n) {
-    const char* p = static_cast<const char*>(data);
-    while (n > 0) {
-      const ssize_t w = ::write(fd_, p, n);
-      if (w < 0) Fail("write failed");
-      p += w, n -= static_cast<size_t>(w);
-    }
-  }
-  // fsync, close, rename over `final_path`: the commit point.
-  void Commit(const std::string& final_path) {
-    if (::fsync(fd_) != 0) Fail("fsync failed");
-    if (::close(fd_) != 0) Fail("close failed");
-    fd_ = -1;
-    if (std::rename(path_.c_str(), final_path.c_str()) != 0) Fail("rename failed");
-  }
-
- private:
-  [[noreturn]] void Fail(const char* what) {
-    throw Error(fmt::format("{}: {}: {}", path_, what, std::strerror(errno)));
-  }
-  std::string path_;
-  int fd_ = -1;
-};
 
 nlohmann::json ShapeJson(const workload::TransformerShape& s) {
   return {{"name", s.name},      {"layers", s.layers},         {"hidden", s.hidden},
@@ -140,14 +100,14 @@ void SaveTrainState(const std::string& path, const workload::TransformerShape& s
   for (int i = 0; i < 3; ++i) j["xxh3"][kArrays[i]] = HashFloats(arrays[i]);
   const std::string text = j.dump();
   const uint64_t length = text.size();
-  FdWriter w(path + ".tmp");
+  AtomicFileWriter w(path);
   w.Write(kMagic, 8);
   w.Write(&length, 8);
   w.Write(text.data(), text.size());
   const std::string pad(Padded(16 + static_cast<int64_t>(length)) - 16 - length, '\0');
   w.Write(pad.data(), pad.size());
   for (const auto& a : arrays) w.Write(a.data(), a.size_bytes());
-  w.Commit(path);
+  w.Commit();
 }
 
 TrainStateHeader ReadTrainStateHeader(const std::string& path) {

@@ -27,7 +27,6 @@ struct TrainConfig {
   uint64_t seed = 1337;
   OptimConfig optim;
 
-  int64_t seq_len() const { return shape.seq_len; }
   int64_t tokens_per_step() const { return micro_batch * grad_accum * shape.seq_len; }
 };
 
