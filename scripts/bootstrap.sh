@@ -9,11 +9,11 @@ packages=(
   libtomlplusplus-dev libcli11-dev libfmt-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-jsonschema
-  libopenblas-openmp-dev bible-kjv libxxhash-dev
+  libopenblas-openmp-dev bible-kjv libxxhash-dev libgloo-dev
 )
 
 if [ "${1:-}" = "--bench" ]; then
-  packages+=(python3-torch python3-numpy)
+  packages+=(python3-torch python3-numpy openmpi-bin libopenmpi-dev)
 fi
 
 missing=()

@@ -1,0 +1,301 @@
+#include "comm/gloo_comm.h"
+
+#include <fmt/format.h>
+#include <gloo/allgatherv.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <iterator>
+#include <set>
+
+#include "comm/reduce.h"
+
+namespace fmstack::comm {
+namespace {
+
+void SumBf16(void* c, const void* a, const void* b, size_t n) {
+  auto* out = static_cast<Bf16*>(c);
+  const auto* x = static_cast<const Bf16*>(a);
+  const auto* y = static_cast<const Bf16*>(b);
+  for (size_t i = 0; i < n; ++i) out[i] = ToBf16(FromBf16(x[i]) + FromBf16(y[i]));
+}
+
+void SumF32(void* c, const void* a, const void* b, size_t n) {
+  auto* out = static_cast<float*>(c);
+  const auto* x = static_cast<const float*>(a);
+  const auto* y = static_cast<const float*>(b);
+  for (size_t i = 0; i < n; ++i) out[i] = x[i] + y[i];
+}
+
+// The supervisor writes "<rank> <reason>" under FailureKey(generation).
+std::pair<int, std::string> ParseFailure(const std::string& v) {
+  const size_t sp = v.find(' ');
+  try {
+    return {std::stoi(v.substr(0, sp)), sp == std::string::npos ? "" : v.substr(sp + 1)};
+  } catch (const std::exception&) {
+    return {-1, v};
+  }
+}
+
+// Open socket descriptors of this process.
+std::set<int> OpenSockets() {
+  std::set<int> fds;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    const int fd = std::atoi(entry.path().filename().c_str());
+    struct stat st {};
+    if (::fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) fds.insert(fd);
+  }
+  return fds;
+}
+
+}  // namespace
+
+GlooCommunicator::GlooCommunicator(GlooOptions options) : options_(std::move(options)) {
+  if (options_.size <= 1) return;
+  // Gloo writes to its sockets without MSG_NOSIGNAL, so a dead peer would
+  // kill this process with SIGPIPE instead of failing the collective.
+  struct sigaction old {};
+  if (::sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
+    ::signal(SIGPIPE, SIG_IGN);
+  }
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = options_.hostname;
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    context_ = std::make_shared<gloo::rendezvous::Context>(options_.rank, options_.size);
+    context_->setTimeout(options_.timeout);
+    gloo::rendezvous::PrefixStore store(options_.prefix, *options_.store);
+    // Gloo has no abort. Shutting down its sockets makes Gloo's own event loop
+    // see every connection end, which fails the operations pending on them,
+    // here and on the peers. The sockets are the ones the mesh opened.
+    const std::set<int> before = OpenSockets();
+    context_->connectFullMesh(store, device);
+    std::ranges::set_difference(OpenSockets(), before, std::back_inserter(sockets_));
+  } catch (const std::exception& e) {
+    throw CommError(fmt::format("gloo: rank {} of {} could not connect group '{}' on {}: {}",
+                                JobRank(options_.rank), options_.size, options_.prefix,
+                                options_.hostname, e.what()),
+                    -1);
+  }
+}
+
+GlooCommunicator::~GlooCommunicator() = default;
+
+int GlooCommunicator::JobRank(int group_rank) const {
+  return options_.job_ranks.empty() ? group_rank : options_.job_ranks[group_rank];
+}
+
+void GlooCommunicator::Abort(const std::string& reason) {
+  {
+    std::lock_guard lock(abort_mu_);
+    if (aborted_.exchange(true)) return;
+    abort_reason_ = reason;
+  }
+  // Closing our side of every pair makes the peers' pending operations fail
+  // within milliseconds, so one abort spreads through the group.
+  for (const int fd : sockets_) ::shutdown(fd, SHUT_RDWR);
+}
+
+void GlooCommunicator::Fail(const char* op, const std::string& transport_error) {
+  // A dead peer shows up as a closed connection, but so does every survivor
+  // that gave up before us; only the supervisor knows who died first.
+  int failed = -1;
+  std::string why;
+  try {
+    if (auto v = options_.store->TryGet(FailureKey(options_.generation),
+                                        std::chrono::milliseconds(1500))) {
+      std::tie(failed, why) = ParseFailure(*v);
+    }
+  } catch (const std::exception&) {
+    why = "the supervisor's store is unreachable too";
+  }
+  Abort(fmt::format("{} failed", op));
+  const std::string who = failed >= 0 ? fmt::format("rank {} failed ({})", failed, why)
+                                      : "a peer was lost or timed out, and no rank was "
+                                        "reported dead";
+  throw CommError(fmt::format("{} on rank {} (group '{}', generation {}): {}; gloo: {}", op,
+                              JobRank(options_.rank), options_.prefix, options_.generation, who,
+                              transport_error),
+                  failed);
+}
+
+template <typename Fn>
+void GlooCommunicator::Guarded(const char* op, Fn&& fn) {
+  if (aborted_) {
+    std::lock_guard lock(abort_mu_);
+    throw CommError(fmt::format("{} on rank {}: communicator was aborted: {}", op,
+                                JobRank(options_.rank), abort_reason_),
+                    abort_rank_);
+  }
+  if (options_.size <= 1) return;
+  try {
+    fn();
+  } catch (const CommError&) {
+    throw;
+  } catch (const std::exception& e) {
+    Fail(op, e.what());
+  }
+}
+
+void GlooCommunicator::AllReduce(View buf, ReduceOp op) {
+  Guarded("allreduce", [&] {
+    if (buf.count == 0) return;
+    gloo::AllreduceOptions opts(context_);
+    if (buf.dtype == DType::kF32) {
+      opts.setOutput(reinterpret_cast<float*>(buf.data), buf.count);
+      opts.setReduceFunction(&SumF32);
+    } else {
+      opts.setOutput(reinterpret_cast<uint16_t*>(buf.data), buf.count);
+      opts.setReduceFunction(&SumBf16);
+    }
+    opts.setAlgorithm(buf.bytes() < options_.small_message_bytes
+                          ? gloo::AllreduceOptions::Algorithm::BCUBE
+                          : gloo::AllreduceOptions::Algorithm::RING);
+    opts.setTimeout(options_.timeout);
+    gloo::allreduce(opts);
+  });
+  if (op == ReduceOp::kAvg) ScaleInPlace(buf.data, buf.count, buf.dtype, 1.0 / size());
+}
+
+void GlooCommunicator::ReduceScatterRanges(View buf, const std::vector<Range>& ranges,
+                                           ReduceOp op) {
+  const int n = size(), r = rank();
+  Guarded("reduce_scatter", [&] {
+    size_t max_count = 0;
+    for (const Range& g : ranges) max_count = std::max(max_count, g.count);
+    const size_t es = DTypeSize(buf.dtype);
+    scratch_.resize(std::max<size_t>(1, max_count * es));
+    auto in = context_->createUnboundBuffer(buf.data, std::max<size_t>(1, buf.bytes()));
+    auto tmp = context_->createUnboundBuffer(scratch_.data(), scratch_.size());
+    const uint64_t slot = context_->nextSlot(n);
+    const int next = (r + 1) % n, prev = (r + n - 1) % n;
+    // After step s, this rank holds the partial sum of chunk (r - s - 2) over
+    // s + 2 ranks; after n - 1 steps, chunk r summed over all of them.
+    for (int s = 0; s < n - 1; ++s) {
+      const Range& send = ranges[(r - s - 1 + 2 * n) % n];
+      const Range& recv = ranges[(r - s - 2 + 2 * n) % n];
+      if (send.count > 0) in->send(next, slot + s, send.begin * es, send.count * es);
+      if (recv.count > 0) tmp->recv(prev, slot + s, 0, recv.count * es);
+      if (recv.count > 0 && !tmp->waitRecv(options_.timeout)) throw Error("receive aborted");
+      if (send.count > 0 && !in->waitSend(options_.timeout)) throw Error("send aborted");
+      AddInto(buf.data + recv.begin * es, scratch_.data(), recv.count, buf.dtype);
+    }
+  });
+  if (op == ReduceOp::kAvg) {
+    const Range& mine = ranges[r];
+    ScaleInPlace(buf.data + mine.begin * DTypeSize(buf.dtype), mine.count, buf.dtype, 1.0 / n);
+  }
+}
+
+void GlooCommunicator::ReduceScatter(View in, View out, ReduceOp op) {
+  CheckSameType(in, out, "reduce_scatter");
+  const Range mine = ShardOf(in.count, size(), rank());
+  if (out.count != mine.count) {
+    throw CommError(fmt::format("reduce_scatter on rank {}: output has {} elements, its shard "
+                                "of {} has {}",
+                                rank(), out.count, in.count, mine.count),
+                    -1);
+  }
+  std::vector<Range> ranges(size());
+  for (int i = 0; i < size(); ++i) ranges[i] = ShardOf(in.count, size(), i);
+  ReduceScatterRanges(in, ranges, op);
+  std::memmove(out.data, in.data + mine.begin * DTypeSize(in.dtype), out.bytes());
+}
+
+void GlooCommunicator::AllGatherRanges(View in, View out, const std::vector<Range>& ranges) {
+  Guarded("allgather", [&] {
+    std::vector<size_t> counts(ranges.size());
+    for (size_t i = 0; i < ranges.size(); ++i) counts[i] = ranges[i].count;
+    gloo::AllgathervOptions opts(context_);
+    if (in.dtype == DType::kF32) {
+      opts.setInput(reinterpret_cast<float*>(in.data), in.count);
+      opts.setOutput(reinterpret_cast<float*>(out.data), counts);
+    } else {
+      opts.setInput(reinterpret_cast<uint16_t*>(in.data), in.count);
+      opts.setOutput(reinterpret_cast<uint16_t*>(out.data), counts);
+    }
+    opts.setTimeout(options_.timeout);
+    gloo::allgatherv(opts);
+  });
+  if (size() <= 1 && out.data != in.data) std::memmove(out.data, in.data, in.bytes());
+}
+
+void GlooCommunicator::AllGather(View in, View out) {
+  CheckSameType(in, out, "allgather");
+  std::vector<Range> ranges(size());
+  for (int i = 0; i < size(); ++i) ranges[i] = ShardOf(out.count, size(), i);
+  if (in.count != ranges[rank()].count) {
+    throw CommError(fmt::format("allgather on rank {}: input has {} elements, its shard of {} "
+                                "has {}",
+                                rank(), in.count, out.count, ranges[rank()].count),
+                    -1);
+  }
+  // Gloo copies the input into place itself; an input that already is its
+  // place in the output is copied aside first.
+  std::vector<std::byte> copy;
+  if (in.data == out.data + ranges[rank()].begin * DTypeSize(in.dtype) && size() > 1) {
+    copy.assign(in.data, in.data + in.bytes());
+    in.data = copy.data();
+  }
+  AllGatherRanges(in, out, ranges);
+}
+
+void GlooCommunicator::Broadcast(View buf, int root) {
+  Guarded("broadcast", [&] {
+    if (buf.count == 0) return;
+    gloo::BroadcastOptions opts(context_);
+    if (buf.dtype == DType::kF32) {
+      opts.setOutput(reinterpret_cast<float*>(buf.data), buf.count);
+    } else {
+      opts.setOutput(reinterpret_cast<uint16_t*>(buf.data), buf.count);
+    }
+    opts.setRoot(root);
+    opts.setTimeout(options_.timeout);
+    gloo::broadcast(opts);
+  });
+}
+
+void GlooCommunicator::AllToAll(View in, View out) {
+  CheckSameType(in, out, "alltoall");
+  if (in.count != out.count || in.count % size() != 0) {
+    throw CommError(fmt::format("alltoall on rank {}: {} in, {} out; both must be the same "
+                                "multiple of the group size {}",
+                                rank(), in.count, out.count, size()),
+                    -1);
+  }
+  Guarded("alltoall", [&] {
+    gloo::AlltoallOptions opts(context_);
+    if (in.dtype == DType::kF32) {
+      opts.setInput(reinterpret_cast<float*>(in.data), in.count);
+      opts.setOutput(reinterpret_cast<float*>(out.data), out.count);
+    } else {
+      opts.setInput(reinterpret_cast<uint16_t*>(in.data), in.count);
+      opts.setOutput(reinterpret_cast<uint16_t*>(out.data), out.count);
+    }
+    opts.setTimeout(options_.timeout);
+    gloo::alltoall(opts);
+  });
+  if (size() <= 1 && out.data != in.data) std::memmove(out.data, in.data, in.bytes());
+}
+
+void GlooCommunicator::Barrier() {
+  Guarded("barrier", [&] {
+    gloo::BarrierOptions opts(context_);
+    opts.setTimeout(options_.timeout);
+    gloo::barrier(opts);
+  });
+}
+
+}  // namespace fmstack::comm

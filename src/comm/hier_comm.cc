@@ -1,0 +1,254 @@
+#include "comm/hier_comm.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "comm/gloo_comm.h"
+#include "comm/reduce.h"
+#include "comm/shm_comm.h"
+
+namespace fmstack::comm {
+namespace {
+
+class HierarchicalCommunicator final : public Communicator {
+ public:
+  explicit HierarchicalCommunicator(const CommOptions& o)
+      : options_(o), nodes_(o.size / o.local_size), node_(o.rank / o.local_size) {
+    const std::string gen = fmt::format("gen{}", o.generation);
+    ShmOptions s;
+    s.store = o.store;
+    s.prefix = fmt::format("{}/node{}", gen, node_);
+    s.segment = fmt::format("fmstack.{}.n{}.g{}", o.job_id, node_, o.generation);
+    s.rank = o.local_rank;
+    s.size = o.local_size;
+    for (int l = 0; l < o.local_size; ++l) s.job_ranks.push_back(node_ * o.local_size + l);
+    s.generation = o.generation;
+    s.timeout = o.timeout;
+    s.slot_bytes = o.shm_slot_bytes;
+    shm_ = std::make_unique<ShmCommunicator>(std::move(s));
+    if (o.local_rank == 0 && nodes_ > 1) {
+      GlooOptions g;
+      g.store = o.store;
+      g.prefix = gen + "/leaders";
+      g.rank = node_;
+      g.size = nodes_;
+      for (int n = 0; n < nodes_; ++n) g.job_ranks.push_back(n * o.local_size);
+      g.hostname = o.hostname;
+      g.generation = o.generation;
+      g.timeout = o.timeout;
+      leaders_ = std::make_unique<GlooCommunicator>(std::move(g));
+    }
+  }
+
+  int rank() const override { return options_.rank; }
+  int size() const override { return options_.size; }
+  std::string name() const override { return "hierarchical"; }
+
+  void AllReduce(View buf, ReduceOp op) override {
+    Guarded([&] {
+      shm_->Reduce(buf, ReduceOp::kSum, 0);
+      if (leaders_) leaders_->AllReduce(buf, ReduceOp::kSum);
+      shm_->Broadcast(buf, 0);
+    });
+    if (op == ReduceOp::kAvg) ScaleInPlace(buf.data, buf.count, buf.dtype, 1.0 / size());
+  }
+
+  // Inside the node the leader gathers the sum; among leaders each node's
+  // contiguous block of shards is reduce-scattered (half an allreduce's
+  // traffic); inside the node the leader hands the block back out.
+  void ReduceScatter(View in, View out, ReduceOp op) override {
+    CheckSameType(in, out, "reduce_scatter");
+    const size_t es = DTypeSize(in.dtype);
+    const Range mine = ShardOf(in.count, size(), rank());
+    if (out.count != mine.count) {
+      throw CommError(fmt::format("reduce_scatter on rank {}: output has {} elements, its shard "
+                                  "of {} has {}",
+                                  rank(), out.count, in.count, mine.count),
+                      -1);
+    }
+    const std::vector<Range> blocks = NodeBlocks(in.count);
+    Guarded([&] {
+      shm_->Reduce(in, ReduceOp::kSum, 0);
+      if (leaders_) leaders_->ReduceScatterRanges(in, blocks, ReduceOp::kSum);
+      const Range block = blocks[node_];
+      shm_->Broadcast(in.Sub(block.begin, block.count), 0);
+    });
+    std::memmove(out.data, in.data + mine.begin * es, out.bytes());
+    if (op == ReduceOp::kAvg) ScaleInPlace(out.data, out.count, out.dtype, 1.0 / size());
+  }
+
+  void AllGather(View in, View out) override {
+    CheckSameType(in, out, "allgather");
+    const size_t es = DTypeSize(in.dtype);
+    const Range mine = ShardOf(out.count, size(), rank());
+    if (in.count != mine.count) {
+      throw CommError(fmt::format("allgather on rank {}: input has {} elements, its shard of {} "
+                                  "has {}",
+                                  rank(), in.count, out.count, mine.count),
+                      -1);
+    }
+    std::memmove(out.data + mine.begin * es, in.data, in.bytes());
+    std::vector<Range> local(options_.local_size);
+    for (int l = 0; l < options_.local_size; ++l) {
+      local[l] = ShardOf(out.count, size(), node_ * options_.local_size + l);
+    }
+    const std::vector<Range> blocks = NodeBlocks(out.count);
+    Guarded([&] {
+      shm_->AllGatherRanges(out, local);
+      if (leaders_) {
+        const Range b = blocks[node_];
+        std::vector<std::byte> block(out.data + b.begin * es, out.data + b.end() * es);
+        leaders_->AllGatherRanges(View(block.data(), b.count, out.dtype), out, blocks);
+      }
+      if (nodes_ > 1) shm_->Broadcast(out, 0);
+    });
+  }
+
+  void Broadcast(View buf, int root) override {
+    const int root_node = root / options_.local_size;
+    Guarded([&] {
+      if (node_ == root_node) shm_->Broadcast(buf, root % options_.local_size);
+      if (leaders_) leaders_->Broadcast(buf, root_node);
+      if (node_ != root_node) shm_->Broadcast(buf, 0);
+    });
+  }
+
+  // All-to-all is point to point by nature: it goes over a flat Gloo mesh,
+  // built on first use (every rank calls it, so the build is collective too).
+  void AllToAll(View in, View out) override {
+    Guarded([&] {
+      if (!world_) {
+        GlooOptions g;
+        g.store = options_.store;
+        g.prefix = fmt::format("gen{}/world", options_.generation);
+        g.rank = options_.rank;
+        g.size = options_.size;
+        g.hostname = options_.hostname;
+        g.generation = options_.generation;
+        g.timeout = options_.timeout;
+        world_ = std::make_unique<GlooCommunicator>(std::move(g));
+      }
+      world_->AllToAll(in, out);
+    });
+  }
+
+  void Barrier() override {
+    Guarded([&] {
+      shm_->Barrier();
+      if (leaders_) leaders_->Barrier();
+      shm_->Barrier();
+    });
+  }
+
+  void Abort(const std::string& reason) override {
+    shm_->Abort(reason);
+    if (leaders_) leaders_->Abort(reason);
+    if (world_) world_->Abort(reason);
+  }
+
+ private:
+  // Node n's block: the shards of its ranks, contiguous because ranks are
+  // numbered node-major.
+  std::vector<Range> NodeBlocks(size_t n) const {
+    std::vector<Range> blocks(nodes_);
+    for (int k = 0; k < nodes_; ++k) {
+      const Range first = ShardOf(n, size(), k * options_.local_size);
+      const Range last = ShardOf(n, size(), (k + 1) * options_.local_size - 1);
+      blocks[k] = Range{first.begin, last.end() - first.begin};
+    }
+    return blocks;
+  }
+
+  // A failure in one layer is pushed into the others, so that ranks blocked
+  // on this node's segment or on another node's leader fail fast too, with
+  // the same diagnosis.
+  template <typename Fn>
+  void Guarded(Fn&& fn) {
+    try {
+      fn();
+    } catch (const CommError& e) {
+      shm_->Abort(e.what(), e.failed_rank());
+      if (leaders_) leaders_->Abort(e.what());
+      if (world_) world_->Abort(e.what());
+      throw;
+    }
+  }
+
+  CommOptions options_;
+  int nodes_, node_;
+  std::unique_ptr<ShmCommunicator> shm_;
+  std::unique_ptr<GlooCommunicator> leaders_, world_;
+};
+
+std::string Env(const char* name, const char* fallback = nullptr) {
+  const char* v = std::getenv(name);
+  if (v != nullptr && *v != '\0') return v;
+  if (fallback != nullptr) return fallback;
+  throw Error(
+      fmt::format("environment variable {} is not set (start workers with `fmstack run`, "
+                  "or set RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR "
+                  "and MASTER_PORT as torchrun does)",
+                  name));
+}
+
+int64_t EnvInt(const char* name, const char* fallback = nullptr) {
+  const std::string v = Env(name, fallback);
+  char* end = nullptr;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (end == v.c_str() || *end != '\0' || x < 0) {
+    throw Error(fmt::format("environment variable {}='{}' is not a non-negative integer", name, v));
+  }
+  return x;
+}
+
+}  // namespace
+
+CommOptions OptionsFromEnv() {
+  CommOptions o;
+  o.rank = static_cast<int>(EnvInt("RANK"));
+  o.size = static_cast<int>(EnvInt("WORLD_SIZE"));
+  o.local_rank = static_cast<int>(EnvInt("LOCAL_RANK"));
+  o.local_size = static_cast<int>(EnvInt("LOCAL_WORLD_SIZE"));
+  o.job_id = Env("FMSTACK_JOB_ID", "job");
+  o.generation = EnvInt("FMSTACK_GENERATION", "0");
+  o.hostname = Env("FMSTACK_HOST", "127.0.0.1");
+  o.transport = Env("FMSTACK_COMM_TRANSPORT", "auto");
+  o.timeout = std::chrono::milliseconds(EnvInt("FMSTACK_COMM_TIMEOUT_MS", "60000"));
+  const std::string addr = Env("MASTER_ADDR");
+  const auto port = EnvInt("MASTER_PORT");
+  if (port == 0 || port > 65535) throw Error(fmt::format("MASTER_PORT={} is not a port", port));
+  o.store = std::make_shared<TcpStore>(addr, static_cast<uint16_t>(port));
+  return o;
+}
+
+std::unique_ptr<Communicator> Connect(const CommOptions& o) {
+  if (o.size < 1 || o.rank >= o.size || o.local_size < 1 || o.local_rank >= o.local_size ||
+      o.size % o.local_size != 0 || o.rank % o.local_size != o.local_rank) {
+    throw Error(
+        fmt::format("inconsistent layout: RANK={} WORLD_SIZE={} LOCAL_RANK={} "
+                    "LOCAL_WORLD_SIZE={} (ranks must be node-major, every node with "
+                    "LOCAL_WORLD_SIZE ranks)",
+                    o.rank, o.size, o.local_rank, o.local_size));
+  }
+  if (o.transport == "gloo") {
+    GlooOptions g;
+    g.store = o.store;
+    g.prefix = fmt::format("gen{}/world", o.generation);
+    g.rank = o.rank;
+    g.size = o.size;
+    g.hostname = o.hostname;
+    g.generation = o.generation;
+    g.timeout = o.timeout;
+    return std::make_unique<GlooCommunicator>(std::move(g));
+  }
+  if (o.transport != "auto") {
+    throw Error(
+        fmt::format("FMSTACK_COMM_TRANSPORT='{}': expected \"auto\" or \"gloo\"", o.transport));
+  }
+  return std::make_unique<HierarchicalCommunicator>(o);
+}
+
+}  // namespace fmstack::comm

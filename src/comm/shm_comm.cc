@@ -1,0 +1,356 @@
+#include "comm/shm_comm.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <fstream>
+
+#include "comm/reduce.h"
+
+namespace fmstack::comm {
+namespace {
+
+constexpr uint32_t kMagic = 0x464d5348;  // "FMSH"
+constexpr int kMaxLocal = 256;
+
+void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::microseconds t) {
+  timespec ts{static_cast<time_t>(t.count() / 1000000),
+              static_cast<long>(t.count() % 1000000) * 1000};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void FutexWakeAll(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+// True once the process is gone or a zombie waiting to be reaped.
+bool ProcessDead(int pid) {
+  if (pid <= 0) return false;
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  const size_t close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
+}
+
+}  // namespace
+
+struct ShmCommunicator::Header {
+  uint32_t magic;
+  int32_t size;
+  uint64_t slot_bytes;
+  alignas(64) std::atomic<uint32_t> arrived;
+  alignas(64) std::atomic<uint32_t> epoch;  // the futex word of the barrier
+  alignas(64) std::atomic<int32_t> aborted;
+  std::atomic<int32_t> abort_rank;
+  char abort_reason[256];
+  std::atomic<int32_t> pids[kMaxLocal];
+};
+
+size_t ShmCommunicator::HeaderBytes() {
+  return (sizeof(Header) + 4095) / 4096 * 4096;
+}
+
+ShmCommunicator::ShmCommunicator(ShmOptions options) : options_(std::move(options)) {
+  const int P = options_.size;
+  if (P > kMaxLocal)
+    throw CommError(fmt::format("shm: {} ranks on one node, at most {}", P, kMaxLocal), -1);
+  options_.slot_bytes = options_.slot_bytes / 64 * 64;
+  mapped_bytes_ = HeaderBytes() + static_cast<size_t>(P) * options_.slot_bytes;
+  const std::string name = "/" + options_.segment;
+  const std::string ready_key = options_.prefix + "/shm_ready";
+  int fd = -1;
+  if (options_.rank == 0) {
+    ::shm_unlink(name.c_str());  // a stale segment of a crashed run
+    fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0)
+      throw CommError(fmt::format("shm: cannot create /dev/shm{}: {}", name, std::strerror(errno)),
+                      -1);
+    // Reserve the pages now so that a full /dev/shm is an error here, not a
+    // SIGBUS in the middle of a collective.
+    const int err = ::posix_fallocate(fd, 0, static_cast<off_t>(mapped_bytes_));
+    if (err != 0) {
+      ::close(fd);
+      ::shm_unlink(name.c_str());
+      throw CommError(fmt::format("shm: cannot reserve {} bytes in /dev/shm{}: {}", mapped_bytes_,
+                                  name, std::strerror(err)),
+                      -1);
+    }
+  } else {
+    options_.store->Get(ready_key, options_.timeout);
+    fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0)
+      throw CommError(fmt::format("shm: cannot open /dev/shm{}: {}", name, std::strerror(errno)),
+                      -1);
+  }
+  void* p = ::mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED)
+    throw CommError(fmt::format("shm: mmap of {} bytes: {}", mapped_bytes_, std::strerror(errno)),
+                    -1);
+  header_ = static_cast<Header*>(p);
+  if (options_.rank == 0) {
+    header_->magic = kMagic;
+    header_->size = P;
+    header_->slot_bytes = options_.slot_bytes;
+    header_->arrived = 0;
+    header_->epoch = 0;
+    header_->aborted = 0;
+    header_->abort_rank = -1;
+    options_.store->Set(ready_key, name);
+  } else if (header_->magic != kMagic || header_->size != P) {
+    throw CommError(fmt::format("shm: segment {} was made for {} ranks, this node has {}", name,
+                                header_->size, P),
+                    -1);
+  }
+  header_->pids[options_.rank] = static_cast<int32_t>(::getpid());
+  Wait("attach");
+  // Everyone is attached: the name can go, so nothing is left in /dev/shm
+  // whatever happens to the processes later.
+  if (options_.rank == 0) ::shm_unlink(name.c_str());
+}
+
+ShmCommunicator::~ShmCommunicator() {
+  if (header_ != nullptr) ::munmap(header_, mapped_bytes_);
+}
+
+std::byte* ShmCommunicator::Slot(int r) const {
+  return reinterpret_cast<std::byte*>(header_) + HeaderBytes() +
+         static_cast<size_t>(r) * options_.slot_bytes;
+}
+
+int ShmCommunicator::JobRank(int local) const {
+  return options_.job_ranks.empty() ? local : options_.job_ranks[local];
+}
+
+void ShmCommunicator::CheckAborted(const char* op) const {
+  // 2 means an abort is being written; it is acted on once published as 1.
+  if (header_->aborted.load(std::memory_order_acquire) != 1) return;
+  const int who = header_->abort_rank.load();
+  throw CommError(fmt::format("{} on rank {}: {}", op, JobRank(options_.rank),
+                              std::string(header_->abort_reason)),
+                  who);
+}
+
+void ShmCommunicator::Abort(const std::string& reason) {
+  Abort(fmt::format("aborted by rank {}: {}", JobRank(options_.rank), reason), -1);
+}
+
+void ShmCommunicator::Abort(const std::string& reason, int failed_rank) {
+  int32_t expected = 0;
+  if (header_->aborted.compare_exchange_strong(expected, 2)) {
+    std::snprintf(header_->abort_reason, sizeof header_->abort_reason, "%s", reason.c_str());
+    header_->abort_rank = failed_rank;
+    header_->aborted.store(1, std::memory_order_release);
+  }
+  header_->epoch.fetch_add(1);  // wakes waiters, who then see the abort
+  FutexWakeAll(&header_->epoch);
+}
+
+void ShmCommunicator::Wait(const char* op) {
+  CheckAborted(op);
+  const int P = options_.size;
+  if (P == 1) return;
+  const uint32_t epoch = header_->epoch.load(std::memory_order_acquire);
+  if (header_->arrived.fetch_add(1, std::memory_order_acq_rel) == static_cast<uint32_t>(P - 1)) {
+    header_->arrived.store(0, std::memory_order_relaxed);
+    header_->epoch.fetch_add(1, std::memory_order_release);
+    FutexWakeAll(&header_->epoch);
+    return;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto next_check = start;
+  for (int spin = 0; header_->epoch.load(std::memory_order_acquire) == epoch; ++spin) {
+    if (spin < 2000) {
+      __builtin_ia32_pause();
+      continue;
+    }
+    if (spin < 2010) {
+      sched_yield();
+      continue;
+    }
+    FutexWait(&header_->epoch, epoch, std::chrono::microseconds(2000));
+    CheckAborted(op);
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_check) continue;
+    next_check = now + std::chrono::milliseconds(20);
+    for (int r = 0; r < P; ++r) {
+      if (r != options_.rank && ProcessDead(header_->pids[r].load())) {
+        const std::string why = fmt::format("rank {} (local rank {}, pid {}) died", JobRank(r), r,
+                                            header_->pids[r].load());
+        int32_t expected = 0;
+        if (header_->aborted.compare_exchange_strong(expected, 2)) {
+          std::snprintf(header_->abort_reason, sizeof header_->abort_reason, "%s", why.c_str());
+          header_->abort_rank = JobRank(r);
+          header_->aborted.store(1, std::memory_order_release);
+          FutexWakeAll(&header_->epoch);
+        }
+        throw CommError(fmt::format("{} on rank {}: {}", op, JobRank(options_.rank), why),
+                        JobRank(r));
+      }
+    }
+    if (now - start > options_.timeout) {
+      throw CommError(fmt::format("{} on rank {}: timed out after {} ms waiting for the ranks of "
+                                  "this node (every process is alive: one may be hung)",
+                                  op, JobRank(options_.rank), options_.timeout.count()),
+                      -1);
+    }
+  }
+  CheckAborted(op);
+}
+
+void ShmCommunicator::Barrier() {
+  Wait("barrier");
+}
+
+void ShmCommunicator::ReduceWindow(View buf, ReduceOp op, int root, bool all) {
+  const int P = options_.size, me = options_.rank;
+  const size_t es = DTypeSize(buf.dtype);
+  const size_t window = options_.slot_bytes / es;
+  std::vector<const std::byte*> srcs(P);
+  for (size_t off = 0; off < buf.count; off += window) {
+    const size_t n = std::min(window, buf.count - off);
+    std::memcpy(Slot(me), buf.data + off * es, n * es);
+    Wait("allreduce");
+    const Range part = ShardOf(n, P, me);
+    for (int r = 0; r < P; ++r) srcs[r] = Slot(r) + part.begin * es;
+    SumOf(Slot(me) + part.begin * es, srcs, part.count, buf.dtype);
+    if (op == ReduceOp::kAvg)
+      ScaleInPlace(Slot(me) + part.begin * es, part.count, buf.dtype, 1.0 / P);
+    Wait("allreduce");
+    if (all || me == root) {
+      for (int r = 0; r < P; ++r) {
+        const Range g = ShardOf(n, P, r);
+        std::memcpy(buf.data + (off + g.begin) * es, Slot(r) + g.begin * es, g.count * es);
+      }
+    }
+    Wait("allreduce");
+  }
+}
+
+void ShmCommunicator::AllReduce(View buf, ReduceOp op) {
+  if (size() == 1) return CheckAborted("allreduce");
+  ReduceWindow(buf, op, 0, true);
+}
+
+void ShmCommunicator::Reduce(View buf, ReduceOp op, int root) {
+  if (size() == 1) return CheckAborted("reduce");
+  ReduceWindow(buf, op, root, false);
+}
+
+void ShmCommunicator::ReduceScatter(View in, View out, ReduceOp op) {
+  CheckSameType(in, out, "reduce_scatter");
+  const int P = options_.size, me = options_.rank;
+  const size_t es = DTypeSize(in.dtype);
+  const Range mine = ShardOf(in.count, P, me);
+  if (out.count != mine.count) {
+    throw CommError(fmt::format("reduce_scatter on rank {}: output has {} elements, its shard "
+                                "of {} has {}",
+                                JobRank(me), out.count, in.count, mine.count),
+                    -1);
+  }
+  if (P == 1) {
+    std::memmove(out.data, in.data, in.bytes());
+    return CheckAborted("reduce_scatter");
+  }
+  const size_t window = options_.slot_bytes / es;
+  std::vector<const std::byte*> srcs(P);
+  for (size_t off = 0; off < in.count; off += window) {
+    const size_t n = std::min(window, in.count - off);
+    std::memcpy(Slot(me), in.data + off * es, n * es);
+    Wait("reduce_scatter");
+    const size_t lo = std::max(off, mine.begin), hi = std::min(off + n, mine.end());
+    if (lo < hi) {
+      for (int r = 0; r < P; ++r) srcs[r] = Slot(r) + (lo - off) * es;
+      std::byte* dst = out.data + (lo - mine.begin) * es;
+      SumOf(dst, srcs, hi - lo, in.dtype);
+      if (op == ReduceOp::kAvg) ScaleInPlace(dst, hi - lo, in.dtype, 1.0 / P);
+    }
+    Wait("reduce_scatter");
+  }
+}
+
+void ShmCommunicator::AllGatherRanges(View out, const std::vector<Range>& ranges) {
+  const int P = options_.size, me = options_.rank;
+  if (P == 1) return CheckAborted("allgather");
+  const size_t es = DTypeSize(out.dtype);
+  const size_t window = static_cast<size_t>(P) * options_.slot_bytes / es;
+  const Range mine = ranges[me];
+  for (size_t off = 0; off < out.count; off += window) {
+    const size_t n = std::min(window, out.count - off);
+    const size_t lo = std::max(off, mine.begin), hi = std::min(off + n, mine.end());
+    if (lo < hi) std::memcpy(Common() + (lo - off) * es, out.data + lo * es, (hi - lo) * es);
+    Wait("allgather");
+    std::memcpy(out.data + off * es, Common(), n * es);
+    Wait("allgather");
+  }
+}
+
+void ShmCommunicator::AllGather(View in, View out) {
+  CheckSameType(in, out, "allgather");
+  std::vector<Range> ranges(size());
+  for (int i = 0; i < size(); ++i) ranges[i] = ShardOf(out.count, size(), i);
+  const Range mine = ranges[rank()];
+  if (in.count != mine.count) {
+    throw CommError(fmt::format("allgather on rank {}: input has {} elements, its shard of {} "
+                                "has {}",
+                                JobRank(rank()), in.count, out.count, mine.count),
+                    -1);
+  }
+  std::memmove(out.data + mine.begin * DTypeSize(in.dtype), in.data, in.bytes());
+  AllGatherRanges(out, ranges);
+}
+
+void ShmCommunicator::Broadcast(View buf, int root) {
+  const int P = options_.size;
+  if (P == 1) return CheckAborted("broadcast");
+  const size_t es = DTypeSize(buf.dtype);
+  const size_t window = static_cast<size_t>(P) * options_.slot_bytes / es;
+  for (size_t off = 0; off < buf.count; off += window) {
+    const size_t n = std::min(window, buf.count - off);
+    if (rank() == root) std::memcpy(Common(), buf.data + off * es, n * es);
+    Wait("broadcast");
+    if (rank() != root) std::memcpy(buf.data + off * es, Common(), n * es);
+    Wait("broadcast");
+  }
+}
+
+void ShmCommunicator::AllToAll(View in, View out) {
+  CheckSameType(in, out, "alltoall");
+  const int P = options_.size, me = options_.rank;
+  if (in.count != out.count || in.count % P != 0) {
+    throw CommError(fmt::format("alltoall on rank {}: {} in, {} out; both must be the same "
+                                "multiple of the group size {}",
+                                JobRank(me), in.count, out.count, P),
+                    -1);
+  }
+  const size_t es = DTypeSize(in.dtype), block = in.count / P;
+  if (P == 1) {
+    std::memmove(out.data, in.data, in.bytes());
+    return CheckAborted("alltoall");
+  }
+  const size_t window = options_.slot_bytes / es / P;  // elements of one block per pass
+  for (size_t off = 0; off < block; off += window) {
+    const size_t n = std::min(window, block - off);
+    for (int j = 0; j < P; ++j) {
+      std::memcpy(Slot(me) + j * window * es, in.data + (j * block + off) * es, n * es);
+    }
+    Wait("alltoall");
+    for (int j = 0; j < P; ++j) {
+      std::memcpy(out.data + (j * block + off) * es, Slot(j) + me * window * es, n * es);
+    }
+    Wait("alltoall");
+  }
+}
+
+}  // namespace fmstack::comm

@@ -1,0 +1,73 @@
+// comm: a Communicator for the ranks of one node, through one shared-memory
+// segment — fmstack's stand-in for NVLink inside a node, since Debian's Gloo
+// has only TCP. Each rank owns a slot; a collective moves a window of data
+// through the slots between barriers. The barrier spins briefly, then sleeps
+// on a futex in the segment, checking on the way whether any peer process
+// has died (so a dead peer is named within milliseconds) or the group was
+// aborted.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "comm/tcp_store.h"
+
+namespace fmstack::comm {
+
+struct ShmOptions {
+  std::shared_ptr<TcpStore> store;  // to publish the segment's name
+  std::string prefix;               // store namespace, e.g. "gen0/node1"
+  std::string segment;              // shm name without '/', unique per job+node+generation
+  int rank = 0, size = 1;           // local rank and ranks on this node
+  std::vector<int> job_ranks;       // local rank -> job rank, for messages
+  int64_t generation = 0;
+  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+  size_t slot_bytes = 4 << 20;
+};
+
+class ShmCommunicator final : public Communicator {
+ public:
+  explicit ShmCommunicator(ShmOptions options);
+  ~ShmCommunicator() override;
+
+  int rank() const override { return options_.rank; }
+  int size() const override { return options_.size; }
+  std::string name() const override { return "shm"; }
+
+  void AllReduce(View buf, ReduceOp op) override;
+  void ReduceScatter(View in, View out, ReduceOp op) override;
+  void AllGather(View in, View out) override;
+  void Broadcast(View buf, int root) override;
+  void AllToAll(View in, View out) override;
+  void Barrier() override;
+  void Abort(const std::string& reason) override;
+  // Aborts with a message for the peers as is, blaming failed_rank.
+  void Abort(const std::string& message, int failed_rank);
+
+  // Sum (or mean) of every rank's buf lands in root's buf; others unchanged.
+  void Reduce(View buf, ReduceOp op, int root);
+  // Rank r's data already sits at ranges[r] of out; afterwards all of it does.
+  void AllGatherRanges(View out, const std::vector<Range>& ranges);
+
+ private:
+  struct Header;
+  static size_t HeaderBytes();
+  std::byte* Slot(int r) const;
+  std::byte* Common() const { return Slot(0); }
+  void Wait(const char* op);
+  void CheckAborted(const char* op) const;
+  int JobRank(int local) const;
+  // A window's reduction: copy in, reduce this rank's portion in place,
+  // then deliver portions to everyone (all=true) or to root only.
+  void ReduceWindow(View buf, ReduceOp op, int root, bool all);
+
+  ShmOptions options_;
+  Header* header_ = nullptr;
+  size_t mapped_bytes_ = 0;
+};
+
+}  // namespace fmstack::comm

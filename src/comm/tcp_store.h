@@ -1,0 +1,85 @@
+// comm: the rendezvous key-value store. The supervisor (fmstack run) serves it
+// over TCP; every rank connects as a client. Gloo rendezvous goes through it
+// (TcpStore implements gloo's Store interface), and so do the supervisor's
+// failure reports, so a survivor can name the rank that died.
+#pragma once
+
+#include <gloo/rendezvous/store.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace fmstack::comm {
+
+// Serves the store on host:port (port 0 picks a free one) from one thread.
+class TcpStoreServer {
+ public:
+  TcpStoreServer(const std::string& host, uint16_t port);
+  ~TcpStoreServer();
+  TcpStoreServer(const TcpStoreServer&) = delete;
+  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
+
+  uint16_t port() const { return port_; }
+  // Sets a key from the serving process itself (e.g. a failure report).
+  void Set(const std::string& key, const std::string& value);
+  bool Has(const std::string& key) const;
+
+ private:
+  struct State;
+  void Serve();
+
+  uint16_t port_ = 0;
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;
+  std::unique_ptr<State> state_;
+  std::thread thread_;
+};
+
+// A client connection. Thread-safe; requests are served one at a time.
+class TcpStore : public gloo::rendezvous::Store {
+ public:
+  // Retries the connection until `connect_timeout` so that ranks may start
+  // before the server is listening.
+  TcpStore(const std::string& host, uint16_t port,
+           std::chrono::milliseconds connect_timeout = std::chrono::seconds(30));
+  ~TcpStore() override;
+
+  void set(const std::string& key, const std::vector<char>& data) override;
+  // Blocks until the key exists or the timeout (default 30 s) passes.
+  std::vector<char> get(const std::string& key) override;
+  void wait(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override;
+
+  void Set(const std::string& key, const std::string& value);
+  std::string Get(const std::string& key, std::chrono::milliseconds timeout);
+  // The value if the key exists within `timeout` (0 = just look), else nullopt.
+  std::optional<std::string> TryGet(const std::string& key, std::chrono::milliseconds timeout);
+  // Atomically adds delta to the integer at key (absent = 0); returns the sum.
+  int64_t Add(const std::string& key, int64_t delta);
+
+  const std::string& address() const { return address_; }
+
+ private:
+  std::string Request(const std::string& payload, std::chrono::milliseconds timeout,
+                      bool* timed_out);
+
+  std::string address_;
+  int fd_ = -1;
+  std::mutex mu_;
+  std::chrono::milliseconds timeout_{std::chrono::seconds(30)};
+};
+
+// Well-known keys the supervisor writes and the ranks read.
+inline std::string FailureKey(int64_t generation) {
+  return "fmstack/failed/gen" + std::to_string(generation);
+}
+
+}  // namespace fmstack::comm
