@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <span>
 
 namespace fmstack::cli {
 
@@ -13,5 +14,6 @@ Runner AddPlanCommand(CLI::App& app);
 Runner AddDataCommand(CLI::App& app);
 Runner AddTrainCommand(CLI::App& app);
 Runner AddGenerateCommand(CLI::App& app);
+Runner AddRunCommand(CLI::App& app, std::span<char* const> argv);
 
 }  // namespace fmstack::cli

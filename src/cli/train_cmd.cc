@@ -5,9 +5,11 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "catalog/catalog.h"
 #include "cli/commands.h"
+#include "comm/hier_comm.h"
 #include "gpt/sgemm_peak.h"
 #include "spec/job_spec.h"
 #include "train/corpus.h"
@@ -71,6 +73,27 @@ class Progress {
   bool tty_;
 };
 
+// Under `fmstack run` (FMSTACK_RUN=1) a worker reports progress as
+// "@fmstack {json}" lines on stdout, which the supervisor merges.
+void Emit(const nlohmann::json& event) {
+  std::cout << "@fmstack " << event.dump() << std::endl;
+}
+
+train::DpConfig DpFromSpec(const spec::JobSpec& job) {
+  const int stage = job.layout.zero_stage;
+  if (stage > 2) {
+    throw SpecError(job.PosOf("parallel"), "parallel.zero_stage",
+                    "3 (FSDP) is not implemented by the reference trainer yet; use 0, 1 or 2");
+  }
+  train::DpConfig dp;
+  dp.mode = stage == 0   ? train::DpMode::kDdp
+            : stage == 1 ? train::DpMode::kZero1
+                         : train::DpMode::kZero2;
+  if (const char* overlap = std::getenv("FMSTACK_DP_OVERLAP"))
+    dp.overlap = std::string(overlap) != "0";
+  return dp;
+}
+
 int RunTrain(const TrainArgs& args) {
   const catalog::Catalog catalog = catalog::Catalog::LoadEmbedded();
   const spec::JobSpec job = spec::LoadJobSpec(args.job, catalog);
@@ -78,64 +101,132 @@ int RunTrain(const TrainArgs& args) {
     throw SpecError(job.PosOf("data"), "data.dir",
                     "not set: run `fmstack data prepare --out DIR` and set [data] dir = \"DIR\"");
   }
-  gpt::SetCpuThreads(args.threads >= 0 ? args.threads : static_cast<int>(job.train.threads));
+  // A worker started by `fmstack run` (or torchrun) trains data-parallel.
+  const bool distributed = std::getenv("WORLD_SIZE") != nullptr;
+  const bool worker = std::getenv("FMSTACK_RUN") != nullptr;
+  int threads = args.threads >= 0 ? args.threads : static_cast<int>(job.train.threads);
+  if (distributed && threads == 0 && std::getenv("OMP_NUM_THREADS") != nullptr) {
+    threads = std::atoi(std::getenv("OMP_NUM_THREADS"));
+  }
+  gpt::SetCpuThreads(threads);
   const train::TrainConfig config = ConfigFromSpec(job, args.steps);
   const train::TokenFile train_tokens = train::TokenFile::Load(job.data.dir + "/train.bin");
   const train::TokenFile val_tokens = train::TokenFile::Load(job.data.dir + "/val.bin");
-  train::Trainer trainer(config, train_tokens);
+  std::unique_ptr<comm::Communicator> comm;
+  if (distributed) comm = comm::Connect(comm::OptionsFromEnv());
+  const train::DpConfig dp = DpFromSpec(job);
+  train::Trainer trainer(config, train_tokens, comm.get(), dp);
   if (!args.resume.empty()) trainer.Load(args.resume);
+  const bool lead = trainer.rank() == 0;
 
   const int64_t T = config.shape.seq_len;
   const double flops_per_token = workload::TrainingFlopsPerToken(config.shape).detailed;
+  // Measuring sgemm while other ranks train would measure the contention.
   const double peak = args.peak_gflops > 0 ? args.peak_gflops
+                      : distributed        ? 0
                                            : gpt::MeasureSgemmGflops(gpt::TrainingGemms(
                                                  config.micro_batch * T, config.shape.hidden,
                                                  config.shape.ffn_hidden, config.shape.vocab));
   const std::string out = args.out.empty() ? "runs/" + job.name : args.out;
   std::filesystem::create_directories(out);
   const std::string state_path = out + "/state.bin";
-  std::cerr << fmt::format(
-      "training {} ({} params) on {} threads: {} steps x {} tokens, from step {}; "
-      "peak sgemm {:.0f} GFLOP/s\n",
-      config.shape.name, units::FormatCount(static_cast<double>(trainer.model().params().size())),
-      gpt::CpuThreads(), config.steps, config.tokens_per_step(), trainer.step(), peak);
+  if (lead) {
+    std::cerr << fmt::format(
+        "training {} ({} params) on {} x {} threads ({}): {} steps x {} tokens, from step {}\n",
+        config.shape.name, units::FormatCount(static_cast<double>(trainer.model().params().size())),
+        trainer.world(), gpt::CpuThreads(),
+        comm ? fmt::format("{} over {}", train::DpModeName(dp.mode), comm->name()) : "1 process",
+        config.steps, config.tokens_per_step(), trainer.step());
+  }
 
   Progress progress(config.steps);
   const double unigram = train::UnigramEntropy(train_tokens.tokens, train_tokens.vocab);
-  double seconds = 0, last_loss = 0, val_loss = 0;
+  double seconds = 0, last_loss = 0, val_loss = 0, comm_exposed = 0;
   const int64_t first = trainer.step();
   const int64_t last = args.until > 0 ? std::min(args.until, config.steps) : config.steps;
   while (trainer.step() < last) {
     const train::StepStats s = trainer.Step();
     seconds += s.seconds;
+    comm_exposed += s.comm.exposed;
     last_loss = s.loss;
     const double tok_s = static_cast<double>((s.step - first) * config.tokens_per_step()) / seconds;
-    const double mfu = tok_s * flops_per_token / (peak * 1e9);
-    progress.Show(s.step,
-                  fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | |g| {:.2f} | {:.0f} tok/s | "
+    const double mfu = peak > 0 ? tok_s * flops_per_token / (peak * 1e9) : 0;
+    if (worker) {
+      Emit({{"ev", "step"},
+            {"rank", trainer.rank()},
+            {"step", s.step},
+            {"steps", config.steps},
+            {"loss", s.loss},
+            {"lr", s.lr},
+            {"grad_norm", s.grad_norm},
+            {"step_s", s.seconds},
+            {"comm_busy_s", s.comm.busy},
+            {"comm_exposed_s", s.comm.exposed},
+            {"tokens", config.tokens_per_step()}});
+    } else if (lead)
+      progress.Show(
+          s.step, fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | |g| {:.2f} | {:.0f} tok/s | "
                               "MFU {:.0f}% | ETA {}",
                               s.step, config.steps, s.loss, s.lr, s.grad_norm, tok_s, 100 * mfu,
                               units::FormatSeconds(static_cast<double>(config.steps - s.step) *
                                                    seconds / static_cast<double>(s.step - first))));
     const int64_t every = job.train.eval_interval;
     if ((every > 0 && s.step % every == 0) || s.step == last) {
+      trainer.Save(state_path, job.data.dir);  // collective under ZeRO
+      if (!lead) continue;
       val_loss = trainer.Evaluate(val_tokens, job.train.eval_batches);
-      trainer.Save(state_path, job.data.dir);
-      progress.Note(fmt::format("step {}: train loss {:.4f}, held-out loss {:.4f} (unigram {:.3f})",
-                                s.step, s.loss, val_loss, unigram));
+      if (worker) {
+        Emit({{"ev", "eval"},
+              {"step", s.step},
+              {"loss", s.loss},
+              {"val_loss", val_loss},
+              {"unigram", unigram},
+              {"state", state_path}});
+      } else {
+        progress.Note(
+            fmt::format("step {}: train loss {:.4f}, held-out loss {:.4f} (unigram {:.3f})", s.step,
+                        s.loss, val_loss, unigram));
+      }
     }
   }
+  if (!lead) return 0;
   const double tokens = static_cast<double>((trainer.step() - first) * config.tokens_per_step());
   const double tok_s = seconds > 0 ? tokens / seconds : 0;
+  if (worker) {
+    Emit({{"ev", "done"},
+          {"steps", trainer.step()},
+          {"first", first},
+          {"tokens", tokens},
+          {"seconds", seconds},
+          {"tok_s", tok_s},
+          {"loss", last_loss},
+          {"val_loss", val_loss},
+          {"unigram", unigram},
+          {"comm_share", seconds > 0 ? comm_exposed / seconds : 0},
+          {"param_hash", fmt::format("{:016x}", trainer.ParamHash())},
+          {"state", state_path},
+          {"world", trainer.world()},
+          {"mode", comm ? train::DpModeName(dp.mode) : "single"},
+          {"transport", comm ? comm->name() : "none"}});
+    return 0;
+  }
   TextTable t({"metric", "value"});
   t.AddRow({"steps", fmt::format("{} (from {})", trainer.step(), first)});
   t.AddRow({"tokens", units::FormatCount(tokens)});
   t.AddRow({"time", units::FormatSeconds(seconds)});
   t.AddRow({"throughput", fmt::format("{:.0f} tokens/s", tok_s)});
   t.AddRow({"model FLOP/s", fmt::format("{:.1f} GFLOP/s", tok_s * flops_per_token / 1e9)});
-  t.AddRow(
-      {"MFU vs measured sgemm", fmt::format("{:.1f}% of {:.0f} GFLOP/s",
-                                            100 * tok_s * flops_per_token / (peak * 1e9), peak)});
+  if (peak > 0) {
+    t.AddRow(
+        {"MFU vs measured sgemm", fmt::format("{:.1f}% of {:.0f} GFLOP/s",
+                                              100 * tok_s * flops_per_token / (peak * 1e9), peak)});
+  }
+  if (comm) {
+    t.AddRow({"data parallel", fmt::format("{} x {} over {}", trainer.world(),
+                                           train::DpModeName(dp.mode), comm->name())});
+    t.AddRow({"communication share of step time",
+              fmt::format("{:.1f}%", seconds > 0 ? 100 * comm_exposed / seconds : 0)});
+  }
   t.AddRow({"train loss (last step)", fmt::format("{:.4f}", last_loss)});
   t.AddRow({"held-out loss", fmt::format("{:.4f}", val_loss)});
   t.AddRow({"unigram entropy", fmt::format("{:.4f}", unigram)});

@@ -37,7 +37,8 @@ class CpuModel final : public Model {
 
   float Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int64_t B,
                 int64_t T) override;
-  void Backward(float scale) override;
+  using Model::Backward;
+  void Backward(float scale, const std::function<void(int)>& ready) override;
   std::span<const float> Logits(int64_t b, int64_t t) const override {
     return std::span<const float>(acts_).subspan((a_.logits + (b * T_ + t) * p_.V), p_.V);
   }
@@ -130,7 +131,7 @@ float CpuModel::Forward(std::span<const int32_t> tokens, std::span<const int32_t
   return static_cast<float>(sum / static_cast<double>(N));
 }
 
-void CpuModel::Backward(float scale) {
+void CpuModel::Backward(float scale, const std::function<void(int)>& ready) {
   if (!has_targets_) throw Error("Backward needs a Forward with targets first");
   const int64_t L = p_.L, C = p_.C, F = p_.F, V = p_.V, NH = p_.NH, N = B_ * T_;
   std::span<float> dlogits = A(a_.logits, V);
@@ -141,6 +142,7 @@ void CpuModel::Backward(float scale) {
   std::fill(dres.begin(), dres.end(), 0.0f);
   cpu::LayerNormBackwardAccumulate(dres, G(p_.lnfw, C), G(p_.lnfb, C), dln, LayerInput(L),
                                    P(p_.lnfw, C), A(a_.lnf_mean, 1), A(a_.lnf_rstd, 1), N, C);
+  if (ready) ready(0);
   std::span<float> dfch = A(a_.dfch, F);
   std::span<float> dqkv = A(a_.dqkv, 3 * C);
   std::span<float> datty = A(a_.datty, C);
@@ -164,8 +166,10 @@ void CpuModel::Backward(float scale) {
     cpu::LayerNormBackwardAccumulate(dres, G(p_.ln1w, C, l), G(p_.ln1b, C, l), dln, LayerInput(l),
                                      P(p_.ln1w, C, l), A(a_.ln1_mean, 1, l), A(a_.ln1_rstd, 1, l),
                                      N, C);
+    if (ready) ready(static_cast<int>(L - l));
   }
   cpu::EncoderBackward(G(p_.wte, V * C), G(p_.wpe, p_.maxT * C), dres, tokens_, B_, T_, C);
+  if (ready) ready(static_cast<int>(L + 1));
   has_targets_ = false;  // the logits now hold gradients
 }
 

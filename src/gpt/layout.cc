@@ -98,12 +98,23 @@ std::vector<TensorInfo> ParamLayout::Tensors() const {
     int64_t size = 1;
     for (int64_t d : k.dims) size *= d;
     for (int64_t l = 0; l < L; ++l) {
-      t.push_back({fmt::format("h.{}.{}", l, k.name), k.base + l * size, k.dims});
+      t.push_back(
+          {fmt::format("h.{}.{}", l, k.name), k.base + l * size, k.dims, static_cast<int>(l)});
     }
   }
   t.push_back({"ln_f.weight", lnfw, {C}});
   t.push_back({"ln_f.bias", lnfb, {C}});
   return t;
+}
+
+std::vector<std::vector<TensorInfo>> ParamLayout::GradReadyGroups() const {
+  std::vector<std::vector<TensorInfo>> groups(L + 2);
+  for (TensorInfo& t : Tensors()) {
+    const bool embedding = t.name == "wte.weight" || t.name == "wpe.weight";
+    const int64_t g = t.layer >= 0 ? L - t.layer : (embedding ? L + 1 : 0);
+    groups[g].push_back(std::move(t));
+  }
+  return groups;
 }
 
 bool ParamLayout::IsResidualProjection(const TensorInfo& t) const {

@@ -16,6 +16,7 @@ struct TensorInfo {
   std::string name;  // GPT-2 / safetensors naming: "h.3.attn.c_attn.weight"
   int64_t offset = 0;
   std::vector<int64_t> dims;
+  int layer = -1;  // transformer block, or -1 for embeddings and the final LayerNorm
   int64_t size() const;
 };
 
@@ -42,6 +43,12 @@ struct ParamLayout {
   // The projections that write into the residual stream: GPT-2 scales their
   // initial weights by 1/sqrt(2 L).
   bool IsResidualProjection(const TensorInfo& t) const;
+  // Tensors grouped in the order the backward pass finishes their gradients:
+  // the final LayerNorm, blocks L-1 .. 0, then the embeddings (the tied wte
+  // collects its last contribution at the very end). Model::Backward reports
+  // each group's index as it completes, so data parallelism can start
+  // reducing early groups while later ones are still being computed.
+  std::vector<std::vector<TensorInfo>> GradReadyGroups() const;
 };
 
 // Activations kept from the forward pass for the backward pass, for a

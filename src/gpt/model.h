@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -37,7 +38,10 @@ class Model {
   virtual float Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
                         int64_t B, int64_t T) = 0;
   // Adds the gradient of scale * (the last Forward's mean loss) to grads().
-  virtual void Backward(float scale) = 0;
+  // `ready(g)`, if set, is called as soon as the gradients of group g of
+  // ParamLayout::GradReadyGroups() are final for this call.
+  virtual void Backward(float scale, const std::function<void(int group)>& ready) = 0;
+  void Backward(float scale) { Backward(scale, {}); }
   virtual void ZeroGrad() = 0;
   // Next-token logits at (b, t) after a Forward without targets.
   virtual std::span<const float> Logits(int64_t b, int64_t t) const = 0;

@@ -158,6 +158,8 @@ Plan MakePlan(const spec::JobSpec& job, const catalog::Catalog& catalog,
   plan.flops_per_token = workload::TrainingFlopsPerToken(job.model);
   plan.layout = job.layout;
   plan.cluster = job.cluster;
+  // A local-backend cluster of plain processes has no hardware to plan for.
+  if (plan.cluster && plan.cluster->instance.name == spec::kLocalInstance) plan.cluster.reset();
   const double n = static_cast<double>(plan.params.total);
 
   plan.memory = PlanMemory(job, n, plan);

@@ -54,16 +54,34 @@ double ClusterSpec::JobMtti() const {
 ClusterSpec ReadClusterSpec(StrictTable& t, const catalog::Catalog& catalog) {
   ClusterSpec c;
   c.file = t.file();
+  c.backend = t.Choice("backend", std::vector<std::string>{"local"}).value_or("");
   const std::optional<std::string> name = t.String("instance");
-  if (!name)
-    t.Fail("instance", "is required (an instance type from the catalog, e.g. \"p5.48xlarge\")");
-  const catalog::Instance* instance = catalog.FindInstance(*name);
-  if (instance == nullptr) {
-    const std::vector<std::string> names = catalog.InstanceNames();
-    t.Fail("instance", "unknown instance type \"" + *name + "\"", DidYouMean(*name, names));
+  catalog::Instance local;
+  const catalog::Instance* instance = nullptr;
+  if (!name && c.backend == "local") {
+    local.name = kLocalInstance;
+    local.accelerators = 1;
+    local.scaleup_domain = 1;
+    instance = &local;
+    c.accelerator.name = "cpu";
+  } else if (!name) {
+    t.Fail("instance",
+           "is required (an instance type from the catalog, e.g. \"p5.48xlarge\"), "
+           "unless backend = \"local\"");
+  } else {
+    instance = catalog.FindInstance(*name);
+    if (instance == nullptr) {
+      const std::vector<std::string> names = catalog.InstanceNames();
+      t.Fail("instance", "unknown instance type \"" + *name + "\"", DidYouMean(*name, names));
+    }
+    c.accelerator = catalog.AcceleratorOf(*instance);
   }
   c.instance = *instance;
-  c.accelerator = catalog.AcceleratorOf(*instance);
+  if (c.backend == "local") {
+    // One worker process per "accelerator" of the layout.
+    c.procs_per_node = t.Int("procs_per_node", 1, 256).value_or(1);
+    c.instance.accelerators = c.procs_per_node;
+  }
   c.nodes = t.Int("nodes", 1).value_or(1);
   c.spares = t.Int("spares", 0).value_or(0);
   c.nodes_per_rack = t.Int("nodes_per_rack", 1).value_or(0);

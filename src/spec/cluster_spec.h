@@ -19,8 +19,16 @@ struct StorageSpec {
   double price_per_gb_month = 0;  // from the catalog unless overridden
 };
 
+// The instance name of a local-backend cluster without an `instance`: this
+// machine, one "accelerator" per worker process.
+inline constexpr const char* kLocalInstance = "local-cpu";
+
 struct ClusterSpec {
   std::string file;
+  // How `fmstack run` starts workers: "local" (processes on this machine);
+  // empty = a modelled cluster for plan/sim only.
+  std::string backend;
+  int64_t procs_per_node = 0;  // workers per node (local backend)
   catalog::Instance instance;  // copied from the catalog, overrides applied
   catalog::Accelerator accelerator;
   int64_t nodes = 1;

@@ -44,26 +44,22 @@ float ClipByGlobalNorm(std::span<float> grads, double norm, double max_norm) {
   return scale;
 }
 
-AdamW::AdamW(const OptimConfig& config, const gpt::ParamLayout& layout)
-    : config_(config), m_(layout.total, 0.0f), v_(layout.total, 0.0f), decay_(layout.total, 0) {
+std::vector<uint8_t> DecayMask(const gpt::ParamLayout& layout) {
+  std::vector<uint8_t> decay(layout.total, 0);
   for (const gpt::TensorInfo& t : layout.Tensors()) {
-    if (t.dims.size() >= 2) std::fill_n(decay_.begin() + t.offset, t.size(), uint8_t{1});
+    if (t.dims.size() >= 2) std::fill_n(decay.begin() + t.offset, t.size(), uint8_t{1});
   }
+  return decay;
 }
 
-void AdamW::Update(std::span<float> params, std::span<const float> grads, int64_t step, double lr) {
+void AdamWKernel(const OptimConfig& c, float* p, const float* g, float* m, float* v,
+                 const uint8_t* decay, int64_t n, int64_t step, double lr) {
   const double t = static_cast<double>(step);
-  const auto b1 = static_cast<float>(config_.beta1), b2 = static_cast<float>(config_.beta2);
-  const auto correction1 = static_cast<float>(1.0 - std::pow(config_.beta1, t));
-  const auto correction2 = static_cast<float>(1.0 - std::pow(config_.beta2, t));
-  const auto rate = static_cast<float>(lr), eps = static_cast<float>(config_.eps);
-  const auto wd = static_cast<float>(config_.weight_decay);
-  const auto n = static_cast<int64_t>(params.size());
-  float* p = params.data();
-  float* m = m_.data();
-  float* v = v_.data();
-  const float* g = grads.data();
-  const uint8_t* decay = decay_.data();
+  const auto b1 = static_cast<float>(c.beta1), b2 = static_cast<float>(c.beta2);
+  const auto correction1 = static_cast<float>(1.0 - std::pow(c.beta1, t));
+  const auto correction2 = static_cast<float>(1.0 - std::pow(c.beta2, t));
+  const auto rate = static_cast<float>(lr), eps = static_cast<float>(c.eps);
+  const auto wd = static_cast<float>(c.weight_decay);
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     m[i] = b1 * m[i] + (1.0f - b1) * g[i];
@@ -72,6 +68,14 @@ void AdamW::Update(std::span<float> params, std::span<const float> grads, int64_
     const float v_hat = v[i] / correction2;
     p[i] -= rate * (m_hat / (std::sqrt(v_hat) + eps) + (decay[i] ? wd * p[i] : 0.0f));
   }
+}
+
+AdamW::AdamW(const OptimConfig& config, const gpt::ParamLayout& layout)
+    : config_(config), m_(layout.total, 0.0f), v_(layout.total, 0.0f), decay_(DecayMask(layout)) {}
+
+void AdamW::Update(std::span<float> params, std::span<const float> grads, int64_t step, double lr) {
+  AdamWKernel(config_, params.data(), grads.data(), m_.data(), v_.data(), decay_.data(),
+              static_cast<int64_t>(params.size()), step, lr);
 }
 
 }  // namespace fmstack::train

@@ -30,6 +30,15 @@ double GlobalNorm(std::span<const float> grads);
 // Scales grads so their global norm is at most max_norm; returns the factor.
 float ClipByGlobalNorm(std::span<float> grads, double norm, double max_norm);
 
+// The AdamW update of n elements with bias-corrected moments; `decay[i]` = 1
+// applies weight decay to element i. ZeRO runs it on a rank's shard only.
+void AdamWKernel(const OptimConfig& c, float* params, const float* grads, float* m, float* v,
+                 const uint8_t* decay, int64_t n, int64_t step, double lr);
+
+// Per parameter of `layout`: 1 = apply weight decay (matrices and embeddings,
+// never biases or LayerNorm gains).
+std::vector<uint8_t> DecayMask(const gpt::ParamLayout& layout);
+
 class AdamW {
  public:
   // Decays every parameter tensor with two or more dimensions (matrices and

@@ -9,12 +9,12 @@
 
 namespace fmstack::train {
 
-Trainer::Trainer(const TrainConfig& config, const TokenFile& data)
+Trainer::Trainer(const TrainConfig& config, const TokenFile& data, comm::Communicator* comm,
+                 DpConfig dp)
     : config_(config),
       model_(gpt::CreateModel(config.shape, {.backend = config.backend,
                                              .max_batch = config.micro_batch,
                                              .max_seq = config.shape.seq_len})),
-      optimizer_(config.optim, model_->params_layout()),
       sampler_(data, config.micro_batch, config.shape.seq_len, config.seed),
       inputs_(config.micro_batch * config.shape.seq_len),
       targets_(config.micro_batch * config.shape.seq_len) {
@@ -22,6 +22,20 @@ Trainer::Trainer(const TrainConfig& config, const TokenFile& data)
     throw Error(fmt::format("{}: tokenized with vocabulary {}, larger than the model's {}",
                             data.path, data.vocab, config.shape.vocab));
   }
+  if (comm != nullptr && comm->size() > 1) {
+    if (config.grad_accum % comm->size() != 0) {
+      throw Error(
+          fmt::format("train.global_batch: {} micro-batches of {} per step do not split "
+                      "evenly over {} data-parallel ranks",
+                      config.grad_accum, config.micro_batch, comm->size()));
+    }
+    dp_ = std::make_unique<DataParallel>(*comm, model_->params_layout(), config.optim, dp);
+  }
+  if (!dp_ || !dp_->sharded()) {
+    optimizer_ = std::make_unique<AdamW>(config.optim, model_->params_layout());
+  }
+  // Every rank initialises from the same seed, so the replicas start equal
+  // without a broadcast.
   gpt::InitParams(model_->params_layout(), model_->params(), config.seed);
   counters_.seed = config.seed;
   counters_.rng = config.seed;
@@ -29,16 +43,20 @@ Trainer::Trainer(const TrainConfig& config, const TokenFile& data)
 
 StepStats Trainer::Step() {
   const auto start = std::chrono::steady_clock::now();
-  const int64_t B = config_.micro_batch, T = config_.shape.seq_len;
-  const auto scale = 1.0f / static_cast<float>(config_.grad_accum);
+  const int64_t B = config_.micro_batch, T = config_.shape.seq_len, G = config_.grad_accum;
+  const int64_t local = G / world(), first = rank() * local;
+  const auto scale = 1.0f / static_cast<float>(G);
   model_->ZeroGrad();
   double loss = 0;
-  for (int64_t micro = 0; micro < config_.grad_accum; ++micro) {
-    sampler_.Train(counters_.step, micro, /*rank=*/0, inputs_, targets_);
+  for (int64_t j = 0; j < local; ++j) {
+    sampler_.Train(counters_.step, first + j, /*rank=*/0, inputs_, targets_);
     loss += model_->Forward(inputs_, targets_, B, T);
-    model_->Backward(scale);
+    const bool last = j == local - 1;
+    model_->Backward(scale, dp_ ? dp_->BackwardHook(model_->grads(), last) : nullptr);
+    if (dp_) dp_->AfterBackward(model_->grads(), last);
   }
-  loss /= static_cast<double>(config_.grad_accum);
+  if (dp_) loss = dp_->SumAcrossRanks(loss);
+  loss /= static_cast<double>(G);
   if (!std::isfinite(loss)) {
     throw Error(
         fmt::format("step {}: loss is {} — training diverged (lower optim.lr or "
@@ -46,10 +64,16 @@ StepStats Trainer::Step() {
                     counters_.step + 1, loss));
   }
   StepStats s;
-  s.grad_norm = GlobalNorm(model_->grads());
-  ClipByGlobalNorm(model_->grads(), s.grad_norm, config_.optim.grad_clip);
   s.lr = LearningRate(config_.optim, counters_.step, config_.steps);
-  optimizer_.Update(model_->params(), model_->grads(), counters_.step + 1, s.lr);
+  if (dp_) {
+    s.grad_norm =
+        dp_->Step(model_->params(), model_->grads(), optimizer_.get(), counters_.step + 1, s.lr);
+    s.comm = dp_->TakeTimes();
+  } else {
+    s.grad_norm = GlobalNorm(model_->grads());
+    ClipByGlobalNorm(model_->grads(), s.grad_norm, config_.optim.grad_clip);
+    optimizer_->Update(model_->params(), model_->grads(), counters_.step + 1, s.lr);
+  }
   ++counters_.step;
   counters_.tokens += config_.tokens_per_step();
   s.step = counters_.step;
@@ -70,15 +94,31 @@ double Trainer::Evaluate(const TokenFile& data, int64_t batches) {
 }
 
 TrainState Trainer::state() {
-  return TrainState{model_->params(), optimizer_.m(), optimizer_.v(), counters_};
+  if (!optimizer_) {
+    throw Error("the moments of a ZeRO run are sharded over the ranks; use Save()");
+  }
+  return TrainState{model_->params(), optimizer_->m(), optimizer_->v(), counters_};
 }
 
 void Trainer::Save(const std::string& path, const std::string& data_dir) {
-  SaveTrainState(path, config_.shape, state(), data_dir);
+  if (optimizer_) {
+    if (rank() == 0) SaveTrainState(path, config_.shape, state(), data_dir);
+    return;
+  }
+  const size_t n = model_->params().size();
+  std::vector<float> moments(2 * n);
+  std::span<float> m(moments.data(), n), v(moments.data() + n, n);
+  dp_->GatherOptimizerState(m, v);
+  if (rank() == 0)
+    SaveTrainState(path, config_.shape, {model_->params(), m, v, counters_}, data_dir);
 }
 
 void Trainer::Load(const std::string& path) {
-  TrainState s = state();
+  const size_t n = model_->params().size();
+  std::vector<float> moments(optimizer_ ? 0 : 2 * n);
+  TrainState s = optimizer_ ? state()
+                            : TrainState{model_->params(), std::span<float>(moments.data(), n),
+                                         std::span<float>(moments.data() + n, n), counters_};
   const TrainStateHeader h = LoadTrainState(path, config_.shape, s);
   if (h.counters.seed != config_.seed) {
     throw Error(
@@ -86,6 +126,7 @@ void Trainer::Load(const std::string& path) {
                     "differ from the run being resumed",
                     path, h.counters.seed, config_.seed));
   }
+  if (!optimizer_) dp_->ScatterOptimizerState(s.m, s.v);
   counters_ = s.counters;
 }
 

@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "gpt/model.h"
+#include "train/data_parallel.h"
 #include "train/optimizer.h"
 #include "train/token_file.h"
 #include "train/train_state.h"
@@ -22,7 +24,7 @@ struct TrainConfig {
   workload::TransformerShape shape;
   std::string backend = "cpu";
   int64_t micro_batch = 4;  // B
-  int64_t grad_accum = 1;   // micro-batches per optimizer step
+  int64_t grad_accum = 1;   // micro-batches per optimizer step, over all ranks together
   int64_t steps = 100;      // optimizer steps in the whole run
   uint64_t seed = 1337;
   OptimConfig optim;
@@ -36,12 +38,17 @@ struct StepStats {
   double grad_norm = 0;  // before clipping
   double lr = 0;
   double seconds = 0;  // wall time of the step
+  CommTimes comm;      // data parallel only
 };
 
 class Trainer {
  public:
   // `data` must outlive the trainer. Initialises parameters from the seed.
-  Trainer(const TrainConfig& config, const TokenFile& data);
+  // With a communicator of W ranks (which must outlive the trainer), rank r
+  // runs micro-batches r*G/W .. (r+1)*G/W-1 of the G = grad_accum of every
+  // step, so W ranks train exactly the batches one process would.
+  Trainer(const TrainConfig& config, const TokenFile& data, comm::Communicator* comm = nullptr,
+          DpConfig dp = {});
 
   StepStats Step();
   // Mean loss over `batches` fixed evaluation batches of `data`.
@@ -51,16 +58,21 @@ class Trainer {
   const TrainConfig& config() const { return config_; }
   gpt::Model& model() { return *model_; }
   const gpt::Model& model() const { return *model_; }
+  // Single process or DDP only: ZeRO ranks hold a shard of the moments.
   TrainState state();
+  // Collective under data parallelism (ZeRO gathers the moments); rank 0 writes.
   void Save(const std::string& path, const std::string& data_dir);
   // Restores params, moments and counters; throws Error on any mismatch.
   void Load(const std::string& path);
+  int rank() const { return dp_ ? dp_->comm().rank() : 0; }
+  int world() const { return dp_ ? dp_->comm().size() : 1; }
   uint64_t ParamHash() const { return HashFloats(model_->params()); }
 
  private:
   TrainConfig config_;
   std::unique_ptr<gpt::Model> model_;
-  AdamW optimizer_;
+  std::unique_ptr<DataParallel> dp_;
+  std::unique_ptr<AdamW> optimizer_;  // replicated: single process and DDP
   BatchSampler sampler_;
   TrainCounters counters_;
   std::vector<int32_t> inputs_, targets_;

@@ -1,0 +1,239 @@
+// `fmstack run job.toml` trains the job on its cluster's backend: N nodes x P
+// worker processes of `fmstack train`, each data-parallel rank with the
+// torchrun environment. `fmstack run -- cmd ...` runs any program that way.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <span>
+
+#include "catalog/catalog.h"
+#include "cli/commands.h"
+#include "runtime/supervisor.h"
+#include "spec/job_spec.h"
+#include "util/error.h"
+#include "util/text_table.h"
+#include "util/units.h"
+
+namespace fmstack::cli {
+namespace {
+
+struct RunArgs {
+  std::string job;
+  std::vector<std::string> command;   // after `--`
+  int nodes = 0, procs_per_node = 0;  // 0 = from the job's [cluster]
+  std::string out;
+  int64_t steps = 0;
+  std::string transport = "auto";
+  double grace = 5;
+};
+
+// The merged live progress line: the slowest rank's step, rank 0's loss, the
+// job's throughput and the communication share of step time.
+class MergedProgress {
+ public:
+  explicit MergedProgress(int world) : tty_(::isatty(2) == 1), step_(world, 0) {}
+
+  void OnStep(const nlohmann::json& e) {
+    const int rank = e.at("rank");
+    step_[rank] = e.at("step");
+    const int64_t slowest = *std::min_element(step_.begin(), step_.end());
+    if (rank == 0) {
+      loss_ = e.at("loss");
+      steps_ = e.at("steps");
+      seconds_ += e.at("step_s").get<double>();
+      exposed_ += e.at("comm_exposed_s").get<double>();
+      tokens_ += e.at("tokens").get<double>();
+      ++seen_;
+    }
+    if (slowest == shown_ || seconds_ <= 0) return;
+    shown_ = slowest;
+    const double tok_s = tokens_ / seconds_;
+    const double eta =
+        static_cast<double>(steps_ - slowest) * seconds_ / static_cast<double>(seen_);
+    const std::string line = fmt::format(
+        "step {}/{} | loss {:.4f} | {:.0f} tok/s | comm {:.1f}% of step | ETA {}", slowest, steps_,
+        loss_, tok_s, 100 * exposed_ / seconds_, units::FormatSeconds(eta));
+    if (tty_) {
+      std::cerr << "\r\033[K" << line << std::flush;
+    } else if (slowest == steps_ || slowest % std::max<int64_t>(1, steps_ / 20) == 0) {
+      std::cerr << line << "\n";
+    }
+  }
+  void Note(const std::string& line) { std::cerr << (tty_ ? "\r\033[K" : "") << line << "\n"; }
+
+ private:
+  bool tty_;
+  std::vector<int64_t> step_;
+  int64_t shown_ = 0, steps_ = 0, seen_ = 0;
+  double loss_ = 0, seconds_ = 0, exposed_ = 0, tokens_ = 0;
+};
+
+std::string SelfExe() {
+  std::error_code ec;
+  const auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) throw Error("cannot find the fmstack binary through /proc/self/exe: " + ec.message());
+  return p.string();
+}
+
+void PrintExits(const runtime::RunResult& r, const cluster::LocalLayout& layout) {
+  TextTable t({"rank", "node", "local", "exit", "seconds"});
+  for (const runtime::RankExit& e : r.exits) {
+    t.AddRow(
+        {std::to_string(e.rank), std::to_string(e.rank / layout.procs_per_node),
+         std::to_string(e.rank % layout.procs_per_node),
+         e.signal != 0 ? fmt::format("SIG{}", sigabbrev_np(e.signal)) : std::to_string(e.exit_code),
+         fmt::format("{:.1f}", e.seconds)});
+  }
+  std::cerr << t.RenderText();
+}
+
+int Finish(const runtime::RunResult& r, const cluster::LocalLayout& layout,
+           const std::string& log_dir) {
+  if (r.ok()) return 0;
+  PrintExits(r, layout);
+  if (r.interrupted) {
+    std::cerr << fmt::format("fmstack run: interrupted; workers stopped (logs in {})\n", log_dir);
+    return 130;
+  }
+  std::cerr << fmt::format("fmstack run: job failed: {}; logs in {}/rank{}.log\n", r.failure,
+                           log_dir, r.failed_rank);
+  return 1;
+}
+
+int RunCommand(const RunArgs& args) {
+  const cluster::LocalLayout layout{std::max(1, args.nodes), std::max(1, args.procs_per_node)};
+  const std::string out = args.out.empty() ? "runs/command" : args.out;
+  runtime::SuperviseOptions o;
+  o.layout = layout;
+  o.argv = args.command;
+  o.log_dir = out + "/logs";
+  o.job_id = fmt::format("cmd{}", ::getpid());
+  o.grace_seconds = args.grace;
+  // Everything the program prints goes to the terminal, tagged by rank.
+  auto line = [](int rank, bool is_stderr, const std::string& text) {
+    (is_stderr ? std::cerr : std::cout) << fmt::format("[rank {}] {}\n", rank, text) << std::flush;
+  };
+  const runtime::RunResult r = runtime::Supervise(o, nullptr, line);
+  return Finish(r, layout, o.log_dir);
+}
+
+int RunJob(const RunArgs& args) {
+  const catalog::Catalog catalog = catalog::Catalog::LoadEmbedded();
+  const spec::JobSpec job = spec::LoadJobSpec(args.job, catalog);
+  cluster::LocalLayout layout;
+  if (job.cluster && job.cluster->backend == "local") {
+    layout = {static_cast<int>(job.cluster->nodes), static_cast<int>(job.cluster->procs_per_node)};
+  } else if (args.nodes == 0 && args.procs_per_node == 0) {
+    throw SpecError(job.PosOf("cluster"), "cluster.backend",
+                    "`fmstack run` needs [cluster] backend = \"local\" with nodes and "
+                    "procs_per_node (or --nodes and --procs-per-node)");
+  }
+  if (args.nodes > 0) layout.nodes = args.nodes;
+  if (args.procs_per_node > 0) layout.procs_per_node = args.procs_per_node;
+  const std::string out = args.out.empty() ? "runs/" + job.name : args.out;
+  runtime::SuperviseOptions o;
+  o.layout = layout;
+  o.argv = {SelfExe(), "train", std::filesystem::absolute(args.job).string(), "--out", out};
+  if (args.steps > 0) {
+    o.argv.push_back("--steps");
+    o.argv.push_back(std::to_string(args.steps));
+  }
+  o.log_dir = out + "/logs";
+  o.job_id = fmt::format("{}{}", job.name, ::getpid());
+  o.grace_seconds = args.grace;
+  o.extra_env["FMSTACK_COMM_TRANSPORT"] = args.transport;
+  std::cerr << fmt::format(
+      "fmstack run: {} on the local backend: {} nodes x {} processes; logs in {}\n", job.name,
+      layout.nodes, layout.procs_per_node, o.log_dir);
+
+  MergedProgress progress(layout.world());
+  nlohmann::json done;
+  auto event = [&](int rank, const std::string& text) {
+    try {
+      const nlohmann::json e = nlohmann::json::parse(text);
+      const std::string ev = e.at("ev");
+      if (ev == "step") progress.OnStep(e);
+      if (ev == "eval") {
+        progress.Note(
+            fmt::format("step {}: train loss {:.4f}, held-out loss {:.4f} (unigram {:.3f})",
+                        e.at("step").get<int64_t>(), e.at("loss").get<double>(),
+                        e.at("val_loss").get<double>(), e.at("unigram").get<double>()));
+      }
+      if (ev == "done") done = e;
+    } catch (const std::exception& ex) {
+      progress.Note(fmt::format("[rank {}] unreadable event ({}): {}", rank, ex.what(), text));
+    }
+  };
+  auto line = [&](int rank, bool is_stderr, const std::string& text) {
+    if (is_stderr) progress.Note(fmt::format("[rank {}] {}", rank, text));
+  };
+  const runtime::RunResult r = runtime::Supervise(o, event, line);
+  if (!r.ok() || done.is_null()) {
+    const int code = Finish(r, layout, o.log_dir);
+    if (code != 0) return code;
+    throw Error("rank 0 finished without a summary; see " + o.log_dir + "/rank0.log");
+  }
+  TextTable t({"metric", "value"});
+  t.AddRow({"workers",
+            fmt::format("{} nodes x {} processes = {} ranks, {} over {}", layout.nodes,
+                        layout.procs_per_node, layout.world(), done.at("mode").get<std::string>(),
+                        done.at("transport").get<std::string>())});
+  t.AddRow({"steps", fmt::format("{} (from {})", done.at("steps").get<int64_t>(),
+                                 done.at("first").get<int64_t>())});
+  t.AddRow({"tokens", units::FormatCount(done.at("tokens").get<double>())});
+  t.AddRow({"time", units::FormatSeconds(done.at("seconds").get<double>())});
+  t.AddRow({"throughput", fmt::format("{:.0f} tokens/s", done.at("tok_s").get<double>())});
+  t.AddRow({"communication share of step time",
+            fmt::format("{:.1f}% (rank 0, time waiting for collectives)",
+                        100 * done.at("comm_share").get<double>())});
+  t.AddRow({"train loss (last step)", fmt::format("{:.4f}", done.at("loss").get<double>())});
+  t.AddRow({"held-out loss", fmt::format("{:.4f}", done.at("val_loss").get<double>())});
+  t.AddRow({"unigram entropy", fmt::format("{:.4f}", done.at("unigram").get<double>())});
+  t.AddRow({"parameter hash", done.at("param_hash").get<std::string>()});
+  t.AddRow({"state", done.at("state").get<std::string>()});
+  t.AddRow({"wall time (incl. start-up)", units::FormatSeconds(r.seconds)});
+  std::cout << t.RenderText();
+  return 0;
+}
+
+}  // namespace
+
+Runner AddRunCommand(CLI::App& app, std::span<char* const> argv) {
+  auto args = std::make_shared<RunArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "run",
+      "run a job on its cluster backend (local: N nodes x P processes on this machine), "
+      "or `fmstack run [--nodes N --procs-per-node P] -- COMMAND...` for any program");
+  // CLI11 hands words after `--` to the positionals in order, so whether this
+  // is a job or a command is decided on argv itself.
+  const bool command_mode =
+      std::any_of(argv.begin(), argv.end(), [](const char* w) { return std::string(w) == "--"; });
+  if (command_mode) {
+    cmd->add_option("command", args->command, "the program to run on every rank")->required();
+  } else {
+    cmd->add_option("job", args->job, "job spec (TOML)")->required()->check(CLI::ExistingFile);
+  }
+  cmd->add_option("--nodes", args->nodes, "nodes (overrides cluster.nodes)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--procs-per-node", args->procs_per_node,
+                  "worker processes per node (overrides cluster.procs_per_node)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--out", args->out, "output directory (default runs/<job name>)");
+  cmd->add_option("--steps", args->steps, "optimizer steps (overrides train.steps)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--transport", args->transport,
+                  "auto: shared memory inside a node, Gloo across nodes; gloo: Gloo everywhere")
+      ->check(CLI::IsMember({"auto", "gloo"}));
+  cmd->add_option("--grace", args->grace,
+                  "seconds the other workers get to exit after one fails, before SIGTERM/SIGKILL")
+      ->check(CLI::NonNegativeNumber);
+  return [args] { return args->command.empty() ? RunJob(*args) : RunCommand(*args); };
+}
+
+}  // namespace fmstack::cli

@@ -1,0 +1,111 @@
+#include "cluster/local.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "util/error.h"
+
+extern char** environ;
+
+namespace fmstack::cluster {
+
+std::vector<std::string> WorkerEnvironment(const LocalLayout& layout, const LaunchEnv& env,
+                                           int rank) {
+  const int node = rank / layout.procs_per_node, local = rank % layout.procs_per_node;
+  std::map<std::string, std::string> vars;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string kv = *e;
+    const size_t eq = kv.find('=');
+    if (eq != std::string::npos) vars[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  // Each worker gets an equal share of the cores, as torchrun sets
+  // OMP_NUM_THREADS, unless the user chose a number.
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const unsigned share = std::max(1u, cores / static_cast<unsigned>(layout.world()));
+  if (!vars.contains("OMP_NUM_THREADS")) vars["OMP_NUM_THREADS"] = std::to_string(share);
+  vars["RANK"] = std::to_string(rank);
+  vars["WORLD_SIZE"] = std::to_string(layout.world());
+  vars["LOCAL_RANK"] = std::to_string(local);
+  vars["LOCAL_WORLD_SIZE"] = std::to_string(layout.procs_per_node);
+  vars["NODE_RANK"] = std::to_string(node);
+  vars["GROUP_RANK"] = std::to_string(node);
+  vars["MASTER_ADDR"] = env.master_addr;
+  vars["MASTER_PORT"] = std::to_string(env.master_port);
+  vars["FMSTACK_JOB_ID"] = env.job_id;
+  vars["FMSTACK_GENERATION"] = std::to_string(env.generation);
+  vars["FMSTACK_NODES"] = std::to_string(layout.nodes);
+  vars["FMSTACK_RUN"] = "1";
+  for (const auto& [k, v] : env.extra) vars[k] = v;
+  std::vector<std::string> out;
+  for (const auto& [k, v] : vars) out.push_back(k + "=" + v);
+  return out;
+}
+
+std::vector<WorkerProcess> SpawnWorkers(const LocalLayout& layout, const LaunchEnv& env,
+                                        const std::vector<std::string>& argv) {
+  if (argv.empty()) throw Error("no worker command to run");
+  std::vector<WorkerProcess> workers;
+  auto kill_started = [&] {
+    for (const WorkerProcess& w : workers) {
+      ::kill(w.pid, SIGKILL);
+      ::close(w.out_fd);
+      ::close(w.err_fd);
+    }
+  };
+  for (int rank = 0; rank < layout.world(); ++rank) {
+    const std::vector<std::string> envs = WorkerEnvironment(layout, env, rank);
+    std::vector<char*> cargv, cenv;
+    for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+    cargv.push_back(nullptr);
+    for (const auto& e : envs) cenv.push_back(const_cast<char*>(e.c_str()));
+    cenv.push_back(nullptr);
+    int out[2], err[2], status[2];
+    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 ||
+        ::pipe2(status, O_CLOEXEC) != 0) {
+      kill_started();
+      throw Error(fmt::format("cannot create pipes for rank {}: {}", rank, std::strerror(errno)));
+    }
+    const pid_t parent = ::getpid();
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      // Only async-signal-safe calls from here to exec.
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, nullptr);
+      ::signal(SIGPIPE, SIG_DFL);
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the supervisor
+      if (::getppid() != parent) ::_exit(127);
+      ::dup2(out[1], 1);
+      ::dup2(err[1], 2);
+      ::execvpe(cargv[0], cargv.data(), cenv.data());
+      const int e = errno;
+      (void)!::write(status[1], &e, sizeof e);
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    ::close(err[1]);
+    ::close(status[1]);
+    int exec_errno = 0;
+    const bool failed = pid < 0 || ::read(status[0], &exec_errno, sizeof exec_errno) > 0;
+    ::close(status[0]);
+    if (failed) {
+      ::close(out[0]);
+      ::close(err[0]);
+      kill_started();
+      throw Error(fmt::format("cannot start rank {}: {}: {}", rank, argv[0],
+                              std::strerror(pid < 0 ? errno : exec_errno)));
+    }
+    workers.push_back(
+        {rank, rank / layout.procs_per_node, rank % layout.procs_per_node, pid, out[0], err[0]});
+  }
+  return workers;
+}
+
+}  // namespace fmstack::cluster

@@ -1,0 +1,45 @@
+// cluster: the local backend. Starts the workers of N "nodes" x P processes
+// on this machine, each with the environment torchrun would give it (RANK,
+// WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, GROUP_RANK,
+// MASTER_ADDR, MASTER_PORT) plus FMSTACK_* for fmstack's own, and its stdout
+// and stderr on pipes for the supervisor.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace fmstack::cluster {
+
+struct LocalLayout {
+  int nodes = 1;
+  int procs_per_node = 1;
+  int world() const { return nodes * procs_per_node; }
+};
+
+struct WorkerProcess {
+  int rank = 0, node = 0, local_rank = 0;
+  pid_t pid = -1;
+  int out_fd = -1, err_fd = -1;  // read ends; the supervisor owns them
+};
+
+struct LaunchEnv {
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  std::string job_id;
+  int64_t generation = 0;
+  std::map<std::string, std::string> extra;  // added to every worker's environment
+};
+
+// The environment of one worker, as "NAME=value" strings (inherited ones first).
+std::vector<std::string> WorkerEnvironment(const LocalLayout& layout, const LaunchEnv& env,
+                                           int rank);
+
+// Forks and execs argv for every rank (node-major). Throws Error when a
+// process cannot be started (after killing those already started).
+std::vector<WorkerProcess> SpawnWorkers(const LocalLayout& layout, const LaunchEnv& env,
+                                        const std::vector<std::string>& argv);
+
+}  // namespace fmstack::cluster

@@ -1,0 +1,114 @@
+// train: data parallelism over a comm::Communicator. Gradients are reduced in
+// buckets of whole GradReadyGroups, launched on a communication thread as
+// soon as the backward pass finishes a bucket, so that reducing the last
+// layers overlaps computing the first ones (as PyTorch DDP does).
+//
+//   DDP    every rank keeps everything; buckets are all-reduced.
+//   ZeRO-1 optimizer state sharded: rank r owns shard r of every bucket;
+//          buckets are reduce-scattered after the last micro-batch, AdamW
+//          runs on the shard, and the updated parameters are all-gathered.
+//   ZeRO-2 as ZeRO-1, and gradients sharded too: every micro-batch's
+//          gradients are reduce-scattered and summed into the shard, so only
+//          the shard persists across micro-batches.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "gpt/layout.h"
+#include "train/optimizer.h"
+
+namespace fmstack::train {
+
+enum class DpMode { kDdp, kZero1, kZero2 };
+// "ddp", "zero1", "zero2"; throws Error listing the choices.
+DpMode ParseDpMode(const std::string& s);
+const char* DpModeName(DpMode m);
+
+struct DpConfig {
+  DpMode mode = DpMode::kDdp;
+  size_t bucket_bytes = 4 << 20;
+  bool overlap = true;  // false: reduce every bucket after the backward pass
+};
+
+// Seconds spent on communication in the last step.
+struct CommTimes {
+  double busy = 0;     // the communication thread working (overlapped or not)
+  double exposed = 0;  // the training thread waiting for it
+};
+
+class DataParallel {
+ public:
+  DataParallel(comm::Communicator& comm, const gpt::ParamLayout& layout, const OptimConfig& optim,
+               DpConfig config);
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  // The hook for Model::Backward of one micro-batch (may be empty).
+  std::function<void(int)> BackwardHook(std::span<float> grads, bool last_micro);
+  // After each micro-batch's Backward: waits for its reductions. ZeRO-2 then
+  // zeroes `grads`, which is only scratch for one micro-batch.
+  void AfterBackward(std::span<float> grads, bool last_micro);
+  // Clips by the global norm and applies AdamW; every rank ends with the same
+  // params. `full` is the replicated optimizer (DDP only). Returns the norm.
+  double Step(std::span<float> params, std::span<float> grads, AdamW* full, int64_t step,
+              double lr);
+  // Sum of a scalar over ranks.
+  double SumAcrossRanks(double x);
+
+  // ZeRO: the full moments from every rank's shard (collective), and back.
+  void GatherOptimizerState(std::span<float> m, std::span<float> v);
+  void ScatterOptimizerState(std::span<const float> m, std::span<const float> v);
+  bool sharded() const { return config_.mode != DpMode::kDdp; }
+  size_t shard_size() const { return shard_m_.size(); }
+
+  CommTimes TakeTimes();
+  comm::Communicator& comm() { return comm_; }
+  const DpConfig& config() const { return config_; }
+
+ private:
+  struct Bucket {
+    std::vector<comm::Range> ranges;  // flat parameter ranges, packed in order
+    int last_group = 0;               // the bucket is ready when this group is
+    size_t count = 0;                 // packed elements
+    comm::Range shard;                // this rank's part of the packed bucket
+    size_t shard_offset = 0;          // where that part starts in the shard vectors
+    std::vector<float> packed;
+  };
+
+  void Enqueue(std::function<void()> task);
+  void Drain();
+  void Worker();
+  void Launch(Bucket& b, std::span<float> grads);
+  // fn(flat offset, packed offset, count) over the part [lo, hi) of a bucket.
+  template <typename Fn>
+  static void ForEachSpan(const Bucket& b, size_t lo, size_t hi, Fn&& fn);
+
+  comm::Communicator& comm_;
+  OptimConfig optim_;
+  DpConfig config_;
+  std::vector<Bucket> buckets_;
+  std::vector<float> shard_grads_, shard_params_, shard_m_, shard_v_;
+  std::vector<uint8_t> shard_decay_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  int running_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+  double busy_ = 0, exposed_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace fmstack::train
