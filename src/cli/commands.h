@@ -14,6 +14,7 @@ Runner AddPlanCommand(CLI::App& app);
 Runner AddDataCommand(CLI::App& app);
 Runner AddTrainCommand(CLI::App& app);
 Runner AddGenerateCommand(CLI::App& app);
+Runner AddBenchCommand(CLI::App& app);
 Runner AddRunCommand(CLI::App& app, std::span<char* const> argv);
 
 }  // namespace fmstack::cli

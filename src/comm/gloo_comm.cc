@@ -163,6 +163,7 @@ void GlooCommunicator::AllReduce(View buf, ReduceOp op) {
     opts.setAlgorithm(buf.bytes() < options_.small_message_bytes
                           ? gloo::AllreduceOptions::Algorithm::BCUBE
                           : gloo::AllreduceOptions::Algorithm::RING);
+    opts.setMaxSegmentSize(options_.segment_bytes);
     opts.setTimeout(options_.timeout);
     gloo::allreduce(opts);
   });

@@ -29,6 +29,7 @@ struct GlooOptions {
   int64_t generation = 0;
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
   size_t small_message_bytes = 256 * 1024;  // below this, allreduce uses bcube
+  size_t segment_bytes = 1 << 20;           // ring pipelining unit (Gloo's default)
 };
 
 class GlooCommunicator final : public Communicator {

@@ -39,6 +39,7 @@ class HierarchicalCommunicator final : public Communicator {
       g.hostname = o.hostname;
       g.generation = o.generation;
       g.timeout = o.timeout;
+      g.segment_bytes = o.gloo_segment_bytes;
       leaders_ = std::make_unique<GlooCommunicator>(std::move(g));
     }
   }
@@ -217,6 +218,8 @@ CommOptions OptionsFromEnv() {
   o.hostname = Env("FMSTACK_HOST", "127.0.0.1");
   o.transport = Env("FMSTACK_COMM_TRANSPORT", "auto");
   o.timeout = std::chrono::milliseconds(EnvInt("FMSTACK_COMM_TIMEOUT_MS", "60000"));
+  o.shm_slot_bytes = static_cast<size_t>(EnvInt("FMSTACK_SHM_SLOT_BYTES", "4194304"));
+  o.gloo_segment_bytes = static_cast<size_t>(EnvInt("FMSTACK_GLOO_SEGMENT_BYTES", "1048576"));
   const std::string addr = Env("MASTER_ADDR");
   const auto port = EnvInt("MASTER_PORT");
   if (port == 0 || port > 65535) throw Error(fmt::format("MASTER_PORT={} is not a port", port));
@@ -242,6 +245,7 @@ std::unique_ptr<Communicator> Connect(const CommOptions& o) {
     g.hostname = o.hostname;
     g.generation = o.generation;
     g.timeout = o.timeout;
+    g.segment_bytes = o.gloo_segment_bytes;
     return std::make_unique<GlooCommunicator>(std::move(g));
   }
   if (o.transport != "auto") {

@@ -27,6 +27,7 @@ struct CommOptions {
   // "gloo": Gloo between every pair of ranks, the node boundary ignored.
   std::string transport = "auto";
   size_t shm_slot_bytes = 4 << 20;
+  size_t gloo_segment_bytes = 1 << 20;
 };
 
 // Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,

@@ -6,11 +6,14 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 
@@ -55,6 +58,10 @@ struct ShmCommunicator::Header {
   std::atomic<int32_t> abort_rank;
   char abort_reason[256];
   std::atomic<int32_t> pids[kMaxLocal];
+  // Cross-memory attach: the buffer each rank offers for the current call,
+  // and whether every rank could read every other's memory at start-up.
+  std::atomic<uint64_t> addr[kMaxLocal];
+  std::atomic<int32_t> cma_failed;
 };
 
 size_t ShmCommunicator::HeaderBytes() {
@@ -114,10 +121,108 @@ ShmCommunicator::ShmCommunicator(ShmOptions options) : options_(std::move(option
                     -1);
   }
   header_->pids[options_.rank] = static_cast<int32_t>(::getpid());
-  Wait("attach");
+  if (options_.rank == 0) header_->cma_failed = 0;
+  ProbeCrossMemoryAttach();
   // Everyone is attached: the name can go, so nothing is left in /dev/shm
   // whatever happens to the processes later.
   if (options_.rank == 0) ::shm_unlink(name.c_str());
+}
+
+// Linux cross-memory attach (process_vm_readv) copies straight from a peer's
+// buffer into ours: one copy instead of two through the slots, as OpenMPI's
+// shared-memory transport does. Needs ptrace permission over the peers, which
+// Yama or a container's seccomp profile may deny; every rank probes every
+// other, and if any read fails all of them stay on the slot path.
+void ShmCommunicator::ProbeCrossMemoryAttach() {
+  ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+  const uint64_t probe = 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(options_.rank);
+  header_->addr[options_.rank] = reinterpret_cast<uint64_t>(&probe);
+  Wait("attach");
+  for (int r = 0; r < options_.size; ++r) {
+    uint64_t got = 0;
+    iovec local{&got, sizeof got};
+    iovec remote{reinterpret_cast<void*>(header_->addr[r].load()), sizeof got};
+    if (r != options_.rank &&
+        (::process_vm_readv(header_->pids[r], &local, 1, &remote, 1, 0) != sizeof got ||
+         got != (0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(r)))) {
+      header_->cma_failed = 1;
+    }
+  }
+  Wait("attach");
+  cma_ = header_->cma_failed.load() == 0 && std::getenv("FMSTACK_SHM_NO_CMA") == nullptr;
+}
+
+void ShmCommunicator::ReadPeer(int r, const std::byte* remote, std::byte* local, size_t bytes,
+                               const char* op) {
+  while (bytes > 0) {
+    iovec l{local, bytes};
+    iovec p{const_cast<std::byte*>(remote), bytes};
+    const ssize_t n = ::process_vm_readv(header_->pids[r], &l, 1, &p, 1, 0);
+    if (n <= 0) {
+      const int e = errno;
+      const std::string why =
+          e == ESRCH ? fmt::format("rank {} (local rank {}) died", JobRank(r), r)
+                     : fmt::format("reading rank {}'s buffer: {}", JobRank(r), std::strerror(e));
+      Abort(why, e == ESRCH ? JobRank(r) : -1);
+      throw CommError(fmt::format("{} on rank {}: {}", op, JobRank(options_.rank), why),
+                      e == ESRCH ? JobRank(r) : -1);
+    }
+    local += n;
+    remote += n;
+    bytes -= static_cast<size_t>(n);
+  }
+}
+
+const std::byte* ShmCommunicator::PeerBuffer(int r) const {
+  return reinterpret_cast<const std::byte*>(header_->addr[r].load(std::memory_order_acquire));
+}
+
+// Reduce-scatter step of the single-copy path: this rank's portion of every
+// peer's buffer, summed in rank order into its own buffer, chunk by chunk
+// through a cache-sized scratch.
+void ShmCommunicator::SumPeersInto(View buf, Range part, std::byte* dst, ReduceOp op,
+                                   const char* op_name) {
+  const int P = options_.size;
+  const size_t es = DTypeSize(buf.dtype);
+  const size_t chunk = kCmaChunkBytes / es;
+  scratch_.resize(std::max(scratch_.size(), std::min(chunk, part.count) * es * P));
+  std::byte* scratch = scratch_.data();
+  std::vector<const std::byte*> srcs(P);
+  for (size_t off = 0; off < part.count; off += chunk) {
+    const size_t n = std::min(chunk, part.count - off);
+    for (int r = 0; r < P; ++r) {
+      const size_t at = (part.begin + off) * es;
+      if (r == options_.rank) {
+        srcs[r] = buf.data + at;
+      } else {
+        ReadPeer(r, PeerBuffer(r) + at, scratch + r * n * es, n * es, op_name);
+        srcs[r] = scratch + r * n * es;
+      }
+    }
+    SumOf(dst + off * es, srcs, n, buf.dtype);
+    if (op == ReduceOp::kAvg) ScaleInPlace(dst + off * es, n, buf.dtype, 1.0 / P);
+  }
+}
+
+void ShmCommunicator::CmaReduce(View buf, ReduceOp op, int root, bool all) {
+  const int P = options_.size, me = options_.rank;
+  const size_t es = DTypeSize(buf.dtype);
+  header_->addr[me].store(reinterpret_cast<uint64_t>(buf.data), std::memory_order_release);
+  Wait("allreduce");
+  // Peers read only their own portions of our buffer meanwhile, so the sum
+  // of ours can go straight into place.
+  const Range part = ShardOf(buf.count, P, me);
+  SumPeersInto(buf, part, buf.data + part.begin * es, op, "allreduce");
+  Wait("allreduce");
+  if (all || me == root) {
+    for (int r = 0; r < P; ++r) {
+      const Range g = ShardOf(buf.count, P, r);
+      if (r != me)
+        ReadPeer(r, PeerBuffer(r) + g.begin * es, buf.data + g.begin * es, g.count * es,
+                 "allreduce");
+    }
+  }
+  Wait("allreduce");
 }
 
 ShmCommunicator::~ShmCommunicator() {
@@ -240,11 +345,13 @@ void ShmCommunicator::ReduceWindow(View buf, ReduceOp op, int root, bool all) {
 
 void ShmCommunicator::AllReduce(View buf, ReduceOp op) {
   if (size() == 1) return CheckAborted("allreduce");
+  if (UseCma(buf.bytes())) return CmaReduce(buf, op, 0, true);
   ReduceWindow(buf, op, 0, true);
 }
 
 void ShmCommunicator::Reduce(View buf, ReduceOp op, int root) {
   if (size() == 1) return CheckAborted("reduce");
+  if (UseCma(buf.bytes())) return CmaReduce(buf, op, root, false);
   ReduceWindow(buf, op, root, false);
 }
 
@@ -262,6 +369,14 @@ void ShmCommunicator::ReduceScatter(View in, View out, ReduceOp op) {
   if (P == 1) {
     std::memmove(out.data, in.data, in.bytes());
     return CheckAborted("reduce_scatter");
+  }
+  if (UseCma(in.bytes())) {
+    header_->addr[me].store(reinterpret_cast<uint64_t>(in.data), std::memory_order_release);
+    Wait("reduce_scatter");
+    // out may be in's own shard: peers read only their shards of in.
+    SumPeersInto(in, mine, out.data, op, "reduce_scatter");
+    Wait("reduce_scatter");
+    return;
   }
   const size_t window = options_.slot_bytes / es;
   std::vector<const std::byte*> srcs(P);
@@ -284,6 +399,18 @@ void ShmCommunicator::AllGatherRanges(View out, const std::vector<Range>& ranges
   const int P = options_.size, me = options_.rank;
   if (P == 1) return CheckAborted("allgather");
   const size_t es = DTypeSize(out.dtype);
+  if (UseCma(out.bytes())) {
+    header_->addr[me].store(reinterpret_cast<uint64_t>(out.data), std::memory_order_release);
+    Wait("allgather");
+    for (int r = 0; r < P; ++r) {
+      const Range g = ranges[r];
+      if (r != me)
+        ReadPeer(r, PeerBuffer(r) + g.begin * es, out.data + g.begin * es, g.count * es,
+                 "allgather");
+    }
+    Wait("allgather");
+    return;
+  }
   const size_t window = static_cast<size_t>(P) * options_.slot_bytes / es;
   const Range mine = ranges[me];
   for (size_t off = 0; off < out.count; off += window) {
@@ -315,6 +442,13 @@ void ShmCommunicator::Broadcast(View buf, int root) {
   const int P = options_.size;
   if (P == 1) return CheckAborted("broadcast");
   const size_t es = DTypeSize(buf.dtype);
+  if (UseCma(buf.bytes())) {
+    header_->addr[rank()].store(reinterpret_cast<uint64_t>(buf.data), std::memory_order_release);
+    Wait("broadcast");
+    if (rank() != root) ReadPeer(root, PeerBuffer(root), buf.data, buf.bytes(), "broadcast");
+    Wait("broadcast");
+    return;
+  }
   const size_t window = static_cast<size_t>(P) * options_.slot_bytes / es;
   for (size_t off = 0; off < buf.count; off += window) {
     const size_t n = std::min(window, buf.count - off);
@@ -338,6 +472,20 @@ void ShmCommunicator::AllToAll(View in, View out) {
   if (P == 1) {
     std::memmove(out.data, in.data, in.bytes());
     return CheckAborted("alltoall");
+  }
+  if (UseCma(in.bytes())) {
+    header_->addr[me].store(reinterpret_cast<uint64_t>(in.data), std::memory_order_release);
+    Wait("alltoall");
+    for (int j = 0; j < P; ++j) {
+      std::byte* dst = out.data + j * block * es;
+      if (j == me) {
+        std::memcpy(dst, in.data + me * block * es, block * es);
+      } else {
+        ReadPeer(j, PeerBuffer(j) + me * block * es, dst, block * es, "alltoall");
+      }
+    }
+    Wait("alltoall");
+    return;
   }
   const size_t window = options_.slot_bytes / es / P;  // elements of one block per pass
   for (size_t off = 0; off < block; off += window) {

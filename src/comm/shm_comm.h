@@ -4,7 +4,8 @@
 // through the slots between barriers. The barrier spins briefly, then sleeps
 // on a futex in the segment, checking on the way whether any peer process
 // has died (so a dead peer is named within milliseconds) or the group was
-// aborted.
+// aborted. Where the kernel allows it, messages of 64 KiB and more skip the
+// slots: each rank reads its peers' buffers directly (process_vm_readv).
 #pragma once
 
 #include <atomic>
@@ -65,9 +66,21 @@ class ShmCommunicator final : public Communicator {
   // then deliver portions to everyone (all=true) or to root only.
   void ReduceWindow(View buf, ReduceOp op, int root, bool all);
 
+  // The single-copy path (process_vm_readv from the peers' own buffers).
+  static constexpr size_t kCmaMinBytes = 64 << 10;
+  static constexpr size_t kCmaChunkBytes = 1 << 20;
+  bool UseCma(size_t bytes) const { return cma_ && bytes >= kCmaMinBytes; }
+  void ProbeCrossMemoryAttach();
+  const std::byte* PeerBuffer(int r) const;
+  void ReadPeer(int r, const std::byte* remote, std::byte* local, size_t bytes, const char* op);
+  void SumPeersInto(View buf, Range part, std::byte* dst, ReduceOp op, const char* op_name);
+  void CmaReduce(View buf, ReduceOp op, int root, bool all);
+
   ShmOptions options_;
   Header* header_ = nullptr;
   size_t mapped_bytes_ = 0;
+  bool cma_ = false;
+  std::vector<std::byte> scratch_;  // peers' chunks on the single-copy path
 };
 
 }  // namespace fmstack::comm

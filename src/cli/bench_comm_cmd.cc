@@ -1,0 +1,265 @@
+// `fmstack bench comm`: an nccl-tests-style table (size, algbw, busbw) of
+// fmstack's collectives at 2, 4 and 8 ranks, on one node (shared memory) and
+// across nodes (Gloo over TCP), next to OpenMPI's MPI_Allreduce etc. on the
+// same machine (shared-memory and TCP transports) and the machine's memcpy
+// bandwidth, all in one run.
+#include <fmt/format.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "comm/hier_comm.h"
+#include "runtime/supervisor.h"
+#include "util/error.h"
+#include "util/text_table.h"
+#include "util/units.h"
+
+namespace fmstack::cli {
+namespace {
+
+const std::vector<std::string> kOps = {"allreduce", "allgather", "reduce_scatter", "alltoall"};
+
+struct BenchArgs {
+  std::string ranks = "2,4,8";
+  std::string min = "4KiB", max = "256MiB";
+  std::string ops = "allreduce,allgather,reduce_scatter,alltoall";
+  bool mpi = true;
+  std::string mpi_bench;  // path of bench_mpi_coll
+  bool markdown = false;
+};
+
+std::vector<std::string> Split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string w; std::getline(in, w, ',');) {
+    if (!w.empty()) out.push_back(w);
+  }
+  return out;
+}
+
+// nccl-tests' bus bandwidth factor: what each link carries relative to algbw.
+double BusFactor(const std::string& op, int n) {
+  const double r = static_cast<double>(n - 1) / n;
+  return op == "allreduce" ? 2 * r : r;
+}
+
+// Every size is a multiple of 4 bytes x ranks, so blocks are equal.
+size_t Aligned(size_t bytes, int n) {
+  return bytes / (4 * n) * (4 * n);
+}
+
+// ------------------------------------------------------------- worker ---
+
+double SlowestRank(comm::Communicator& c, double seconds) {
+  std::vector<float> all(c.size());
+  std::vector<float> mine{static_cast<float>(seconds)};
+  c.AllGather(std::span<float>(mine), std::span<float>(all));
+  return *std::max_element(all.begin(), all.end());
+}
+
+double TimeOp(comm::Communicator& c, const std::string& op, std::vector<float>& in,
+              std::vector<float>& out, size_t count, int iters) {
+  const int n = c.size();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) {
+    if (op == "allreduce") {
+      c.AllReduce(std::span<float>(out.data(), count), comm::ReduceOp::kSum);
+    } else if (op == "allgather") {
+      c.AllGather(std::span<float>(in.data(), count / n), std::span<float>(out.data(), count));
+    } else if (op == "reduce_scatter") {
+      c.ReduceScatter(std::span<float>(in.data(), count), std::span<float>(out.data(), count / n),
+                      comm::ReduceOp::kSum);
+    } else {
+      c.AllToAll(std::span<float>(in.data(), count), std::span<float>(out.data(), count));
+    }
+  }
+  const double t =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
+  return SlowestRank(c, t);
+}
+
+int RunWorker(const BenchArgs& args) {
+  auto c = comm::Connect(comm::OptionsFromEnv());
+  const size_t lo = static_cast<size_t>(units::ParseBytes(args.min));
+  const size_t hi = static_cast<size_t>(units::ParseBytes(args.max));
+  std::vector<float> in(hi / 4, 1.0f), out(hi / 4, 1.0f);
+  for (const std::string& op : Split(args.ops)) {
+    for (size_t bytes = lo; bytes <= hi; bytes *= 4) {
+      const size_t b = Aligned(bytes, c->size());
+      TimeOp(*c, op, in, out, b / 4, 1);  // warm-up: connections, page faults
+      const double once = TimeOp(*c, op, in, out, b / 4, 1);
+      const int iters = std::clamp(static_cast<int>(0.2 / std::max(once, 1e-6)), 1, 200);
+      const double t = TimeOp(*c, op, in, out, b / 4, iters);
+      if (c->rank() == 0) {
+        std::cout << "@fmstack " << nlohmann::json{{"op", op}, {"bytes", b}, {"seconds", t}}.dump()
+                  << std::endl;
+      }
+    }
+  }
+  return 0;
+}
+
+// -------------------------------------------------------- coordinator ---
+
+// (op, bytes) -> seconds
+using Results = std::map<std::pair<std::string, size_t>, double>;
+
+Results RunFmstack(const BenchArgs& args, int nodes, int procs, const std::string& self) {
+  runtime::SuperviseOptions o;
+  o.layout = {nodes, procs};
+  o.argv = {self, "bench", "comm", "--min", args.min, "--max", args.max, "--ops", args.ops};
+  o.log_dir = fmt::format("runs/bench-comm/fmstack-{}x{}", nodes, procs);
+  o.job_id = fmt::format("bench{}", ::getpid());
+  o.extra_env["OMP_NUM_THREADS"] = "1";
+  Results r;
+  const auto result = runtime::Supervise(
+      o,
+      [&](int, const std::string& text) {
+        const auto e = nlohmann::json::parse(text);
+        r[{e.at("op"), e.at("bytes")}] = e.at("seconds");
+        std::cerr << fmt::format("\r\033[K  fmstack {}x{}: {} {}", nodes, procs,
+                                 e.at("op").get<std::string>(),
+                                 units::FormatBytes(e.at("bytes").get<double>()))
+                  << std::flush;
+      },
+      [](int rank, bool is_stderr, const std::string& line) {
+        if (is_stderr) std::cerr << fmt::format("\n[rank {}] {}\n", rank, line);
+      });
+  std::cerr << "\r\033[K";
+  if (!result.ok()) throw Error("bench comm: a worker failed: " + result.failure);
+  return r;
+}
+
+Results RunMpi(const BenchArgs& args, int n, const std::string& btl) {
+  const std::string cmd = fmt::format(
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe "
+      "--bind-to none -np {} --mca btl {} {} {} {} 2>&1",
+      n, btl, args.mpi_bench, static_cast<size_t>(units::ParseBytes(args.min)),
+      static_cast<size_t>(units::ParseBytes(args.max)));
+  std::cerr << fmt::format("\r\033[K  OpenMPI np={} btl={}", n, btl) << std::flush;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) throw Error("cannot run mpirun");
+  Results r;
+  std::string all;
+  char line[4096];
+  while (std::fgets(line, sizeof line, p) != nullptr) {
+    all += line;
+    char op[64];
+    size_t bytes = 0;
+    double seconds = 0;
+    if (std::sscanf(line, "%63s %zu %lf", op, &bytes, &seconds) == 3) r[{op, bytes}] = seconds;
+  }
+  const int status = ::pclose(p);
+  std::cerr << "\r\033[K";
+  if (status != 0) throw Error(fmt::format("OpenMPI peer failed ({}):\n{}", cmd, all));
+  return r;
+}
+
+double MemcpyBandwidth() {
+  const size_t bytes = 256 << 20;
+  std::vector<char> a(bytes, 1), b(bytes, 2);
+  double best = 0;
+  for (int i = 0; i < 5; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    std::memcpy(b.data(), a.data(), bytes);
+    const double t =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best = std::max(best, static_cast<double>(bytes) / t);
+  }
+  return best;
+}
+
+std::string Gbs(double bytes, double seconds) {
+  return seconds > 0 ? fmt::format("{:.2f}", bytes / seconds / 1e9) : "-";
+}
+
+int RunCoordinator(const BenchArgs& args) {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  BenchArgs a = args;
+  if (a.mpi && a.mpi_bench.empty()) {
+    a.mpi_bench = (std::filesystem::path(self).parent_path() / "bench_mpi_coll").string();
+  }
+  if (a.mpi && !std::filesystem::exists(a.mpi_bench)) {
+    std::cerr << "OpenMPI peer not built (scripts/bootstrap.sh --bench installs libopenmpi-dev); "
+                 "comparing without it\n";
+    a.mpi = false;
+  }
+  const double memcpy_bw = MemcpyBandwidth();
+  std::cout << fmt::format("memcpy bandwidth (one core, 256 MiB): {:.2f} GB/s\n\n",
+                           memcpy_bw / 1e9);
+  std::vector<std::string> summary;
+  for (const std::string& rs : Split(a.ranks)) {
+    const int n = std::stoi(rs);
+    const Results node = RunFmstack(a, 1, n, self);   // one node: shared memory
+    const Results nodes = RunFmstack(a, n, 1, self);  // n nodes: Gloo over TCP
+    const Results mpi_shm = a.mpi ? RunMpi(a, n, "vader,self") : Results{};
+    const Results mpi_tcp = a.mpi ? RunMpi(a, n, "tcp,self") : Results{};
+    for (const std::string& op : Split(a.ops)) {
+      TextTable t({"size", "1 node algbw", "busbw", "OpenMPI shm busbw", "ratio", "| n nodes algbw",
+                   "busbw", "OpenMPI tcp busbw", "ratio"});
+      double worst_shm = 1e9, worst_tcp = 1e9;
+      for (const auto& [key, s_node] : node) {
+        if (key.first != op) continue;
+        const double bytes = static_cast<double>(key.second), f = BusFactor(op, n);
+        const double s_nodes = nodes.contains(key) ? nodes.at(key) : 0;
+        const double m_shm = mpi_shm.contains(key) ? mpi_shm.at(key) : 0;
+        const double m_tcp = mpi_tcp.contains(key) ? mpi_tcp.at(key) : 0;
+        const double r_shm = m_shm > 0 ? m_shm / s_node : 0,
+                     r_tcp = m_tcp > 0 && s_nodes > 0 ? m_tcp / s_nodes : 0;
+        if (key.second >= (1u << 20)) {
+          if (r_shm > 0) worst_shm = std::min(worst_shm, r_shm);
+          if (r_tcp > 0) worst_tcp = std::min(worst_tcp, r_tcp);
+        }
+        t.AddRow({units::FormatBytes(bytes), Gbs(bytes, s_node), Gbs(f * bytes, s_node),
+                  Gbs(f * bytes, m_shm), r_shm > 0 ? fmt::format("{:.2f}", r_shm) : "-",
+                  Gbs(bytes, s_nodes), Gbs(f * bytes, s_nodes), Gbs(f * bytes, m_tcp),
+                  r_tcp > 0 ? fmt::format("{:.2f}", r_tcp) : "-"});
+      }
+      std::cout << fmt::format("{} — {} ranks (GB/s; ratio = fmstack busbw / OpenMPI busbw)\n", op,
+                               n)
+                << (a.markdown ? t.RenderMarkdown() : t.RenderText()) << "\n";
+      if (a.mpi) {
+        summary.push_back(
+            fmt::format("{:<15} {} ranks: >= 1 MiB, worst ratio vs OpenMPI: one node "
+                        "{:.2f}, across nodes {:.2f}",
+                        op, n, worst_shm, worst_tcp));
+      }
+    }
+  }
+  for (const std::string& s : summary) std::cout << s << "\n";
+  return 0;
+}
+
+}  // namespace
+
+Runner AddBenchCommand(CLI::App& app) {
+  auto args = std::make_shared<BenchArgs>();
+  CLI::App* bench = app.add_subcommand("bench", "measure fmstack against peers and machine limits");
+  bench->require_subcommand(1);
+  CLI::App* cmd = bench->add_subcommand(
+      "comm", "collectives: fmstack (shared memory, Gloo) vs OpenMPI, nccl-tests style");
+  cmd->add_option("--ranks", args->ranks, "comma-separated world sizes");
+  cmd->add_option("--min", args->min, "smallest message");
+  cmd->add_option("--max", args->max, "largest message (sizes step x4)");
+  cmd->add_option("--ops", args->ops,
+                  "comma-separated: allreduce,allgather,reduce_scatter,alltoall");
+  cmd->add_flag("!--no-mpi", args->mpi, "skip the OpenMPI peer");
+  cmd->add_option("--mpi-bench", args->mpi_bench,
+                  "the OpenMPI peer binary (default: next to fmstack)");
+  cmd->add_flag("--markdown", args->markdown, "tables as Markdown");
+  return [args] {
+    // Started by the coordinator through the supervisor: a worker.
+    if (std::getenv("FMSTACK_RUN") != nullptr) return RunWorker(*args);
+    return RunCoordinator(*args);
+  };
+}
+
+}  // namespace fmstack::cli
