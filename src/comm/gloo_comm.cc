@@ -150,6 +150,18 @@ void GlooCommunicator::Guarded(const char* op, Fn&& fn) {
 }
 
 void GlooCommunicator::AllReduce(View buf, ReduceOp op) {
+  if (size() > 1 && buf.bytes() >= options_.split_allreduce_bytes) {
+    // Large messages: our reduce-scatter ring, then Gloo's allgatherv ring.
+    std::vector<Range> ranges(size());
+    for (int i = 0; i < size(); ++i) ranges[i] = ShardOf(buf.count, size(), i);
+    ReduceScatterRanges(buf, ranges, op);
+    const Range mine = ranges[rank()];
+    const size_t es = DTypeSize(buf.dtype);
+    std::vector<std::byte>& block = gather_scratch_;
+    block.assign(buf.data + mine.begin * es, buf.data + mine.end() * es);
+    AllGatherRanges(View(block.data(), mine.count, buf.dtype), buf, ranges);
+    return;
+  }
   Guarded("allreduce", [&] {
     if (buf.count == 0) return;
     gloo::AllreduceOptions opts(context_);

@@ -30,6 +30,8 @@ struct GlooOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
   size_t small_message_bytes = 256 * 1024;  // below this, allreduce uses bcube
   size_t segment_bytes = 1 << 20;           // ring pipelining unit (Gloo's default)
+  // From here up, allreduce = reduce-scatter ring + allgatherv ring.
+  size_t split_allreduce_bytes = size_t{1} << 20;
 };
 
 class GlooCommunicator final : public Communicator {
@@ -68,6 +70,7 @@ class GlooCommunicator final : public Communicator {
   std::string abort_reason_;
   int abort_rank_ = -1;
   std::vector<std::byte> scratch_;
+  std::vector<std::byte> gather_scratch_;
   std::vector<int> sockets_;  // opened by connectFullMesh; shut down by Abort
 };
 

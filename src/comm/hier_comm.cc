@@ -49,6 +49,7 @@ class HierarchicalCommunicator final : public Communicator {
   std::string name() const override { return "hierarchical"; }
 
   void AllReduce(View buf, ReduceOp op) override {
+    if (nodes_ == 1) return Guarded([&] { shm_->AllReduce(buf, op); });
     Guarded([&] {
       shm_->Reduce(buf, ReduceOp::kSum, 0);
       if (leaders_) leaders_->AllReduce(buf, ReduceOp::kSum);
@@ -61,6 +62,7 @@ class HierarchicalCommunicator final : public Communicator {
   // contiguous block of shards is reduce-scattered (half an allreduce's
   // traffic); inside the node the leader hands the block back out.
   void ReduceScatter(View in, View out, ReduceOp op) override {
+    if (nodes_ == 1) return Guarded([&] { shm_->ReduceScatter(in, out, op); });
     CheckSameType(in, out, "reduce_scatter");
     const size_t es = DTypeSize(in.dtype);
     const Range mine = ShardOf(in.count, size(), rank());
@@ -82,6 +84,7 @@ class HierarchicalCommunicator final : public Communicator {
   }
 
   void AllGather(View in, View out) override {
+    if (nodes_ == 1) return Guarded([&] { shm_->AllGather(in, out); });
     CheckSameType(in, out, "allgather");
     const size_t es = DTypeSize(in.dtype);
     const Range mine = ShardOf(out.count, size(), rank());
@@ -120,6 +123,7 @@ class HierarchicalCommunicator final : public Communicator {
   // All-to-all is point to point by nature: it goes over a flat Gloo mesh,
   // built on first use (every rank calls it, so the build is collective too).
   void AllToAll(View in, View out) override {
+    if (nodes_ == 1) return Guarded([&] { shm_->AllToAll(in, out); });
     Guarded([&] {
       if (!world_) {
         GlooOptions g;

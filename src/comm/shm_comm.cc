@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <thread>
 
 #include "comm/reduce.h"
 
@@ -120,6 +121,9 @@ ShmCommunicator::ShmCommunicator(ShmOptions options) : options_(std::move(option
                                 header_->size, P),
                     -1);
   }
+  // More ranks than cores: a spinning waiter would take the core the rank it
+  // waits for needs, so waiters yield and sleep at once.
+  spin_limit_ = static_cast<unsigned>(P) > std::thread::hardware_concurrency() ? 0 : 2000;
   header_->pids[options_.rank] = static_cast<int32_t>(::getpid());
   if (options_.rank == 0) header_->cma_failed = 0;
   ProbeCrossMemoryAttach();
@@ -276,11 +280,11 @@ void ShmCommunicator::Wait(const char* op) {
   const auto start = std::chrono::steady_clock::now();
   auto next_check = start;
   for (int spin = 0; header_->epoch.load(std::memory_order_acquire) == epoch; ++spin) {
-    if (spin < 2000) {
+    if (spin < spin_limit_) {
       __builtin_ia32_pause();
       continue;
     }
-    if (spin < 2010) {
+    if (spin < spin_limit_ + 10) {
       sched_yield();
       continue;
     }

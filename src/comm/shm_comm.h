@@ -80,6 +80,7 @@ class ShmCommunicator final : public Communicator {
   Header* header_ = nullptr;
   size_t mapped_bytes_ = 0;
   bool cma_ = false;
+  int spin_limit_ = 2000;           // pause-loop iterations before yielding in a barrier
   std::vector<std::byte> scratch_;  // peers' chunks on the single-copy path
 };
 
