@@ -5,6 +5,7 @@
 // bandwidth, all in one run.
 #include <fmt/format.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
@@ -125,15 +126,16 @@ Results RunFmstack(const BenchArgs& args, int nodes, int procs, const std::strin
       [&](int, const std::string& text) {
         const auto e = nlohmann::json::parse(text);
         r[{e.at("op"), e.at("bytes")}] = e.at("seconds");
-        std::cerr << fmt::format("\r\033[K  fmstack {}x{}: {} {}", nodes, procs,
-                                 e.at("op").get<std::string>(),
-                                 units::FormatBytes(e.at("bytes").get<double>()))
-                  << std::flush;
+        if (::isatty(2) == 1)
+          std::cerr << fmt::format("\r\033[K  fmstack {}x{}: {} {}", nodes, procs,
+                                   e.at("op").get<std::string>(),
+                                   units::FormatBytes(e.at("bytes").get<double>()))
+                    << std::flush;
       },
       [](int rank, bool is_stderr, const std::string& line) {
         if (is_stderr) std::cerr << fmt::format("\n[rank {}] {}\n", rank, line);
       });
-  std::cerr << "\r\033[K";
+  if (::isatty(2) == 1) std::cerr << "\r\033[K";
   if (!result.ok()) throw Error("bench comm: a worker failed: " + result.failure);
   return r;
 }
@@ -144,7 +146,8 @@ Results RunMpi(const BenchArgs& args, int n, const std::string& btl) {
       "--bind-to none -np {} --mca btl {} {} {} {} 2>&1",
       n, btl, args.mpi_bench, static_cast<size_t>(units::ParseBytes(args.min)),
       static_cast<size_t>(units::ParseBytes(args.max)));
-  std::cerr << fmt::format("\r\033[K  OpenMPI np={} btl={}", n, btl) << std::flush;
+  if (::isatty(2) == 1)
+    std::cerr << fmt::format("\r\033[K  OpenMPI np={} btl={}", n, btl) << std::flush;
   FILE* p = ::popen(cmd.c_str(), "r");
   if (p == nullptr) throw Error("cannot run mpirun");
   Results r;
@@ -158,7 +161,7 @@ Results RunMpi(const BenchArgs& args, int n, const std::string& btl) {
     if (std::sscanf(line, "%63s %zu %lf", op, &bytes, &seconds) == 3) r[{op, bytes}] = seconds;
   }
   const int status = ::pclose(p);
-  std::cerr << "\r\033[K";
+  if (::isatty(2) == 1) std::cerr << "\r\033[K";
   if (status != 0) throw Error(fmt::format("OpenMPI peer failed ({}):\n{}", cmd, all));
   return r;
 }
@@ -175,6 +178,15 @@ double MemcpyBandwidth() {
     best = std::max(best, static_cast<double>(bytes) / t);
   }
   return best;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+double Min(const std::vector<double>& v) {
+  return *std::min_element(v.begin(), v.end());
 }
 
 std::string Gbs(double bytes, double seconds) {
@@ -205,7 +217,7 @@ int RunCoordinator(const BenchArgs& args) {
     for (const std::string& op : Split(a.ops)) {
       TextTable t({"size", "1 node algbw", "busbw", "OpenMPI shm busbw", "ratio", "| n nodes algbw",
                    "busbw", "OpenMPI tcp busbw", "ratio"});
-      double worst_shm = 1e9, worst_tcp = 1e9;
+      std::vector<double> shm_ratios, tcp_ratios;
       for (const auto& [key, s_node] : node) {
         if (key.first != op) continue;
         const double bytes = static_cast<double>(key.second), f = BusFactor(op, n);
@@ -215,8 +227,8 @@ int RunCoordinator(const BenchArgs& args) {
         const double r_shm = m_shm > 0 ? m_shm / s_node : 0,
                      r_tcp = m_tcp > 0 && s_nodes > 0 ? m_tcp / s_nodes : 0;
         if (key.second >= (1u << 20)) {
-          if (r_shm > 0) worst_shm = std::min(worst_shm, r_shm);
-          if (r_tcp > 0) worst_tcp = std::min(worst_tcp, r_tcp);
+          if (r_shm > 0) shm_ratios.push_back(r_shm);
+          if (r_tcp > 0) tcp_ratios.push_back(r_tcp);
         }
         t.AddRow({units::FormatBytes(bytes), Gbs(bytes, s_node), Gbs(f * bytes, s_node),
                   Gbs(f * bytes, m_shm), r_shm > 0 ? fmt::format("{:.2f}", r_shm) : "-",
@@ -226,13 +238,17 @@ int RunCoordinator(const BenchArgs& args) {
       std::cout << fmt::format("{} — {} ranks (GB/s; ratio = fmstack busbw / OpenMPI busbw)\n", op,
                                n)
                 << (a.markdown ? t.RenderMarkdown() : t.RenderText()) << "\n";
-      if (a.mpi) {
-        summary.push_back(
-            fmt::format("{:<15} {} ranks: >= 1 MiB, worst ratio vs OpenMPI: one node "
-                        "{:.2f}, across nodes {:.2f}",
-                        op, n, worst_shm, worst_tcp));
+      if (a.mpi && !shm_ratios.empty() && !tcp_ratios.empty()) {
+        summary.push_back(fmt::format("| {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |", op, n,
+                                      Median(shm_ratios), Min(shm_ratios), Median(tcp_ratios),
+                                      Min(tcp_ratios)));
       }
     }
+  }
+  if (!summary.empty()) {
+    std::cout << "fmstack busbw / OpenMPI busbw over sizes >= 1 MiB (target >= 0.90)\n"
+                 "| op | ranks | one node, median | one node, worst | across nodes, median | "
+                 "across nodes, worst |\n|---|--:|--:|--:|--:|--:|\n";
   }
   for (const std::string& s : summary) std::cout << s << "\n";
   return 0;

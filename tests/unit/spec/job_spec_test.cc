@@ -126,8 +126,43 @@ nodes = 64
   EXPECT_EQ(job.layout.dp, 16);
 }
 
+TEST(JobSpec, LocalBackendNeedsNoInstanceAndFillsDpWithWorkers) {
+  const JobSpec job = ParseJobSpec(R"(
+model = "gpt-mini"
+[cluster]
+backend = "local"
+nodes = 2
+procs_per_node = 3
+[train]
+micro_batch = 2
+global_batch = 12
+)",
+                                   "j.toml", Cat());
+  ASSERT_TRUE(job.cluster.has_value());
+  EXPECT_EQ(job.cluster->backend, "local");
+  EXPECT_EQ(job.cluster->instance.name, kLocalInstance);
+  EXPECT_EQ(job.cluster->procs_per_node, 3);
+  EXPECT_EQ(job.layout.dp, 6);
+}
+
+TEST(JobSpec, UnknownBackendAndMissingInstanceAreNamed) {
+  try {
+    ParseJobSpec("model = \"gpt-mini\"\n[cluster]\nbackend = \"locl\"\n", "j.toml", Cat());
+    FAIL() << "accepted an unknown backend";
+  } catch (const SpecError& e) {
+    EXPECT_EQ(e.key(), "cluster.backend") << e.what();
+    EXPECT_NE(std::string(e.what()).find("local"), std::string::npos) << e.what();
+  }
+  try {
+    ParseJobSpec("model = \"gpt-mini\"\n[cluster]\nnodes = 2\n", "j.toml", Cat());
+    FAIL() << "accepted a cluster without an instance";
+  } catch (const SpecError& e) {
+    EXPECT_EQ(e.key(), "cluster.instance") << e.what();
+  }
+}
+
 TEST(JobSpec, ExamplesLoad) {
-  for (const char* name : {"llama3-70b.toml", "llama3.1-405b.toml"}) {
+  for (const char* name : {"llama3-70b.toml", "llama3.1-405b.toml", "gpt-mini-local.toml"}) {
     const std::string path = std::string(FMSTACK_SOURCE_DIR) + "/examples/" + name;
     EXPECT_NO_THROW(LoadJobSpec(path, Cat())) << path;
   }
