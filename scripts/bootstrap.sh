@@ -9,7 +9,7 @@ packages=(
   libtomlplusplus-dev libcli11-dev libfmt-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-jsonschema
-  libopenblas-openmp-dev bible-kjv libxxhash-dev libgloo-dev
+  libopenblas-openmp-dev bible-kjv libxxhash-dev libgloo-dev iproute2
 )
 
 if [ "${1:-}" = "--bench" ]; then

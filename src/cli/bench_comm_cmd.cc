@@ -35,6 +35,7 @@ struct BenchArgs {
   bool mpi = true;
   std::string mpi_bench;  // path of bench_mpi_coll
   bool markdown = false;
+  bool netns = false;  // also n nodes in network namespaces (root)
 };
 
 std::vector<std::string> Split(const std::string& s) {
@@ -113,8 +114,10 @@ int RunWorker(const BenchArgs& args) {
 // (op, bytes) -> seconds
 using Results = std::map<std::pair<std::string, size_t>, double>;
 
-Results RunFmstack(const BenchArgs& args, int nodes, int procs, const std::string& self) {
+Results RunFmstack(const BenchArgs& args, int nodes, int procs, const std::string& self,
+                   bool netns = false) {
   runtime::SuperviseOptions o;
+  o.netns = netns;
   o.layout = {nodes, procs};
   o.argv = {self, "bench", "comm", "--min", args.min, "--max", args.max, "--ops", args.ops};
   o.log_dir = fmt::format("runs/bench-comm/fmstack-{}x{}", nodes, procs);
@@ -212,11 +215,15 @@ int RunCoordinator(const BenchArgs& args) {
     const int n = std::stoi(rs);
     const Results node = RunFmstack(a, 1, n, self);   // one node: shared memory
     const Results nodes = RunFmstack(a, n, 1, self);  // n nodes: Gloo over TCP
+    const Results netns = a.netns ? RunFmstack(a, n, 1, self, true) : Results{};
     const Results mpi_shm = a.mpi ? RunMpi(a, n, "vader,self") : Results{};
     const Results mpi_tcp = a.mpi ? RunMpi(a, n, "tcp,self") : Results{};
     for (const std::string& op : Split(a.ops)) {
-      TextTable t({"size", "1 node algbw", "busbw", "OpenMPI shm busbw", "ratio", "| n nodes algbw",
-                   "busbw", "OpenMPI tcp busbw", "ratio"});
+      std::vector<std::string> header = {"size",  "1 node algbw",    "busbw", "OpenMPI shm busbw",
+                                         "ratio", "| n nodes algbw", "busbw", "OpenMPI tcp busbw",
+                                         "ratio"};
+      if (a.netns) header.push_back("| netns nodes busbw");
+      TextTable t(header);
       std::vector<double> shm_ratios, tcp_ratios;
       for (const auto& [key, s_node] : node) {
         if (key.first != op) continue;
@@ -230,10 +237,17 @@ int RunCoordinator(const BenchArgs& args) {
           if (r_shm > 0) shm_ratios.push_back(r_shm);
           if (r_tcp > 0) tcp_ratios.push_back(r_tcp);
         }
-        t.AddRow({units::FormatBytes(bytes), Gbs(bytes, s_node), Gbs(f * bytes, s_node),
-                  Gbs(f * bytes, m_shm), r_shm > 0 ? fmt::format("{:.2f}", r_shm) : "-",
-                  Gbs(bytes, s_nodes), Gbs(f * bytes, s_nodes), Gbs(f * bytes, m_tcp),
-                  r_tcp > 0 ? fmt::format("{:.2f}", r_tcp) : "-"});
+        std::vector<std::string> row = {units::FormatBytes(bytes),
+                                        Gbs(bytes, s_node),
+                                        Gbs(f * bytes, s_node),
+                                        Gbs(f * bytes, m_shm),
+                                        r_shm > 0 ? fmt::format("{:.2f}", r_shm) : "-",
+                                        Gbs(bytes, s_nodes),
+                                        Gbs(f * bytes, s_nodes),
+                                        Gbs(f * bytes, m_tcp),
+                                        r_tcp > 0 ? fmt::format("{:.2f}", r_tcp) : "-"};
+        if (a.netns) row.push_back(Gbs(f * bytes, netns.contains(key) ? netns.at(key) : 0));
+        t.AddRow(std::move(row));
       }
       std::cout << fmt::format("{} — {} ranks (GB/s; ratio = fmstack busbw / OpenMPI busbw)\n", op,
                                n)
@@ -271,6 +285,8 @@ Runner AddBenchCommand(CLI::App& app) {
   cmd->add_option("--mpi-bench", args->mpi_bench,
                   "the OpenMPI peer binary (default: next to fmstack)");
   cmd->add_flag("--markdown", args->markdown, "tables as Markdown");
+  cmd->add_flag("--netns", args->netns,
+                "also run the n-node layout with every node in its own network namespace (root)");
   return [args] {
     // Started by the coordinator through the supervisor: a worker.
     if (std::getenv("FMSTACK_RUN") != nullptr) return RunWorker(*args);

@@ -31,6 +31,7 @@ struct RunArgs {
   int64_t steps = 0;
   std::string transport = "auto";
   double grace = 5;
+  bool netns = false;
 };
 
 // The merged live progress line: the slowest rank's step, rank 0's loss, the
@@ -115,6 +116,7 @@ int RunCommand(const RunArgs& args) {
   o.log_dir = out + "/logs";
   o.job_id = fmt::format("cmd{}", ::getpid());
   o.grace_seconds = args.grace;
+  o.netns = args.netns;
   // Everything the program prints goes to the terminal, tagged by rank.
   auto line = [](int rank, bool is_stderr, const std::string& text) {
     (is_stderr ? std::cerr : std::cout) << fmt::format("[rank {}] {}\n", rank, text) << std::flush;
@@ -148,9 +150,11 @@ int RunJob(const RunArgs& args) {
   o.job_id = fmt::format("{}{}", job.name, ::getpid());
   o.grace_seconds = args.grace;
   o.extra_env["FMSTACK_COMM_TRANSPORT"] = args.transport;
+  o.netns = args.netns || (job.cluster && job.cluster->netns);
   std::cerr << fmt::format(
-      "fmstack run: {} on the local backend: {} nodes x {} processes; logs in {}\n", job.name,
-      layout.nodes, layout.procs_per_node, o.log_dir);
+      "fmstack run: {} on the local backend: {} nodes x {} processes{}; logs in {}\n", job.name,
+      layout.nodes, layout.procs_per_node, o.netns ? " (nodes in network namespaces)" : "",
+      o.log_dir);
 
   MergedProgress progress(layout.world());
   nlohmann::json done;
@@ -230,6 +234,8 @@ Runner AddRunCommand(CLI::App& app, std::span<char* const> argv) {
   cmd->add_option("--transport", args->transport,
                   "auto: shared memory inside a node, Gloo across nodes; gloo: Gloo everywhere")
       ->check(CLI::IsMember({"auto", "gloo"}));
+  cmd->add_flag("--netns", args->netns,
+                "put every node in its own network namespace on a bridge (root; cluster.netns)");
   cmd->add_option("--grace", args->grace,
                   "seconds the other workers get to exit after one fails, before SIGTERM/SIGKILL")
       ->check(CLI::NonNegativeNumber);

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -42,6 +43,7 @@ std::vector<std::string> WorkerEnvironment(const LocalLayout& layout, const Laun
   vars["FMSTACK_GENERATION"] = std::to_string(env.generation);
   vars["FMSTACK_NODES"] = std::to_string(layout.nodes);
   vars["FMSTACK_RUN"] = "1";
+  if (!env.node_host.empty()) vars["FMSTACK_HOST"] = env.node_host[node];
   for (const auto& [k, v] : env.extra) vars[k] = v;
   std::vector<std::string> out;
   for (const auto& [k, v] : vars) out.push_back(k + "=" + v);
@@ -72,6 +74,8 @@ std::vector<WorkerProcess> SpawnWorkers(const LocalLayout& layout, const LaunchE
       kill_started();
       throw Error(fmt::format("cannot create pipes for rank {}: {}", rank, std::strerror(errno)));
     }
+    const int node = rank / layout.procs_per_node;
+    const char* netns = env.node_netns.empty() ? nullptr : env.node_netns[node].c_str();
     const pid_t parent = ::getpid();
     const pid_t pid = ::fork();
     if (pid == 0) {
@@ -82,6 +86,14 @@ std::vector<WorkerProcess> SpawnWorkers(const LocalLayout& layout, const LaunchE
       ::signal(SIGPIPE, SIG_DFL);
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the supervisor
       if (::getppid() != parent) ::_exit(127);
+      if (netns != nullptr) {
+        const int fd = ::open(netns, O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || ::setns(fd, CLONE_NEWNET) != 0) {
+          const int e = errno;
+          (void)!::write(status[1], &e, sizeof e);
+          ::_exit(127);
+        }
+      }
       ::dup2(out[1], 1);
       ::dup2(err[1], 2);
       ::execvpe(cargv[0], cargv.data(), cenv.data());

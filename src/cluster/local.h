@@ -31,6 +31,9 @@ struct LaunchEnv {
   std::string job_id;
   int64_t generation = 0;
   std::map<std::string, std::string> extra;  // added to every worker's environment
+  // Per node, when nodes live in network namespaces: the namespace to enter
+  // and the address its workers listen on (FMSTACK_HOST).
+  std::vector<std::string> node_netns, node_host;
 };
 
 // The environment of one worker, as "NAME=value" strings (inherited ones first).

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <memory>
 
+#include "cluster/netns.h"
 #include "comm/tcp_store.h"
 #include "util/error.h"
 
@@ -78,8 +79,15 @@ RunResult Supervise(const SuperviseOptions& options, const EventFn& on_event,
                     const LineFn& on_line) {
   std::filesystem::create_directories(options.log_dir);
   SignalFd signals;
-  comm::TcpStoreServer store("127.0.0.1", 0);
+  std::unique_ptr<cluster::NodeNetwork> network;
+  if (options.netns) network = std::make_unique<cluster::NodeNetwork>(options.layout.nodes);
   cluster::LaunchEnv env;
+  if (network) {
+    env.master_addr = network->bridge_address();
+    env.node_netns = network->namespace_paths();
+    env.node_host = network->node_addresses();
+  }
+  comm::TcpStoreServer store(env.master_addr, 0);
   env.master_port = store.port();
   env.job_id = options.job_id;
   env.extra = options.extra_env;

@@ -21,6 +21,7 @@ struct SuperviseOptions {
   std::string job_id;
   std::map<std::string, std::string> extra_env;
   double grace_seconds = 5;  // after a failure, before the rest get SIGTERM (and then SIGKILL)
+  bool netns = false;        // every node in its own network namespace (root only)
 };
 
 struct RankExit {

@@ -80,6 +80,7 @@ ClusterSpec ReadClusterSpec(StrictTable& t, const catalog::Catalog& catalog) {
   if (c.backend == "local") {
     // One worker process per "accelerator" of the layout.
     c.procs_per_node = t.Int("procs_per_node", 1, 256).value_or(1);
+    c.netns = t.Bool("netns").value_or(false);
     c.instance.accelerators = c.procs_per_node;
   }
   c.nodes = t.Int("nodes", 1).value_or(1);

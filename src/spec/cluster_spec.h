@@ -29,6 +29,7 @@ struct ClusterSpec {
   // empty = a modelled cluster for plan/sim only.
   std::string backend;
   int64_t procs_per_node = 0;  // workers per node (local backend)
+  bool netns = false;          // local backend: each node in its own network namespace
   catalog::Instance instance;  // copied from the catalog, overrides applied
   catalog::Accelerator accelerator;
   int64_t nodes = 1;

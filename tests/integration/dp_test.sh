@@ -90,6 +90,19 @@ h2=$(grep "parameter hash" ddp2_again.out | awk '{print $NF}')
 [ -n "$h1" ] && [ "$h1" = "$h2" ] || { echo "FAIL: parameter hash $h1 vs $h2"; exit 1; }
 echo "W=2 run-to-run: bitwise identical (hash $h1)"
 
+# The same 2-node run with each node in its own network namespace (root):
+# the bytes cross veth interfaces and a bridge; the result must not change.
+if [ "$(id -u)" = 0 ] && command -v ip >/dev/null; then
+  job zero1_2_netns 2 1 1 50
+  "$FMSTACK" run zero1_2_netns.toml --netns --out runs/zero1_2_netns > zero1_2_netns.out 2> netns.err ||
+    { cat netns.err; echo "FAIL: netns run"; exit 1; }
+  grep -q "nodes in network namespaces" netns.err
+  losses runs/zero1_2_netns/logs/rank0.log > zero1_2_netns.loss
+  cmp zero1_2.loss zero1_2_netns.loss || { echo "FAIL: netns run differs"; exit 1; }
+  ! ip netns list | grep -q "fmstack-" || { echo "FAIL: namespaces left behind"; exit 1; }
+  echo "2 nodes in network namespaces: same losses, namespaces removed"
+fi
+
 # Kill rank 3 of 2 x 2 with SIGKILL once training is under way.
 job victim 2 2 1 100000
 start=$(date +%s.%N)

@@ -1,0 +1,86 @@
+#include "cluster/netns.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "util/error.h"
+
+namespace fmstack::cluster {
+namespace {
+
+// Runs an `ip` command; throws Error with its output when it fails.
+void Ip(const std::string& args) {
+  const std::string cmd = "ip " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) throw Error("cannot run `" + cmd + "`");
+  std::string out;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  if (::pclose(p) != 0) {
+    throw Error(fmt::format("network namespaces: `ip {}` failed: {}", args,
+                            out.empty() ? "(no output; is iproute2 installed?)" : out));
+  }
+}
+
+}  // namespace
+
+NodeNetwork::NodeNetwork(int nodes) {
+  if (::geteuid() != 0) {
+    throw Error(
+        "network namespaces for local nodes need root (CAP_NET_ADMIN); run without "
+        "netns, or as root");
+  }
+  // A /24 per supervisor, picked from its pid, so that concurrent jobs differ.
+  const int pid = static_cast<int>(::getpid());
+  const std::string net = fmt::format("10.{}.{}", 100 + (pid >> 8) % 100, pid % 256);
+  bridge_ = fmt::format("fmbr{}", pid % 10000000);
+  bridge_ip_ = net + ".1";
+  try {
+    Ip(fmt::format("link add {} type bridge", bridge_));
+    Ip(fmt::format("addr add {}/24 dev {}", bridge_ip_, bridge_));
+    Ip(fmt::format("link set {} up", bridge_));
+    for (int k = 0; k < nodes; ++k) {
+      const std::string ns = fmt::format("fmstack-{}-n{}", pid, k);
+      const std::string host_end = fmt::format("fmv{}n{}", pid % 10000000, k);
+      const std::string ip = fmt::format("{}.{}", net, 10 + k);
+      Ip("netns add " + ns);
+      names_.push_back(ns);
+      Ip(fmt::format("link add {} type veth peer name eth0 netns {}", host_end, ns));
+      Ip(fmt::format("link set {} master {} up", host_end, bridge_));
+      Ip(fmt::format("-n {} addr add {}/24 dev eth0", ns, ip));
+      Ip(fmt::format("-n {} link set eth0 up", ns));
+      Ip(fmt::format("-n {} link set lo up", ns));
+      node_ips_.push_back(ip);
+      paths_.push_back("/run/netns/" + ns);
+    }
+  } catch (...) {
+    Teardown();
+    throw;
+  }
+}
+
+NodeNetwork::~NodeNetwork() {
+  Teardown();
+}
+
+void NodeNetwork::Teardown() {
+  // Deleting a namespace deletes its veth end, and with it the host end.
+  for (const std::string& ns : names_) {
+    try {
+      Ip("netns del " + ns);
+    } catch (const Error&) {
+    }
+  }
+  names_.clear();
+  if (!bridge_.empty()) {
+    try {
+      Ip("link del " + bridge_);
+    } catch (const Error&) {
+    }
+    bridge_.clear();
+  }
+}
+
+}  // namespace fmstack::cluster

@@ -1,0 +1,33 @@
+// cluster: nodes of the local backend in their own network namespaces. Each
+// node gets a namespace with one veth interface on a private bridge, so the
+// traffic between "nodes" crosses a real network interface (with its MTU and
+// its kernel path) instead of loopback. Needs root (CAP_NET_ADMIN) and
+// iproute2; everything made is removed by the destructor.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace fmstack::cluster {
+
+class NodeNetwork {
+ public:
+  // Creates the bridge and `nodes` namespaces; throws Error (with the failing
+  // `ip` command and its output) when it cannot.
+  explicit NodeNetwork(int nodes);
+  ~NodeNetwork();
+  NodeNetwork(const NodeNetwork&) = delete;
+  NodeNetwork& operator=(const NodeNetwork&) = delete;
+
+  const std::string& bridge_address() const { return bridge_ip_; }  // the supervisor's side
+  const std::vector<std::string>& node_addresses() const { return node_ips_; }
+  const std::vector<std::string>& namespace_paths() const { return paths_; }
+
+ private:
+  void Teardown();
+
+  std::string bridge_, bridge_ip_;
+  std::vector<std::string> names_, node_ips_, paths_;
+};
+
+}  // namespace fmstack::cluster
