@@ -14,6 +14,7 @@
 
 #include "catalog/catalog.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "runtime/supervisor.h"
 #include "spec/job_spec.h"
 #include "util/error.h"
@@ -38,7 +39,7 @@ struct RunArgs {
 // job's throughput and the communication share of step time.
 class MergedProgress {
  public:
-  explicit MergedProgress(int world) : tty_(::isatty(2) == 1), step_(world, 0) {}
+  explicit MergedProgress(int world) : step_(world, 0) {}
 
   void OnStep(const nlohmann::json& e) {
     const int rank = e.at("rank");
@@ -60,16 +61,12 @@ class MergedProgress {
     const std::string line = fmt::format(
         "step {}/{} | loss {:.4f} | {:.0f} tok/s | comm {:.1f}% of step | ETA {}", slowest, steps_,
         loss_, tok_s, 100 * exposed_ / seconds_, units::FormatSeconds(eta));
-    if (tty_) {
-      std::cerr << "\r\033[K" << line << std::flush;
-    } else if (slowest == steps_ || slowest % std::max<int64_t>(1, steps_ / 20) == 0) {
-      std::cerr << line << "\n";
-    }
+    line_.Show(slowest, steps_, line);
   }
-  void Note(const std::string& line) { std::cerr << (tty_ ? "\r\033[K" : "") << line << "\n"; }
+  void Note(const std::string& line) const { line_.Note(line); }
 
  private:
-  bool tty_;
+  ProgressLine line_;
   std::vector<int64_t> step_;
   int64_t shown_ = 0, steps_ = 0, seen_ = 0;
   double loss_ = 0, seconds_ = 0, exposed_ = 0, tokens_ = 0;

@@ -9,6 +9,7 @@
 
 #include "catalog/catalog.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "comm/hier_comm.h"
 #include "gpt/sgemm_peak.h"
 #include "spec/job_spec.h"
@@ -54,24 +55,6 @@ train::TrainConfig ConfigFromSpec(const spec::JobSpec& job, int64_t steps_overri
   c.optim = {o.lr, o.min_lr, o.warmup_steps, o.weight_decay, o.beta1, o.beta2, o.eps, o.grad_clip};
   return c;
 }
-
-// One line, rewritten in place on a terminal; every ~5% as plain lines otherwise.
-class Progress {
- public:
-  explicit Progress(int64_t total) : total_(total), tty_(::isatty(2) == 1) {}
-  void Show(int64_t step, const std::string& line) {
-    if (tty_) {
-      std::cerr << "\r\033[K" << line << std::flush;
-    } else if (step == total_ || step % std::max<int64_t>(1, total_ / 20) == 0) {
-      std::cerr << line << "\n";
-    }
-  }
-  void Note(const std::string& line) { std::cerr << (tty_ ? "\r\033[K" : "") << line << "\n"; }
-
- private:
-  int64_t total_;
-  bool tty_;
-};
 
 // Under `fmstack run` (FMSTACK_RUN=1) a worker reports progress as
 // "@fmstack {json}" lines on stdout, which the supervisor merges.
@@ -139,7 +122,7 @@ int RunTrain(const TrainArgs& args) {
         config.steps, config.tokens_per_step(), trainer.step());
   }
 
-  Progress progress(config.steps);
+  const ProgressLine progress;
   const double unigram = train::UnigramEntropy(train_tokens.tokens, train_tokens.vocab);
   double seconds = 0, last_loss = 0, val_loss = 0, comm_exposed = 0;
   const int64_t first = trainer.step();
@@ -165,11 +148,12 @@ int RunTrain(const TrainArgs& args) {
             {"tokens", config.tokens_per_step()}});
     } else if (lead)
       progress.Show(
-          s.step, fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | |g| {:.2f} | {:.0f} tok/s | "
-                              "MFU {:.0f}% | ETA {}",
-                              s.step, config.steps, s.loss, s.lr, s.grad_norm, tok_s, 100 * mfu,
-                              units::FormatSeconds(static_cast<double>(config.steps - s.step) *
-                                                   seconds / static_cast<double>(s.step - first))));
+          s.step, config.steps,
+          fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | |g| {:.2f} | {:.0f} tok/s | "
+                      "MFU {:.0f}% | ETA {}",
+                      s.step, config.steps, s.loss, s.lr, s.grad_norm, tok_s, 100 * mfu,
+                      units::FormatSeconds(static_cast<double>(config.steps - s.step) * seconds /
+                                           static_cast<double>(s.step - first))));
     const int64_t every = job.train.eval_interval;
     if ((every > 0 && s.step % every == 0) || s.step == last) {
       trainer.Save(state_path, job.data.dir);  // collective under ZeRO

@@ -213,14 +213,7 @@ void GlooCommunicator::ReduceScatterRanges(View buf, const std::vector<Range>& r
 }
 
 void GlooCommunicator::ReduceScatter(View in, View out, ReduceOp op) {
-  CheckSameType(in, out, "reduce_scatter");
-  const Range mine = ShardOf(in.count, size(), rank());
-  if (out.count != mine.count) {
-    throw CommError(fmt::format("reduce_scatter on rank {}: output has {} elements, its shard "
-                                "of {} has {}",
-                                rank(), out.count, in.count, mine.count),
-                    -1);
-  }
+  const Range mine = ReduceScatterShard(in, out, size(), rank(), JobRank(rank()));
   std::vector<Range> ranges(size());
   for (int i = 0; i < size(); ++i) ranges[i] = ShardOf(in.count, size(), i);
   ReduceScatterRanges(in, ranges, op);
@@ -246,15 +239,9 @@ void GlooCommunicator::AllGatherRanges(View in, View out, const std::vector<Rang
 }
 
 void GlooCommunicator::AllGather(View in, View out) {
-  CheckSameType(in, out, "allgather");
   std::vector<Range> ranges(size());
   for (int i = 0; i < size(); ++i) ranges[i] = ShardOf(out.count, size(), i);
-  if (in.count != ranges[rank()].count) {
-    throw CommError(fmt::format("allgather on rank {}: input has {} elements, its shard of {} "
-                                "has {}",
-                                rank(), in.count, out.count, ranges[rank()].count),
-                    -1);
-  }
+  AllGatherShard(in, out, size(), rank(), JobRank(rank()));
   // Gloo copies the input into place itself; an input that already is its
   // place in the output is copied aside first.
   std::vector<std::byte> copy;

@@ -13,6 +13,20 @@
 namespace fmstack::comm {
 namespace {
 
+// Options of a flat Gloo mesh over every rank of the job.
+GlooOptions WorldGloo(const CommOptions& o) {
+  GlooOptions g;
+  g.store = o.store;
+  g.prefix = fmt::format("gen{}/world", o.generation);
+  g.rank = o.rank;
+  g.size = o.size;
+  g.hostname = o.hostname;
+  g.generation = o.generation;
+  g.timeout = o.timeout;
+  g.segment_bytes = o.gloo_segment_bytes;
+  return g;
+}
+
 class HierarchicalCommunicator final : public Communicator {
  public:
   explicit HierarchicalCommunicator(const CommOptions& o)
@@ -63,15 +77,8 @@ class HierarchicalCommunicator final : public Communicator {
   // traffic); inside the node the leader hands the block back out.
   void ReduceScatter(View in, View out, ReduceOp op) override {
     if (nodes_ == 1) return Guarded([&] { shm_->ReduceScatter(in, out, op); });
-    CheckSameType(in, out, "reduce_scatter");
     const size_t es = DTypeSize(in.dtype);
-    const Range mine = ShardOf(in.count, size(), rank());
-    if (out.count != mine.count) {
-      throw CommError(fmt::format("reduce_scatter on rank {}: output has {} elements, its shard "
-                                  "of {} has {}",
-                                  rank(), out.count, in.count, mine.count),
-                      -1);
-    }
+    const Range mine = ReduceScatterShard(in, out, size(), rank(), rank());
     const std::vector<Range> blocks = NodeBlocks(in.count);
     Guarded([&] {
       shm_->Reduce(in, ReduceOp::kSum, 0);
@@ -85,15 +92,8 @@ class HierarchicalCommunicator final : public Communicator {
 
   void AllGather(View in, View out) override {
     if (nodes_ == 1) return Guarded([&] { shm_->AllGather(in, out); });
-    CheckSameType(in, out, "allgather");
     const size_t es = DTypeSize(in.dtype);
-    const Range mine = ShardOf(out.count, size(), rank());
-    if (in.count != mine.count) {
-      throw CommError(fmt::format("allgather on rank {}: input has {} elements, its shard of {} "
-                                  "has {}",
-                                  rank(), in.count, out.count, mine.count),
-                      -1);
-    }
+    const Range mine = AllGatherShard(in, out, size(), rank(), rank());
     std::memmove(out.data + mine.begin * es, in.data, in.bytes());
     std::vector<Range> local(options_.local_size);
     for (int l = 0; l < options_.local_size; ++l) {
@@ -125,17 +125,7 @@ class HierarchicalCommunicator final : public Communicator {
   void AllToAll(View in, View out) override {
     if (nodes_ == 1) return Guarded([&] { shm_->AllToAll(in, out); });
     Guarded([&] {
-      if (!world_) {
-        GlooOptions g;
-        g.store = options_.store;
-        g.prefix = fmt::format("gen{}/world", options_.generation);
-        g.rank = options_.rank;
-        g.size = options_.size;
-        g.hostname = options_.hostname;
-        g.generation = options_.generation;
-        g.timeout = options_.timeout;
-        world_ = std::make_unique<GlooCommunicator>(std::move(g));
-      }
+      if (!world_) world_ = std::make_unique<GlooCommunicator>(WorldGloo(options_));
       world_->AllToAll(in, out);
     });
   }
@@ -240,18 +230,7 @@ std::unique_ptr<Communicator> Connect(const CommOptions& o) {
                     "LOCAL_WORLD_SIZE ranks)",
                     o.rank, o.size, o.local_rank, o.local_size));
   }
-  if (o.transport == "gloo") {
-    GlooOptions g;
-    g.store = o.store;
-    g.prefix = fmt::format("gen{}/world", o.generation);
-    g.rank = o.rank;
-    g.size = o.size;
-    g.hostname = o.hostname;
-    g.generation = o.generation;
-    g.timeout = o.timeout;
-    g.segment_bytes = o.gloo_segment_bytes;
-    return std::make_unique<GlooCommunicator>(std::move(g));
-  }
+  if (o.transport == "gloo") return std::make_unique<GlooCommunicator>(WorldGloo(o));
   if (o.transport != "auto") {
     throw Error(
         fmt::format("FMSTACK_COMM_TRANSPORT='{}': expected \"auto\" or \"gloo\"", o.transport));

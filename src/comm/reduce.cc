@@ -93,4 +93,28 @@ void CheckSameType(const View& a, const View& b, const char* op) {
   }
 }
 
+Range ReduceScatterShard(const View& in, const View& out, int size, int rank, int job_rank) {
+  CheckSameType(in, out, "reduce_scatter");
+  const Range mine = ShardOf(in.count, size, rank);
+  if (out.count != mine.count) {
+    throw CommError(fmt::format("reduce_scatter on rank {}: output has {} elements, its shard of "
+                                "{} has {}",
+                                job_rank, out.count, in.count, mine.count),
+                    -1);
+  }
+  return mine;
+}
+
+Range AllGatherShard(const View& in, const View& out, int size, int rank, int job_rank) {
+  CheckSameType(in, out, "allgather");
+  const Range mine = ShardOf(out.count, size, rank);
+  if (in.count != mine.count) {
+    throw CommError(fmt::format("allgather on rank {}: input has {} elements, its shard of {} "
+                                "has {}",
+                                job_rank, in.count, out.count, mine.count),
+                    -1);
+  }
+  return mine;
+}
+
 }  // namespace fmstack::comm

@@ -16,4 +16,10 @@ void SumOf(std::byte* dst, std::span<const std::byte* const> srcs, size_t count,
 
 void CheckSameType(const View& a, const View& b, const char* op);
 
+// Rank `rank`'s shard of a reduce-scatter of `in` into `out`, or of an
+// allgather of `in` into `out`; throws CommError naming `job_rank` when the
+// buffer sizes do not match the shard.
+Range ReduceScatterShard(const View& in, const View& out, int size, int rank, int job_rank);
+Range AllGatherShard(const View& in, const View& out, int size, int rank, int job_rank);
+
 }  // namespace fmstack::comm

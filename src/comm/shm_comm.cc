@@ -360,16 +360,9 @@ void ShmCommunicator::Reduce(View buf, ReduceOp op, int root) {
 }
 
 void ShmCommunicator::ReduceScatter(View in, View out, ReduceOp op) {
-  CheckSameType(in, out, "reduce_scatter");
   const int P = options_.size, me = options_.rank;
   const size_t es = DTypeSize(in.dtype);
-  const Range mine = ShardOf(in.count, P, me);
-  if (out.count != mine.count) {
-    throw CommError(fmt::format("reduce_scatter on rank {}: output has {} elements, its shard "
-                                "of {} has {}",
-                                JobRank(me), out.count, in.count, mine.count),
-                    -1);
-  }
+  const Range mine = ReduceScatterShard(in, out, P, me, JobRank(me));
   if (P == 1) {
     std::memmove(out.data, in.data, in.bytes());
     return CheckAborted("reduce_scatter");
@@ -428,16 +421,9 @@ void ShmCommunicator::AllGatherRanges(View out, const std::vector<Range>& ranges
 }
 
 void ShmCommunicator::AllGather(View in, View out) {
-  CheckSameType(in, out, "allgather");
   std::vector<Range> ranges(size());
   for (int i = 0; i < size(); ++i) ranges[i] = ShardOf(out.count, size(), i);
-  const Range mine = ranges[rank()];
-  if (in.count != mine.count) {
-    throw CommError(fmt::format("allgather on rank {}: input has {} elements, its shard of {} "
-                                "has {}",
-                                JobRank(rank()), in.count, out.count, mine.count),
-                    -1);
-  }
+  const Range mine = AllGatherShard(in, out, size(), rank(), JobRank(rank()));
   std::memmove(out.data + mine.begin * DTypeSize(in.dtype), in.data, in.bytes());
   AllGatherRanges(out, ranges);
 }
