@@ -29,7 +29,8 @@ struct RunArgs {
   std::vector<std::string> command;   // after `--`
   int nodes = 0, procs_per_node = 0;  // 0 = from the job's [cluster]
   std::string out;
-  int64_t steps = 0;
+  int64_t steps = 0, until = 0;
+  std::string resume;
   std::string transport = "auto";
   double grace = 5;
   bool netns = false;
@@ -139,9 +140,10 @@ int RunJob(const RunArgs& args) {
   runtime::SuperviseOptions o;
   o.layout = layout;
   o.argv = {SelfExe(), "train", std::filesystem::absolute(args.job).string(), "--out", out};
-  if (args.steps > 0) {
-    o.argv.push_back("--steps");
-    o.argv.push_back(std::to_string(args.steps));
+  if (args.steps > 0) o.argv.insert(o.argv.end(), {"--steps", std::to_string(args.steps)});
+  if (args.until > 0) o.argv.insert(o.argv.end(), {"--until", std::to_string(args.until)});
+  if (!args.resume.empty()) {
+    o.argv.insert(o.argv.end(), {"--resume", std::filesystem::absolute(args.resume).string()});
   }
   o.log_dir = out + "/logs";
   o.job_id = fmt::format("{}{}", job.name, ::getpid());
@@ -228,6 +230,12 @@ Runner AddRunCommand(CLI::App& app, std::span<char* const> argv) {
   cmd->add_option("--out", args->out, "output directory (default runs/<job name>)");
   cmd->add_option("--steps", args->steps, "optimizer steps (overrides train.steps)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--until", args->until,
+                  "stop after this step (the learning-rate schedule still spans train.steps)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--resume", args->resume,
+                  "train state to continue from (any world size or ZeRO stage)")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--transport", args->transport,
                   "auto: shared memory inside a node, Gloo across nodes; gloo: Gloo everywhere")
       ->check(CLI::IsMember({"auto", "gloo"}));

@@ -82,6 +82,26 @@ assert got[-1] < got[0] - 0.5, f"{name} did not learn: {got[0]} -> {got[-1]}"
 PY
 done
 
+# Resume across layouts: ZeRO-1 on 2 ranks stops at step 25 and saves; ZeRO-2
+# on 4 ranks resumes from that file (moments gathered, then re-sharded) and
+# must continue the single-process curve.
+job zero1_half 2 1 1 50
+"$FMSTACK" run zero1_half.toml --until 25 --out runs/resume > /dev/null 2> resume1.err ||
+  { cat resume1.err; exit 1; }
+job zero2_rest 1 4 2 50
+"$FMSTACK" run zero2_rest.toml --resume runs/resume/state.bin --out runs/resume2 > /dev/null 2> resume2.err ||
+  { cat resume2.err; exit 1; }
+losses runs/resume2/logs/rank0.log > resumed.loss
+tail -n 25 single.loss > single_tail.loss
+$PY - <<'PY'
+ref = [float(x) for x in open("single_tail.loss")]
+got = [float(x) for x in open("resumed.loss")]
+assert len(got) == 25, len(got)
+worst = max(abs(a - b) / abs(a) for a, b in zip(ref, got))
+print(f"resume ZeRO-1 W=2 at step 25 -> ZeRO-2 W=4: steps 26-50 within {worst:.2e} of single-process")
+assert worst <= 1e-5, worst
+PY
+
 # Bitwise: the same W = 2 run again.
 run ddp2_again 1 2 0
 cmp ddp2.loss ddp2_again.loss || { echo "FAIL: W=2 runs differ"; exit 1; }
