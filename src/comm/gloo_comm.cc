@@ -1,7 +1,6 @@
 #include "comm/gloo_comm.h"
 
 #include <fmt/format.h>
-#include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
 #include <gloo/barrier.h>
@@ -156,10 +155,7 @@ void GlooCommunicator::AllReduce(View buf, ReduceOp op) {
     for (int i = 0; i < size(); ++i) ranges[i] = ShardOf(buf.count, size(), i);
     ReduceScatterRanges(buf, ranges, op);
     const Range mine = ranges[rank()];
-    const size_t es = DTypeSize(buf.dtype);
-    std::vector<std::byte>& block = gather_scratch_;
-    block.assign(buf.data + mine.begin * es, buf.data + mine.end() * es);
-    AllGatherRanges(View(block.data(), mine.count, buf.dtype), buf, ranges);
+    AllGatherRanges(buf.Sub(mine.begin, mine.count), buf, ranges);  // already in place
     return;
   }
   Guarded("allreduce", [&] {
@@ -221,34 +217,31 @@ void GlooCommunicator::ReduceScatter(View in, View out, ReduceOp op) {
 }
 
 void GlooCommunicator::AllGatherRanges(View in, View out, const std::vector<Range>& ranges) {
+  const int n = size(), r = rank();
+  const size_t es = DTypeSize(out.dtype);
+  std::byte* place = out.data + ranges[r].begin * es;
+  if (in.data != place) std::memmove(place, in.data, in.bytes());
   Guarded("allgather", [&] {
-    std::vector<size_t> counts(ranges.size());
-    for (size_t i = 0; i < ranges.size(); ++i) counts[i] = ranges[i].count;
-    gloo::AllgathervOptions opts(context_);
-    if (in.dtype == DType::kF32) {
-      opts.setInput(reinterpret_cast<float*>(in.data), in.count);
-      opts.setOutput(reinterpret_cast<float*>(out.data), counts);
-    } else {
-      opts.setInput(reinterpret_cast<uint16_t*>(in.data), in.count);
-      opts.setOutput(reinterpret_cast<uint16_t*>(out.data), counts);
+    // A ring straight into place: at step s this rank forwards block
+    // (r - s) and receives block (r - s - 1) from its predecessor.
+    auto buf = context_->createUnboundBuffer(out.data, std::max<size_t>(1, out.bytes()));
+    const uint64_t slot = context_->nextSlot(n);
+    const int next = (r + 1) % n, prev = (r + n - 1) % n;
+    for (int s = 0; s < n - 1; ++s) {
+      const Range& send = ranges[(r - s + n) % n];
+      const Range& recv = ranges[(r - s - 1 + 2 * n) % n];
+      if (send.count > 0) buf->send(next, slot + s, send.begin * es, send.count * es);
+      if (recv.count > 0) buf->recv(prev, slot + s, recv.begin * es, recv.count * es);
+      if (recv.count > 0 && !buf->waitRecv(options_.timeout)) throw Error("receive aborted");
+      if (send.count > 0 && !buf->waitSend(options_.timeout)) throw Error("send aborted");
     }
-    opts.setTimeout(options_.timeout);
-    gloo::allgatherv(opts);
   });
-  if (size() <= 1 && out.data != in.data) std::memmove(out.data, in.data, in.bytes());
 }
 
 void GlooCommunicator::AllGather(View in, View out) {
   std::vector<Range> ranges(size());
   for (int i = 0; i < size(); ++i) ranges[i] = ShardOf(out.count, size(), i);
   AllGatherShard(in, out, size(), rank(), JobRank(rank()));
-  // Gloo copies the input into place itself; an input that already is its
-  // place in the output is copied aside first.
-  std::vector<std::byte> copy;
-  if (in.data == out.data + ranges[rank()].begin * DTypeSize(in.dtype) && size() > 1) {
-    copy.assign(in.data, in.data + in.bytes());
-    in.data = copy.data();
-  }
   AllGatherRanges(in, out, ranges);
 }
 

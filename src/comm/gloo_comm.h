@@ -1,7 +1,7 @@
 // comm: a Communicator over Gloo's TCP transport, full mesh. Gloo's own
-// algorithms do allreduce (ring for large messages, bcube for small ones),
-// allgatherv, broadcast, alltoall and barrier; reduce-scatter with uneven
-// shards is a ring of our own on Gloo's unbound buffers.
+// algorithms do small allreduces (bcube, then ring), broadcast, alltoall and
+// barrier; reduce-scatter and allgather with uneven shards are rings of our
+// own on Gloo's unbound buffers, and a large allreduce is the two in turn.
 #pragma once
 
 #include <atomic>
@@ -70,7 +70,6 @@ class GlooCommunicator final : public Communicator {
   std::string abort_reason_;
   int abort_rank_ = -1;
   std::vector<std::byte> scratch_;
-  std::vector<std::byte> gather_scratch_;
   std::vector<int> sockets_;  // opened by connectFullMesh; shut down by Abort
 };
 

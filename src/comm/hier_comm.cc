@@ -104,8 +104,7 @@ class HierarchicalCommunicator final : public Communicator {
       shm_->AllGatherRanges(out, local);
       if (leaders_) {
         const Range b = blocks[node_];
-        std::vector<std::byte> block(out.data + b.begin * es, out.data + b.end() * es);
-        leaders_->AllGatherRanges(View(block.data(), b.count, out.dtype), out, blocks);
+        leaders_->AllGatherRanges(out.Sub(b.begin, b.count), out, blocks);  // already in place
       }
       if (nodes_ > 1) shm_->Broadcast(out, 0);
     });

@@ -289,12 +289,16 @@ void ShmCommunicator::Wait(const char* op) {
       continue;
     }
     FutexWait(&header_->epoch, epoch, std::chrono::microseconds(2000));
+    if (header_->epoch.load(std::memory_order_acquire) != epoch) break;
     CheckAborted(op);
     const auto now = std::chrono::steady_clock::now();
     if (now < next_check) continue;
     next_check = now + std::chrono::milliseconds(20);
     for (int r = 0; r < P; ++r) {
       if (r != options_.rank && ProcessDead(header_->pids[r].load())) {
+        // A peer that passed this barrier may exit before we see the epoch
+        // move: only a peer gone while the barrier is still closed is dead.
+        if (header_->epoch.load(std::memory_order_acquire) != epoch) break;
         const std::string why = fmt::format("rank {} (local rank {}, pid {}) died", JobRank(r), r,
                                             header_->pids[r].load());
         int32_t expected = 0;
