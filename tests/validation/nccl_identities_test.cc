@@ -1,0 +1,74 @@
+// The collective cost model against nccl-tests' definitions: on a saturated
+// link with no latency, busbw = algbw x BusFactor equals the link bandwidth,
+// within 0.5%, for every op and rank count; and a hierarchy of levels with
+// the same bandwidth costs what one flat ring over all ranks costs.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "sim/collectives.h"
+
+namespace fmstack::sim {
+namespace {
+
+const Collective kAll[] = {Collective::kAllReduce, Collective::kAllGather,
+                           Collective::kReduceScatter, Collective::kAllToAll,
+                           Collective::kBroadcast};
+
+TEST(NcclIdentities, BusFactors) {
+  EXPECT_DOUBLE_EQ(BusFactor(Collective::kAllReduce, 8), 2.0 * 7 / 8);
+  EXPECT_DOUBLE_EQ(BusFactor(Collective::kAllGather, 8), 7.0 / 8);
+  EXPECT_DOUBLE_EQ(BusFactor(Collective::kReduceScatter, 16), 15.0 / 16);
+  EXPECT_DOUBLE_EQ(BusFactor(Collective::kAllToAll, 2), 0.5);
+  EXPECT_DOUBLE_EQ(BusFactor(Collective::kBroadcast, 64), 1.0);
+}
+
+TEST(NcclIdentities, BusBandwidthOfASaturatedRingIsTheLinkBandwidth) {
+  for (Collective c : kAll) {
+    for (int n : {2, 3, 4, 8, 16, 72, 1024, 16384}) {
+      for (Algorithm a : {Algorithm::kRing, Algorithm::kTree}) {
+        const LinkLevel link{"nvlink", n, 450e9, 0};
+        const double bytes = 1ull << 30;
+        const double algbw = bytes / FlatTime(c, a, bytes, link);
+        EXPECT_NEAR(algbw * BusFactor(c, n) / link.bandwidth, 1.0, 0.005)
+            << CollectiveName(c) << " n=" << n;
+      }
+    }
+  }
+}
+
+TEST(NcclIdentities, LatencyDominatesSmallMessagesAndTreeWinsThere) {
+  const LinkLevel link{"efa", 1024, 50e9, 20e-6};
+  const double small = 8 << 10;
+  EXPECT_LT(FlatTime(Collective::kAllReduce, Algorithm::kTree, small, link),
+            FlatTime(Collective::kAllReduce, Algorithm::kRing, small, link) / 10);
+  // Large messages: the same wire time, ring pays 2(n-1) latencies.
+  const double large = 1ull << 32;
+  const double ring = FlatTime(Collective::kAllReduce, Algorithm::kRing, large, link);
+  EXPECT_NEAR(ring, 2 * 1023 * 20e-6 + 2.0 * 1023 / 1024 * large / 50e9, 1e-9);
+}
+
+TEST(NcclIdentities, UniformHierarchyEqualsAFlatRing) {
+  for (Collective c : {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter,
+                       Collective::kAllToAll}) {
+    const std::vector<LinkLevel> levels = {{"node", 8, 100e9, 0}, {"net", 16, 100e9, 0}};
+    const LinkLevel flat{"flat", 128, 100e9, 0};
+    const double bytes = 1ull << 28;
+    EXPECT_NEAR(HierarchicalTime(c, bytes, levels) / FlatTime(c, Algorithm::kRing, bytes, flat),
+                1.0, 1e-9)
+        << CollectiveName(c);
+  }
+}
+
+TEST(NcclIdentities, SlowerOuterLinksOnlySlowTheShardThatCrossesThem) {
+  // 8 GPUs on NVLink (450 GB/s each) x 64 nodes on 50 GB/s per GPU of EFA.
+  const std::vector<LinkLevel> levels = {{"nvlink", 8, 450e9, 0}, {"efa", 64, 50e9, 0}};
+  const double bytes = 1ull << 30;
+  const double t = HierarchicalTime(Collective::kAllReduce, bytes, levels);
+  const double inner = 2 * (7.0 / 8) * bytes / 450e9;
+  const double outer = 2 * (63.0 / 64) * (bytes / 8) / 50e9;
+  EXPECT_NEAR(t, inner + outer, 1e-12);
+}
+
+}  // namespace
+}  // namespace fmstack::sim
