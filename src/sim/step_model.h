@@ -1,0 +1,44 @@
+// sim: the time of one optimizer step of 3D/4D-parallel training on a
+// topology. Compute is the job's FLOPs at a kernel efficiency; every
+// parallel dimension adds the collectives it needs on the links it crosses
+// (rank order tp, cp, dp (with ep inside), pp, as Megatron-LM lays ranks
+// out); the 1F1B pipeline adds its bubble; data-parallel gradient traffic
+// overlaps the backward pass. Memory feasibility reuses workload/.
+#pragma once
+
+#include "catalog/catalog.h"
+#include "sim/topology.h"
+#include "spec/job_spec.h"
+
+namespace fmstack::sim {
+
+struct StepOptions {
+  double compute_efficiency = 0.55;  // achieved / peak dense matmul FLOP/s
+  bool overlap_dp = true;            // gradient reduction hidden behind backward
+  double bytes_per_activation = 2;   // bf16 activations on the wire
+  double bytes_per_gradient = 2;     // bf16 gradient reduction
+};
+
+struct StepTime {
+  double compute = 0;     // this rank's share of the model FLOPs
+  double bubble = 0;      // 1F1B: (pp - 1) / micro-batches x compute
+  double tp = 0;          // tensor-parallel all-reduces (not overlapped)
+  double cp = 0;          // context-parallel all-gathers of K, V
+  double pp = 0;          // point-to-point activations between stages
+  double ep = 0;          // MoE all-to-alls
+  double dp = 0;          // gradient reduction, whole
+  double dp_exposed = 0;  // the part not hidden behind backward
+  double total = 0;
+  int64_t micro_batches = 0;          // per pipeline, per step
+  double memory_per_accelerator = 0;  // bytes, most loaded rank
+  bool fits = true;                   // within the accelerator's HBM
+  double tflops_per_accelerator = 0;  // model FLOPs achieved, Megatron's Table 1 unit
+  double mfu = 0;
+};
+
+// Throws SpecError (via the job's positions) when the layout does not tile
+// the topology or the batch does not split into micro-batches.
+StepTime ModelStep(const spec::JobSpec& job, const Topology& topology,
+                   const catalog::Accelerator& accelerator, const StepOptions& options = {});
+
+}  // namespace fmstack::sim
