@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "comm/hier_comm.h"
 #include "runtime/supervisor.h"
 #include "util/error.h"
@@ -101,8 +102,7 @@ int RunWorker(const BenchArgs& args) {
       const int iters = std::clamp(static_cast<int>(0.2 / std::max(once, 1e-6)), 1, 200);
       const double t = TimeOp(*c, op, in, out, b / 4, iters);
       if (c->rank() == 0) {
-        std::cout << "@fmstack " << nlohmann::json{{"op", op}, {"bytes", b}, {"seconds", t}}.dump()
-                  << std::endl;
+        EmitEvent(nlohmann::json{{"op", op}, {"bytes", b}, {"seconds", t}});
       }
     }
   }

@@ -7,7 +7,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
+
+#include "runtime/supervisor.h"
 
 namespace fmstack::cli {
 
@@ -29,5 +32,11 @@ class ProgressLine {
  private:
   bool tty_;
 };
+
+// A worker under `fmstack run` (FMSTACK_RUN=1) reports progress as one
+// event line on stdout, which the supervisor hands to its caller.
+inline void EmitEvent(const nlohmann::json& event) {
+  std::cout << runtime::kEventPrefix << event.dump() << std::endl;
+}
 
 }  // namespace fmstack::cli

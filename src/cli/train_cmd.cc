@@ -56,17 +56,11 @@ train::TrainConfig ConfigFromSpec(const spec::JobSpec& job, int64_t steps_overri
   return c;
 }
 
-// Under `fmstack run` (FMSTACK_RUN=1) a worker reports progress as
-// "@fmstack {json}" lines on stdout, which the supervisor merges.
-void Emit(const nlohmann::json& event) {
-  std::cout << "@fmstack " << event.dump() << std::endl;
-}
-
 train::DpConfig DpFromSpec(const spec::JobSpec& job) {
   const int stage = job.layout.zero_stage;
   if (stage > 2) {
     throw SpecError(job.PosOf("parallel"), "parallel.zero_stage",
-                    "3 (FSDP) is not implemented by the reference trainer yet; use 0, 1 or 2");
+                    "3 (FSDP) is outside the reference trainer, which shards with 0 (DDP), 1 or 2");
   }
   train::DpConfig dp;
   dp.mode = stage == 0   ? train::DpMode::kDdp
@@ -135,17 +129,17 @@ int RunTrain(const TrainArgs& args) {
     const double tok_s = static_cast<double>((s.step - first) * config.tokens_per_step()) / seconds;
     const double mfu = peak > 0 ? tok_s * flops_per_token / (peak * 1e9) : 0;
     if (worker) {
-      Emit({{"ev", "step"},
-            {"rank", trainer.rank()},
-            {"step", s.step},
-            {"steps", config.steps},
-            {"loss", s.loss},
-            {"lr", s.lr},
-            {"grad_norm", s.grad_norm},
-            {"step_s", s.seconds},
-            {"comm_busy_s", s.comm.busy},
-            {"comm_exposed_s", s.comm.exposed},
-            {"tokens", config.tokens_per_step()}});
+      EmitEvent({{"ev", "step"},
+                 {"rank", trainer.rank()},
+                 {"step", s.step},
+                 {"steps", config.steps},
+                 {"loss", s.loss},
+                 {"lr", s.lr},
+                 {"grad_norm", s.grad_norm},
+                 {"step_s", s.seconds},
+                 {"comm_busy_s", s.comm.busy},
+                 {"comm_exposed_s", s.comm.exposed},
+                 {"tokens", config.tokens_per_step()}});
     } else if (lead)
       progress.Show(
           s.step, config.steps,
@@ -160,12 +154,12 @@ int RunTrain(const TrainArgs& args) {
       if (!lead) continue;
       val_loss = trainer.Evaluate(val_tokens, job.train.eval_batches);
       if (worker) {
-        Emit({{"ev", "eval"},
-              {"step", s.step},
-              {"loss", s.loss},
-              {"val_loss", val_loss},
-              {"unigram", unigram},
-              {"state", state_path}});
+        EmitEvent({{"ev", "eval"},
+                   {"step", s.step},
+                   {"loss", s.loss},
+                   {"val_loss", val_loss},
+                   {"unigram", unigram},
+                   {"state", state_path}});
       } else {
         progress.Note(
             fmt::format("step {}: train loss {:.4f}, held-out loss {:.4f} (unigram {:.3f})", s.step,
@@ -177,21 +171,21 @@ int RunTrain(const TrainArgs& args) {
   const double tokens = static_cast<double>((trainer.step() - first) * config.tokens_per_step());
   const double tok_s = seconds > 0 ? tokens / seconds : 0;
   if (worker) {
-    Emit({{"ev", "done"},
-          {"steps", trainer.step()},
-          {"first", first},
-          {"tokens", tokens},
-          {"seconds", seconds},
-          {"tok_s", tok_s},
-          {"loss", last_loss},
-          {"val_loss", val_loss},
-          {"unigram", unigram},
-          {"comm_share", seconds > 0 ? comm_exposed / seconds : 0},
-          {"param_hash", fmt::format("{:016x}", trainer.ParamHash())},
-          {"state", state_path},
-          {"world", trainer.world()},
-          {"mode", comm ? train::DpModeName(dp.mode) : "single"},
-          {"transport", comm ? comm->name() : "none"}});
+    EmitEvent({{"ev", "done"},
+               {"steps", trainer.step()},
+               {"first", first},
+               {"tokens", tokens},
+               {"seconds", seconds},
+               {"tok_s", tok_s},
+               {"loss", last_loss},
+               {"val_loss", val_loss},
+               {"unigram", unigram},
+               {"comm_share", seconds > 0 ? comm_exposed / seconds : 0},
+               {"param_hash", fmt::format("{:016x}", trainer.ParamHash())},
+               {"state", state_path},
+               {"world", trainer.world()},
+               {"mode", comm ? train::DpModeName(dp.mode) : "single"},
+               {"transport", comm ? comm->name() : "none"}});
     return 0;
   }
   TextTable t({"metric", "value"});

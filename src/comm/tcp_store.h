@@ -65,8 +65,6 @@ class TcpStore : public gloo::rendezvous::Store {
   // Atomically adds delta to the integer at key (absent = 0); returns the sum.
   int64_t Add(const std::string& key, int64_t delta);
 
-  const std::string& address() const { return address_; }
-
  private:
   std::string Request(const std::string& payload, std::chrono::milliseconds timeout,
                       bool* timed_out);

@@ -63,16 +63,17 @@ struct Stream {
 
 }  // namespace
 
-std::string DescribeExit(const RankExit& e, const cluster::LocalLayout& layout) {
-  const std::string who =
-      fmt::format("rank {} (node {}, local rank {})", e.rank, e.rank / layout.procs_per_node,
-                  e.rank % layout.procs_per_node);
+std::string ExitReason(const RankExit& e) {
   if (e.signal != 0) {
     const char* name = sigabbrev_np(e.signal);
-    return fmt::format("{} was killed by SIG{}", who,
-                       name != nullptr ? name : std::to_string(e.signal));
+    return fmt::format("was killed by SIG{}", name != nullptr ? name : std::to_string(e.signal));
   }
-  return fmt::format("{} exited with status {}", who, e.exit_code);
+  return fmt::format("exited with status {}", e.exit_code);
+}
+
+std::string DescribeExit(const RankExit& e, const cluster::LocalLayout& layout) {
+  return fmt::format("rank {} (node {}, local rank {}) {}", e.rank, e.rank / layout.procs_per_node,
+                     e.rank % layout.procs_per_node, ExitReason(e));
 }
 
 RunResult Supervise(const SuperviseOptions& options, const EventFn& on_event,
@@ -151,9 +152,7 @@ RunResult Supervise(const SuperviseOptions& options, const EventFn& on_event,
           // the grace period to notice, report and exit on their own.
           result.failed_rank = w.rank;
           result.failure = DescribeExit(e, options.layout);
-          store.Set(
-              comm::FailureKey(env.generation),
-              fmt::format("{} {}", w.rank, result.failure.substr(result.failure.find(')') + 2)));
+          store.Set(comm::FailureKey(env.generation), fmt::format("{} {}", w.rank, ExitReason(e)));
           term_at = Clock::now() + grace;
         }
       }

@@ -50,6 +50,8 @@ using LineFn = std::function<void(int rank, bool is_stderr, const std::string& l
 RunResult Supervise(const SuperviseOptions& options, const EventFn& on_event,
                     const LineFn& on_line);
 
+// "was killed by SIGKILL", "exited with status 2".
+std::string ExitReason(const RankExit& e);
 // "rank 3 (node 1, local rank 1) was killed by SIGKILL" and the like.
 std::string DescribeExit(const RankExit& e, const cluster::LocalLayout& layout);
 

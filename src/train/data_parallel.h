@@ -70,11 +70,9 @@ class DataParallel {
   void GatherOptimizerState(std::span<float> m, std::span<float> v);
   void ScatterOptimizerState(std::span<const float> m, std::span<const float> v);
   bool sharded() const { return config_.mode != DpMode::kDdp; }
-  size_t shard_size() const { return shard_m_.size(); }
 
   CommTimes TakeTimes();
   comm::Communicator& comm() { return comm_; }
-  const DpConfig& config() const { return config_; }
 
  private:
   struct Bucket {
