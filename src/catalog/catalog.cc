@@ -109,7 +109,74 @@ StorageTier ReadStorage(StrictTable& t) {
   return s;
 }
 
+FaultSet ReadFaultSet(StrictTable& t) {
+  FaultSet f;
+  f.name = RequireString(t, "name");
+  f.observed_nodes = t.Number("nodes", 1).value_or(0);
+  f.observed_hours = t.Number("hours", 1e-6).value_or(0);
+  if (f.observed_nodes <= 0 || f.observed_hours <= 0) {
+    t.Fail(f.observed_nodes <= 0 ? "nodes" : "hours",
+           "is required: the exposure (nodes x hours) the counts were observed over");
+  }
+  const double node_hours = f.observed_nodes * f.observed_hours;
+  f.planned_per_node_hour = t.Number("planned", 0).value_or(0) / node_hours;
+  f.source = RequireString(t, "source");
+  for (StrictTable& c : t.TableArray("cause")) f.causes.push_back(ReadFaultCause(c, node_hours));
+  if (f.causes.empty()) t.Fail("cause", "a fault set needs at least one [[fault_set.cause]]");
+  t.Finish();
+  return f;
+}
+
 }  // namespace
+
+std::string_view RecoveryName(Recovery r) {
+  switch (r) {
+    case Recovery::kRestart:
+      return "restart";
+    case Recovery::kReboot:
+      return "reboot";
+    case Recovery::kReplace:
+      return "replace";
+  }
+  return "?";
+}
+
+double FaultSet::UnplannedPerNodeHour() const {
+  double sum = 0;
+  for (const FaultCause& c : causes) sum += c.rate_per_node_hour;
+  return sum;
+}
+
+FaultCause ReadFaultCause(StrictTable& t, double node_hours) {
+  static const std::vector<std::string> kRecoveries = {"restart", "reboot", "replace"};
+  FaultCause c;
+  c.name = RequireString(t, "name");
+  c.component = t.String("component").value_or("");
+  if (node_hours > 0) {
+    const std::optional<double> count = t.Number("count", 0);
+    if (!count) t.Fail("count", "is required (interruptions observed over the set's exposure)");
+    c.rate_per_node_hour = *count / node_hours;
+  } else {
+    const std::optional<double> mtbf = t.Seconds("node_mtbf");
+    if (!mtbf || *mtbf <= 0) {
+      t.Fail("node_mtbf", "is required (mean time between failures of this cause, per node)");
+    }
+    c.rate_per_node_hour = 3600.0 / *mtbf;
+  }
+  const std::string recovery = t.Choice("recovery", kRecoveries).value_or("");
+  if (recovery.empty()) t.Fail("recovery", "is required (\"restart\", \"reboot\" or \"replace\")");
+  c.recovery = recovery == "restart"  ? Recovery::kRestart
+               : recovery == "reboot" ? Recovery::kReboot
+                                      : Recovery::kReplace;
+  c.detect_seconds = t.Seconds("detect").value_or(60);
+  c.out_of_service_seconds = t.Seconds("out_of_service").value_or(0);
+  if (c.recovery != Recovery::kRestart && c.out_of_service_seconds <= 0) {
+    t.Fail("out_of_service", "is required for reboot and replace (how long the node is away)");
+  }
+  c.silent = t.Bool("silent").value_or(false);
+  t.Finish();
+  return c;
+}
 
 std::string_view PrecisionName(Precision p) {
   switch (p) {
@@ -157,6 +224,11 @@ void Catalog::AddFile(std::string_view text, const std::string& name) {
     StorageTier s = ReadStorage(t);
     if (FindStorage(s.name) != nullptr) t.Fail("name", "duplicate storage tier '" + s.name + "'");
     storage_.push_back(std::move(s));
+  }
+  for (StrictTable& t : root.TableArray("fault_set")) {
+    FaultSet f = ReadFaultSet(t);
+    if (FindFaultSet(f.name) != nullptr) t.Fail("name", "duplicate fault set '" + f.name + "'");
+    fault_sets_.push_back(std::move(f));
   }
   root.Finish();
 }
@@ -210,6 +282,10 @@ const Instance* Catalog::FindInstance(std::string_view name) const {
 }
 const StorageTier* Catalog::FindStorage(std::string_view name) const {
   return FindByName(storage_, name);
+}
+
+const FaultSet* Catalog::FindFaultSet(std::string_view name) const {
+  return FindByName(fault_sets_, name);
 }
 
 const Accelerator& Catalog::AcceleratorOf(const Instance& instance) const {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "catalog/embedded.h"
+#include "util/strict_table.h"
 
 namespace fmstack::catalog {
 
@@ -62,6 +63,35 @@ struct StorageTier {
   std::string source, note;
 };
 
+// What a failed node needs before it can train again.
+enum class Recovery { kRestart, kReboot, kReplace };
+std::string_view RecoveryName(Recovery r);  // "restart", "reboot", "replace"
+
+// One cause of interruptions, as a per-node Poisson rate.
+struct FaultCause {
+  std::string name, component;
+  Recovery recovery = Recovery::kReplace;
+  double rate_per_node_hour = 0;
+  double detect_seconds = 0;          // fault -> the job knows
+  double out_of_service_seconds = 0;  // reboot / replace: the node is away this long
+  bool silent = false;                // silent data corruption: work since the fault is wrong
+};
+
+// Causes observed together on one cluster (data/catalog/faults.toml).
+struct FaultSet {
+  std::string name;
+  std::vector<FaultCause> causes;
+  double planned_per_node_hour = 0;  // planned maintenance interruptions
+  double observed_nodes = 0, observed_hours = 0;
+  std::string source;
+
+  double UnplannedPerNodeHour() const;
+};
+
+// Reads one cause: `count` over `node_hours` of exposure when node_hours > 0
+// (catalog fault sets), else `node_mtbf` (a spec's own causes).
+FaultCause ReadFaultCause(StrictTable& t, double node_hours);
+
 class Catalog {
  public:
   // The catalog compiled into the binary.
@@ -74,11 +104,13 @@ class Catalog {
   std::span<const Accelerator> accelerators() const { return accelerators_; }
   std::span<const Instance> instances() const { return instances_; }
   std::span<const StorageTier> storage() const { return storage_; }
+  std::span<const FaultSet> fault_sets() const { return fault_sets_; }
 
   // By name or alias (case-insensitive); nullptr when unknown.
   const Accelerator* FindAccelerator(std::string_view name) const;
   const Instance* FindInstance(std::string_view name) const;
   const StorageTier* FindStorage(std::string_view name) const;
+  const FaultSet* FindFaultSet(std::string_view name) const;
 
   // REQUIRES: the instance came from this catalog (its accelerator was checked on load).
   const Accelerator& AcceleratorOf(const Instance& instance) const;
@@ -94,6 +126,7 @@ class Catalog {
   std::vector<Accelerator> accelerators_;
   std::vector<Instance> instances_;
   std::vector<StorageTier> storage_;
+  std::vector<FaultSet> fault_sets_;
 };
 
 }  // namespace fmstack::catalog

@@ -15,6 +15,7 @@ Runner AddDataCommand(CLI::App& app);
 Runner AddTrainCommand(CLI::App& app);
 Runner AddGenerateCommand(CLI::App& app);
 Runner AddBenchCommand(CLI::App& app);
+Runner AddSimCommand(CLI::App& app);
 Runner AddRunCommand(CLI::App& app, std::span<char* const> argv);
 
 }  // namespace fmstack::cli

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "fmstack 0.1.0");
   const fmstack::cli::Runner plan = fmstack::cli::AddPlanCommand(app);
+  const fmstack::cli::Runner sim = fmstack::cli::AddSimCommand(app);
   const fmstack::cli::Runner data = fmstack::cli::AddDataCommand(app);
   const fmstack::cli::Runner train = fmstack::cli::AddTrainCommand(app);
   const fmstack::cli::Runner generate = fmstack::cli::AddGenerateCommand(app);
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (app.got_subcommand("plan")) return plan();
+    if (app.got_subcommand("sim")) return sim();
     if (app.got_subcommand("data")) return data();
     if (app.got_subcommand("train")) return train();
     if (app.got_subcommand("generate")) return generate();

@@ -5,6 +5,7 @@
 // stays a flat heap that copies cheaply at a million pending events.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <queue>
 #include <stdexcept>
@@ -24,6 +25,8 @@ class EventQueue {
   double now() const { return now_; }
   bool empty() const { return heap_.empty(); }
   size_t size() const { return heap_.size(); }
+  // The earliest pending event's time; REQUIRES: !empty().
+  double next_time() const { return heap_.top().time; }
 
   // Schedules `payload` at absolute time `at` (never before now).
   void At(double at, const Payload& payload) {

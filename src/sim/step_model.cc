@@ -50,7 +50,9 @@ StepTime ModelStep(const spec::JobSpec& job, const Topology& topo,
   if (peak <= 0)
     throw Error(fmt::format("{} has no peak FLOP/s for this precision", accelerator.name));
   t.compute = hardware_flops / static_cast<double>(world) / (peak * o.compute_efficiency);
-  t.bubble = t.compute * static_cast<double>(l.pp - 1) / m;
+  // Interleaving v model chunks per rank divides the bubble by v (Megatron-LM).
+  const double v = static_cast<double>(std::max<int64_t>(1, l.virtual_stages));
+  t.bubble = t.compute * static_cast<double>(l.pp - 1) / (m * v);
 
   // Rank order tp, cp, dp, pp: the stride of a dimension is the product of
   // the ones inside it.
@@ -77,7 +79,7 @@ StepTime ModelStep(const spec::JobSpec& job, const Topology& topo,
     // One activation forward and one gradient backward per micro-batch
     // across each stage boundary, over the outermost link between stages.
     const LinkLevel link = topo.LevelsFor(2, pp_stride).back();
-    t.pp = 2 * m * (link.latency + act / static_cast<double>(l.tp) / link.bandwidth);
+    t.pp = 2 * m * v * (link.latency + act / static_cast<double>(l.tp) / link.bandwidth);
   }
   if (shape.is_moe() && l.ep > 1) {
     // Dispatch and combine, forward and backward, per MoE layer.

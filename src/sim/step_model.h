@@ -21,7 +21,7 @@ struct StepOptions {
 
 struct StepTime {
   double compute = 0;     // this rank's share of the model FLOPs
-  double bubble = 0;      // 1F1B: (pp - 1) / micro-batches x compute
+  double bubble = 0;      // 1F1B: (pp - 1) / (micro-batches x virtual stages) x compute
   double tp = 0;          // tensor-parallel all-reduces (not overlapped)
   double cp = 0;          // context-parallel all-gathers of K, V
   double pp = 0;          // point-to-point activations between stages

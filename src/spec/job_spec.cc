@@ -92,6 +92,7 @@ workload::Layout ReadParallel(StrictTable& root, KeyPositions& positions) {
   l.ep = t->Int("ep", 1).value_or(1);
   l.cp = t->Int("cp", 1).value_or(1);
   l.zero_stage = static_cast<int>(t->Int("zero_stage", 0, 3).value_or(0));
+  l.virtual_stages = t->Int("virtual_stages", 1).value_or(1);
   RecordPositions(*t, "parallel", {"dp", "ep"}, positions);
   t->Finish();
   return l;
@@ -113,6 +114,8 @@ CheckpointSpec ReadCheckpoint(StrictTable& root) {
   c.keep = t->Int("keep", 1).value_or(3);
   c.tier = t->Choice("tier", kTiers).value_or("local");
   c.overhead_budget = t->Number("overhead_budget", 1e-6, 0.99).value_or(0.1);
+  c.milestone_seconds = t->Seconds("milestone").value_or(c.milestone_seconds);
+  if (c.milestone_seconds < 0) t->Fail("milestone", "expected a duration (0 = none)");
   t->Finish();
   return c;
 }
@@ -161,6 +164,8 @@ JobSpec ReadJob(StrictTable& root, const std::string& file, const catalog::Catal
   job.layout = ReadParallel(root, job.key_pos);
   job.optim = ReadOptim(root);
   job.checkpoint = ReadCheckpoint(root);
+  job.faults = ReadFaults(root, catalog);
+  job.resilience = ReadResilience(root);
   if (std::optional<StrictTable> d = root.Table("data")) {
     job.data.size_bytes = d->Bytes("size").value_or(0);
     if (std::optional<std::string> dir = d->String("dir")) {

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "catalog/catalog.h"
 #include "spec/cluster_spec.h"
@@ -51,6 +52,30 @@ struct CheckpointSpec {
   int64_t keep = 3;              // generations kept
   std::string tier = "local";    // where the blocking save lands: local | shared | object
   double overhead_budget = 0.1;  // share of time checkpointing may take
+  // Besides the newest `keep`, one checkpoint per this much wall time stays on
+  // the durable tiers, so that silent corruption found late has a clean
+  // restore point older than itself. 0 = none.
+  double milestone_seconds = 3600;
+};
+
+// [faults]: what breaks and how often, for `fmstack sim`.
+struct FaultsSpec {
+  // A catalog fault set (data/catalog/faults.toml), "none", or "" = the
+  // cluster's node_mtbf as one "node" cause when set, else "llama3-405b".
+  std::string set;
+  double scale = 1.0;    // multiplies every rate (planned maintenance too)
+  bool planned = true;   // include the set's planned maintenance
+  std::vector<catalog::FaultCause> causes;  // [[faults.cause]]: added to the set's
+};
+
+// [resilience]: how the job recovers - the policy and the costs it pays.
+struct ResilienceSpec {
+  std::string policy = "checkpoint";  // checkpoint | checkpointless | elastic
+  double restart_seconds = 300;       // relaunch: scheduler, process start, comm init, warm-up
+  double peer_rebuild_seconds = 30;   // survivors rebuild their groups in place
+  double snapshot_bandwidth = 25e9;   // device -> host, per accelerator: a save's blocking part
+  double min_dp_fraction = 0.5;       // elastic: below this share of replicas, wait instead
+  bool local_replica = true;          // each node's local checkpoint is also on a peer node
 };
 
 struct DataSpec {
@@ -67,6 +92,8 @@ struct JobSpec {
   OptimSpec optim;
   workload::Layout layout;  // dp == 0 means "auto": fill the cluster (the default)
   CheckpointSpec checkpoint;
+  FaultsSpec faults;
+  ResilienceSpec resilience;
   DataSpec data;
   std::optional<ClusterSpec> cluster;  // [cluster] inline or cluster = "file.toml"
   // Where keys that later cross-checks name were written ("parallel.dp").
@@ -79,6 +106,10 @@ struct JobSpec {
 JobSpec LoadJobSpec(const std::string& path, const catalog::Catalog& catalog);
 JobSpec ParseJobSpec(std::string_view text, const std::string& name,
                      const catalog::Catalog& catalog);
+
+// Read the [faults] and [resilience] tables (absent: the defaults).
+FaultsSpec ReadFaults(StrictTable& root, const catalog::Catalog& catalog);
+ResilienceSpec ReadResilience(StrictTable& root);
 
 // Reads `model = "preset"` or a [model] table (preset + overrides) from `root`.
 workload::TransformerShape ReadModel(StrictTable& root);

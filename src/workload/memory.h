@@ -35,6 +35,7 @@ enum class Recompute { kNone, kSelective, kFull };
 struct Layout {
   int64_t dp = 1, tp = 1, pp = 1, ep = 1, cp = 1;
   int zero_stage = 0;  // 0: DDP; 1: shard optimizer; 2: + grads; 3 (FSDP): + params
+  int64_t virtual_stages = 1;  // interleaved 1F1B: model chunks per pipeline rank
 
   int64_t world() const { return dp * tp * pp * cp; }  // ep lives inside dp
 };
