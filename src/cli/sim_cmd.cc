@@ -196,7 +196,7 @@ Runner AddSimCommand(CLI::App& app) {
   cmd->add_option("--threads", args->threads, "worker threads (default: all cores)");
   cmd->add_flag("--tcp", args->tcp, "no EFA/InfiniBand: TCP over the instance network");
   cmd->add_option("--efficiency", args->efficiency,
-                  "matmul efficiency (achieved / peak), default 0.55")
+                  "matmul efficiency (achieved / peak), default 0.65")
       ->check(CLI::Range(0.01, 1.0));
   cmd->add_option("--format", args->format, "output format")
       ->check(CLI::IsMember({"table", "markdown", "json"}));

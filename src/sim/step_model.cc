@@ -15,6 +15,40 @@ double AllReduce(double bytes, const std::vector<LinkLevel>& levels) {
   return HierarchicalTime(Collective::kAllReduce, bytes, levels);
 }
 
+// Elementwise kernels move bytes, not FLOPs: per token and layer they touch
+// a few multiples of the hidden size (two norms, two bias-dropout-residual
+// adds: ~12 h reads and writes), of the MLP width (the activation function),
+// and - without flash attention - of heads x sequence (mask, softmax and
+// dropout on the attention scores). Their share shrinks as the hidden size
+// grows, which is why achieved TFLOP/s rise with model size.
+double MemoryBoundSeconds(const spec::JobSpec& job, const catalog::Accelerator& accelerator,
+                          const StepOptions& o, double global_batch) {
+  if (accelerator.hbm_bandwidth <= 0) return 0;
+  const workload::TransformerShape& shape = job.model;
+  const workload::Layout& l = job.layout;
+  const double tp = static_cast<double>(l.tp);
+  const double hidden_wide = 12.0 * static_cast<double>(shape.hidden) /
+                             (o.sequence_parallel ? tp : 1.0);
+  const double mlp_wide = (shape.mlp == workload::MlpKind::kSwiGlu ? 3.0 : 2.0) *
+                          static_cast<double>(shape.ffn_hidden) / tp;
+  const double scores = job.train.flash_attention
+                            ? 0.0
+                            : 4.5 * static_cast<double>(shape.heads) / tp *
+                                  static_cast<double>(shape.seq_len);
+  // Forward once, backward about twice; recomputation repeats the forward
+  // (full) or the attention core (selective).
+  double passes = 3, score_passes = 3;
+  if (job.train.recompute == workload::Recompute::kFull) passes = score_passes = 4;
+  if (job.train.recompute == workload::Recompute::kSelective) score_passes = 4;
+  const double per_token_layer =
+      (passes * (hidden_wide + mlp_wide) + score_passes * scores) * o.bytes_per_activation;
+  // A TP rank sees every token of its replica; a PP rank only its layers.
+  const double tokens = global_batch * static_cast<double>(shape.seq_len) /
+                        static_cast<double>(l.dp * l.cp);
+  const double layers = static_cast<double>(shape.layers) / static_cast<double>(l.pp);
+  return tokens * layers * per_token_layer / (accelerator.hbm_bandwidth * o.memory_efficiency);
+}
+
 }  // namespace
 
 StepTime ModelStep(const spec::JobSpec& job, const Topology& topo,
@@ -50,9 +84,10 @@ StepTime ModelStep(const spec::JobSpec& job, const Topology& topo,
   if (peak <= 0)
     throw Error(fmt::format("{} has no peak FLOP/s for this precision", accelerator.name));
   t.compute = hardware_flops / static_cast<double>(world) / (peak * o.compute_efficiency);
+  t.memory = MemoryBoundSeconds(job, accelerator, o, static_cast<double>(global));
   // Interleaving v model chunks per rank divides the bubble by v (Megatron-LM).
   const double v = static_cast<double>(std::max<int64_t>(1, l.virtual_stages));
-  t.bubble = t.compute * static_cast<double>(l.pp - 1) / (m * v);
+  t.bubble = (t.compute + t.memory) * static_cast<double>(l.pp - 1) / (m * v);
 
   // Rank order tp, cp, dp, pp: the stride of a dimension is the product of
   // the ones inside it.
@@ -91,16 +126,31 @@ StepTime ModelStep(const spec::JobSpec& job, const Topology& topo,
   if (l.dp > 1) {
     const workload::ParamCounts params = workload::CountParams(shape);
     const double local = static_cast<double>(params.total) / static_cast<double>(l.tp * l.pp);
-    // ZeRO-1/2: reduce-scatter + all-gather, an all-reduce's traffic; ZeRO-3
-    // gathers the parameters once more for the backward pass.
-    const double factor = l.zero_stage >= 3 ? 1.5 : 1.0;
-    t.dp = factor * AllReduce(local * o.bytes_per_gradient, topo.LevelsFor(l.dp, dp_stride));
-    // Gradients are complete only in the last micro-batch's backward pass,
-    // which is all that can hide their reduction.
-    const double hideable = o.overlap_dp ? (2.0 / 3.0) * t.compute / m : 0;
-    t.dp_exposed = std::max(0.0, t.dp - hideable);
+    const double all_reduce =
+        AllReduce(local * o.bytes_per_gradient, topo.LevelsFor(l.dp, dp_stride));
+    const double per_micro_batch = (t.compute + t.memory) / m;
+    if (l.zero_stage >= 3) {
+      // FSDP / ZeRO-3: every micro-batch all-gathers the parameters for the
+      // forward and again for the backward pass and reduce-scatters the
+      // gradients (1.5 all-reduces of traffic), prefetched layer by layer
+      // behind that micro-batch's compute - but NCCL kernels share the SMs
+      // and the first gather has nothing to hide behind, so only
+      // `fsdp_overlap` of the shorter of the two is hidden.
+      const double comm = 1.5 * all_reduce;
+      t.dp = m * comm;
+      t.dp_exposed = o.overlap_dp ? m * (std::max(0.0, comm - per_micro_batch) +
+                                         (1 - o.fsdp_overlap) * std::min(comm, per_micro_batch))
+                                  : t.dp;
+    } else {
+      // ZeRO-0/1/2: one reduction of the gradients per step (reduce-scatter +
+      // all-gather is an all-reduce's traffic). They are complete only in the
+      // last micro-batch's backward pass, which is all that can hide them.
+      t.dp = all_reduce;
+      const double hideable = o.overlap_dp ? (2.0 / 3.0) * per_micro_batch : 0;
+      t.dp_exposed = std::max(0.0, t.dp - hideable);
+    }
   }
-  t.total = t.compute + t.bubble + t.tp + t.cp + t.pp + t.ep + t.dp_exposed;
+  t.total = t.compute + t.memory + t.bubble + t.tp + t.cp + t.pp + t.ep + t.dp_exposed;
 
   workload::ActivationOptions a;
   a.micro_batch = b;
