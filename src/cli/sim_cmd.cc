@@ -132,13 +132,14 @@ int RunSim(const SimArgs& args) {
     o.summary = sim::MonteCarlo(s, args.trials, args.seed, args.threads, [&](int done) {
       const double elapsed =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      const double total = static_cast<double>(args.trials) * static_cast<double>(strategies.size());
+      const double total =
+          static_cast<double>(args.trials) * static_cast<double>(strategies.size());
       const double finished = static_cast<double>(p) * args.trials + done;
       const double rate = elapsed > 0 ? finished / elapsed : 0;
-      progress.Show(static_cast<int64_t>(finished), static_cast<int64_t>(total),
-                    fmt::format("sim {:>14}: trial {}/{}  {:.1f} trials/s  ETA {:.1f} s", o.policy,
-                                done, args.trials, rate,
-                                rate > 0 ? (total - finished) / rate : 0.0));
+      progress.Show(
+          static_cast<int64_t>(finished), static_cast<int64_t>(total),
+          fmt::format("sim {:>14}: trial {}/{}  {:.1f} trials/s  ETA {:.1f} s", o.policy, done,
+                      args.trials, rate, rate > 0 ? (total - finished) / rate : 0.0));
     });
     if (options.timeline) {
       s.record_timeline = true;

@@ -40,9 +40,9 @@ struct FaultView {
 };
 
 enum class Restore {
-  kCheckpoint,        // newest valid checkpoint (older than the fault if silent)
-  kPeers,             // from a surviving data-parallel replica's memory
-  kNone,              // elastic shrink: survivors keep their state
+  kCheckpoint,  // newest valid checkpoint (older than the fault if silent)
+  kPeers,       // from a surviving data-parallel replica's memory
+  kNone,        // elastic shrink: survivors keep their state
 };
 
 enum class Placement {

@@ -67,8 +67,8 @@ class Run {
       const double silent = silent_.empty() ? kInf : silent_.front().detect_at;
       const double phase = running_ ? kInf : phase_end_;
       const double checkpoint = running_ ? next_checkpoint_ : kInf;
-      const double next = std::min({s_.horizon_seconds, finish, next_fault_.time, returns, silent,
-                                    phase, checkpoint});
+      const double next = std::min(
+          {s_.horizon_seconds, finish, next_fault_.time, returns, silent, phase, checkpoint});
       Advance(next);
       if (next >= s_.horizon_seconds) break;
       if (next == finish) {
@@ -94,8 +94,8 @@ class Run {
     }
     r_.wall = t_;
     r_.work = work_;
-    r_.cost = static_cast<double>(s_.job_nodes + s_.spare_nodes) * s_.price_per_node_hour * t_ /
-              3600.0;
+    r_.cost =
+        static_cast<double>(s_.job_nodes + s_.spare_nodes) * s_.price_per_node_hour * t_ / 3600.0;
     Point();
     return std::move(r_);
   }
@@ -165,8 +165,9 @@ class Run {
     if (cause.silent) {
       // Training goes on, on corrupted numbers, until someone notices.
       silent_.push_back({t_ + cause.detect_seconds, t_, e.node, e.cause, e.out_of_service});
-      std::sort(silent_.begin(), silent_.end(),
-                [](const SilentFault& a, const SilentFault& b) { return a.detect_at < b.detect_at; });
+      std::sort(silent_.begin(), silent_.end(), [](const SilentFault& a, const SilentFault& b) {
+        return a.detect_at < b.detect_at;
+      });
       return;
     }
     Interrupt(t_, cause.detect_seconds, e.cause, e.node, e.out_of_service, /*silent=*/false);
@@ -266,11 +267,12 @@ class Run {
     std::vector<resilience::CheckpointCopy> copies;
     for (size_t k = 0; k < ckpts_.size(); ++k) {
       for (size_t i = 0; i < s_.tiers.size(); ++i) {
-        copies.push_back({.step = static_cast<int64_t>(k),
-                          .tier = static_cast<int>(i),
-                          .committed = ckpts_[k].committed_at[i] <= stop,
-                          .valid = !before_fault || ckpts_[k].saved_at < onset,
-                          .reachable = !(s_.tiers[i].node_local && node_lost && !s_.local_replica)});
+        copies.push_back(
+            {.step = static_cast<int64_t>(k),
+             .tier = static_cast<int>(i),
+             .committed = ckpts_[k].committed_at[i] <= stop,
+             .valid = !before_fault || ckpts_[k].saved_at < onset,
+             .reachable = !(s_.tiers[i].node_local && node_lost && !s_.local_replica)});
       }
     }
     const std::optional<size_t> pick = resilience::ChooseRestore(copies);
@@ -299,7 +301,8 @@ class Run {
 
   void RecordCheckpoint(double stall) {
     Checkpoint c{work_, t_, false, {}};
-    for (const TierModel& tier : s_.tiers) c.committed_at.push_back(t_ + stall + tier.write_seconds);
+    for (const TierModel& tier : s_.tiers)
+      c.committed_at.push_back(t_ + stall + tier.write_seconds);
     if (s_.milestone_interval > 0 && t_ - last_milestone_ >= s_.milestone_interval) {
       c.milestone = true;
       last_milestone_ = t_;

@@ -25,12 +25,12 @@ struct TierModel {
 // Everything one run needs, in seconds and counts (see MakeScenario).
 struct Scenario {
   int64_t job_nodes = 1, spare_nodes = 0;
-  int64_t dp = 1;               // data-parallel replicas
-  double step_seconds = 1;      // one optimizer step without faults
-  double work_seconds = 0;      // failure-free training time to finish; 0 = run the horizon
-  double horizon_seconds = 0;   // stop here at the latest
+  int64_t dp = 1;              // data-parallel replicas
+  double step_seconds = 1;     // one optimizer step without faults
+  double work_seconds = 0;     // failure-free training time to finish; 0 = run the horizon
+  double horizon_seconds = 0;  // stop here at the latest
   double checkpoint_interval = 3600, checkpoint_blocking = 0;
-  int64_t keep = 3;             // newest checkpoints kept per tier
+  int64_t keep = 3;                  // newest checkpoints kept per tier
   double milestone_interval = 3600;  // and one per this long on the durable tiers (0 = none)
   std::vector<TierModel> tiers;
   bool local_replica = true;
@@ -43,13 +43,13 @@ struct Scenario {
 };
 
 struct Badput {
-  double lost_work = 0;   // trained, then rolled back to a restore point
-  double detection = 0;   // fault -> the job knows
-  double restart = 0;     // relaunch, load or rebuild state
-  double checkpoint = 0;  // blocking part of saves
-  double waiting = 0;     // no node to run on (no spare)
-  double degraded = 0;    // elastic: replicas missing
-  double maintenance = 0; // planned interruptions
+  double lost_work = 0;    // trained, then rolled back to a restore point
+  double detection = 0;    // fault -> the job knows
+  double restart = 0;      // relaunch, load or rebuild state
+  double checkpoint = 0;   // blocking part of saves
+  double waiting = 0;      // no node to run on (no spare)
+  double degraded = 0;     // elastic: replicas missing
+  double maintenance = 0;  // planned interruptions
 
   double total() const {
     return lost_work + detection + restart + checkpoint + waiting + degraded + maintenance;
@@ -65,8 +65,8 @@ struct FaultMark {
 };
 
 struct RunResult {
-  double wall = 0;   // seconds simulated
-  double work = 0;   // failure-free training seconds kept at the end
+  double wall = 0;  // seconds simulated
+  double work = 0;  // failure-free training seconds kept at the end
   bool finished = false;
   Badput badput;
   int64_t interruptions = 0, planned = 0;
@@ -74,7 +74,7 @@ struct RunResult {
   int64_t spare_swaps = 0, waits = 0, shrinks = 0, grows = 0, restores_from_checkpoint = 0,
           restores_from_peers = 0, checkpoints = 0,
           from_scratch = 0;  // restores that found no valid checkpoint at all
-  double cost = 0;  // (job + spare nodes) x price x wall
+  double cost = 0;           // (job + spare nodes) x price x wall
   std::vector<TimelinePoint> timeline;
   std::vector<FaultMark> marks;
 

@@ -6,8 +6,8 @@
 
 namespace fmstack::sim {
 
-FaultStream::FaultStream(std::span<const catalog::FaultCause> causes,
-                         double planned_per_node_hour, int64_t nodes, uint64_t seed)
+FaultStream::FaultStream(std::span<const catalog::FaultCause> causes, double planned_per_node_hour,
+                         int64_t nodes, uint64_t seed)
     : causes_(causes), nodes_(nodes), rng_(seed) {
   double sum = 0;
   for (const catalog::FaultCause& c : causes) cumulative_.push_back(sum += c.rate_per_node_hour);

@@ -15,14 +15,14 @@
 
 namespace fmstack::sim {
 
-inline constexpr int kPlannedCause = -1;            // planned maintenance
+inline constexpr int kPlannedCause = -1;              // planned maintenance
 inline constexpr double kPlannedOutOfService = 3600;  // a maintenance window, seconds
 
 struct FaultEvent {
   double time = 0;
   int64_t node = 0;
-  int cause = 0;                // index into the causes, or kPlannedCause
-  double out_of_service = 0;    // drawn: exponential around the cause's mean
+  int cause = 0;              // index into the causes, or kPlannedCause
+  double out_of_service = 0;  // drawn: exponential around the cause's mean
 };
 
 class FaultStream {

@@ -58,13 +58,13 @@ TrialSummary MonteCarlo(const Scenario& scenario, int trials, uint64_t seed, int
     }
   };
   const int n = std::max(
-      1, std::min(trials, threads > 0 ? threads
-                                      : static_cast<int>(std::thread::hardware_concurrency())));
+      1, std::min(trials,
+                  threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency())));
   std::vector<std::jthread> pool;
   for (int i = 0; i < n; ++i) pool.emplace_back(worker);
   while (progress && done.load() < trials) {
     progress(done.load());
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   pool.clear();  // joins
   if (failure) std::rethrow_exception(failure);
@@ -100,9 +100,8 @@ TrialSummary MonteCarlo(const Scenario& scenario, int trials, uint64_t seed, int
   }
   const double k = std::max(1.0, static_cast<double>(trials));
   Badput& m = s.badput_mean;
-  for (double* x : {&m.lost_work, &m.detection, &m.restart, &m.checkpoint, &m.waiting,
-                    &m.degraded, &m.maintenance, &s.finished_share, &s.spare_swaps, &s.waits,
-                    &s.shrinks}) {
+  for (double* x : {&m.lost_work, &m.detection, &m.restart, &m.checkpoint, &m.waiting, &m.degraded,
+                    &m.maintenance, &s.finished_share, &s.spare_swaps, &s.waits, &s.shrinks}) {
     *x /= k;
   }
   for (double& c : s.by_cause) c /= k;

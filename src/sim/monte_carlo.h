@@ -22,9 +22,9 @@ struct Interval {
 struct TrialSummary {
   int trials = 0;
   Interval ettr, wall, work, interruptions, planned, cost;
-  Badput badput_mean;             // seconds, averaged over trials
-  std::vector<double> by_cause;   // mean interruptions per cause
-  double finished_share = 0;      // trials that trained all the tokens in the horizon
+  Badput badput_mean;            // seconds, averaged over trials
+  std::vector<double> by_cause;  // mean interruptions per cause
+  double finished_share = 0;     // trials that trained all the tokens in the horizon
   double spare_swaps = 0, waits = 0, shrinks = 0;  // means
 };
 

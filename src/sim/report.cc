@@ -36,8 +36,8 @@ std::string RenderScenario(const spec::JobSpec& job, const BuiltScenario& b) {
   const spec::ClusterSpec& c = *job.cluster;
   std::string out;
   out += fmt::format("job      {} ({}), {} nodes x {} ({} x {}), {} spare nodes\n", job.name,
-                     job.model.name, c.nodes, c.instance.name, c.accelerators(),
-                     c.accelerator.name, s.spare_nodes);
+                     job.model.name, c.nodes, c.instance.name, c.accelerators(), c.accelerator.name,
+                     s.spare_nodes);
   const workload::Layout& l = job.layout;
   out += fmt::format(
       "layout   dp {} x tp {} x pp {} x cp {} (ep {}), ZeRO-{}, micro-batch {}, {} micro-batches\n",
@@ -57,27 +57,24 @@ std::string RenderScenario(const spec::JobSpec& job, const BuiltScenario& b) {
   } else {
     out += fmt::format("work     a fixed window of {:.1f} days\n", s.horizon_seconds / 86400);
   }
-  out += fmt::format("faults   {}: job MTTI {:.2f} h (unexpected){}\n", i.fault_source,
-                     i.mtti / 3600,
-                     s.planned_per_node_hour > 0
-                         ? fmt::format(", planned maintenance every {:.1f} h",
-                                       1.0 / (s.planned_per_node_hour *
-                                              static_cast<double>(s.job_nodes)))
-                         : "");
+  out += fmt::format(
+      "faults   {}: job MTTI {:.2f} h (unexpected){}\n", i.fault_source, i.mtti / 3600,
+      s.planned_per_node_hour > 0
+          ? fmt::format(", planned maintenance every {:.1f} h",
+                        1.0 / (s.planned_per_node_hour * static_cast<double>(s.job_nodes)))
+          : "");
   std::string tiers;
   for (const TierModel& tier : s.tiers) {
     tiers += fmt::format("{}{} write {} / read {}", tiers.empty() ? "" : ", ", tier.name,
                          FormatSeconds(tier.write_seconds), FormatSeconds(tier.read_seconds));
   }
-  out += fmt::format(
-      "ckpt     {} per save, blocking {}; tiers: {}; every {} ({}); keep {}\n",
-      FormatBytes(i.checkpoint_bytes), FormatSeconds(s.checkpoint_blocking),
-      tiers.empty() ? "none" : tiers, FormatSeconds(s.checkpoint_interval), i.interval_rule,
-      s.keep);
-  out += fmt::format(
-      "recovery restart {}, peer rebuild {}, peer state transfer {} ({} per node)\n",
-      FormatSeconds(s.restart_seconds), FormatSeconds(s.peer_rebuild_seconds),
-      FormatSeconds(s.peer_restore_seconds), FormatBytes(i.state_per_node));
+  out += fmt::format("ckpt     {} per save, blocking {}; tiers: {}; every {} ({}); keep {}\n",
+                     FormatBytes(i.checkpoint_bytes), FormatSeconds(s.checkpoint_blocking),
+                     tiers.empty() ? "none" : tiers, FormatSeconds(s.checkpoint_interval),
+                     i.interval_rule, s.keep);
+  out += fmt::format("recovery restart {}, peer rebuild {}, peer state transfer {} ({} per node)\n",
+                     FormatSeconds(s.restart_seconds), FormatSeconds(s.peer_rebuild_seconds),
+                     FormatSeconds(s.peer_restore_seconds), FormatBytes(i.state_per_node));
   return out;
 }
 
@@ -142,8 +139,9 @@ std::string RenderCauses(const Scenario& s, const std::vector<PolicyOutcome>& ou
                    [&](size_t a, size_t b) { return t.by_cause[a] > t.by_cause[b]; });
   for (size_t i : order) {
     const catalog::FaultCause& c = s.causes[i];
-    table.AddRow({c.name + (c.silent ? " (silent)" : ""), std::string(catalog::RecoveryName(c.recovery)),
-                  FormatSeconds(c.detect_seconds), fmt::format("{:.1f}", t.by_cause[i]),
+    table.AddRow({c.name + (c.silent ? " (silent)" : ""),
+                  std::string(catalog::RecoveryName(c.recovery)), FormatSeconds(c.detect_seconds),
+                  fmt::format("{:.1f}", t.by_cause[i]),
                   fmt::format("{:.1f}%", total > 0 ? 100 * t.by_cause[i] / total : 0)});
   }
   table.AddRow({"total", "", "", fmt::format("{:.1f}", total), "100%"});
@@ -179,24 +177,23 @@ nlohmann::json OutcomesJson(const spec::JobSpec& job, const BuiltScenario& b,
     const Badput& m = t.badput_mean;
     json causes = json::object();
     for (size_t i = 0; i < s.causes.size(); ++i) causes[s.causes[i].name] = t.by_cause[i];
-    j["policies"][o.policy] = {
-        {"trials", t.trials},
-        {"ettr", interval(t.ettr)},
-        {"wall_seconds", interval(t.wall)},
-        {"work_seconds", interval(t.work)},
-        {"interruptions", interval(t.interruptions)},
-        {"planned", interval(t.planned)},
-        {"cost_usd", interval(t.cost)},
-        {"finished_share", t.finished_share},
-        {"badput_seconds",
-         {{"lost_work", m.lost_work},
-          {"detection", m.detection},
-          {"restart", m.restart},
-          {"checkpoint", m.checkpoint},
-          {"waiting", m.waiting},
-          {"degraded", m.degraded},
-          {"maintenance", m.maintenance}}},
-        {"interruptions_by_cause", causes}};
+    j["policies"][o.policy] = {{"trials", t.trials},
+                               {"ettr", interval(t.ettr)},
+                               {"wall_seconds", interval(t.wall)},
+                               {"work_seconds", interval(t.work)},
+                               {"interruptions", interval(t.interruptions)},
+                               {"planned", interval(t.planned)},
+                               {"cost_usd", interval(t.cost)},
+                               {"finished_share", t.finished_share},
+                               {"badput_seconds",
+                                {{"lost_work", m.lost_work},
+                                 {"detection", m.detection},
+                                 {"restart", m.restart},
+                                 {"checkpoint", m.checkpoint},
+                                 {"waiting", m.waiting},
+                                 {"degraded", m.degraded},
+                                 {"maintenance", m.maintenance}}},
+                               {"interruptions_by_cause", causes}};
   }
   return j;
 }

@@ -74,7 +74,8 @@ std::vector<catalog::FaultCause> ResolveCauses(const spec::JobSpec& job,
       *source = "no catalog fault set";
     }
   }
-  if (!job.faults.causes.empty()) *source += fmt::format(" + {} from the spec", job.faults.causes.size());
+  if (!job.faults.causes.empty())
+    *source += fmt::format(" + {} from the spec", job.faults.causes.size());
   causes.insert(causes.end(), job.faults.causes.begin(), job.faults.causes.end());
   for (catalog::FaultCause& c : causes) c.rate_per_node_hour *= job.faults.scale;
   *planned_per_node_hour *= job.faults.scale;
@@ -98,8 +99,8 @@ BuiltScenario MakeScenario(const spec::JobSpec& job, const catalog::Catalog& cat
   s.spare_nodes = options.spares.value_or(cl.spares);
   s.dp = job.layout.dp;
   s.step_seconds = info.step.total;
-  const int64_t global = job.train.global_batch > 0 ? job.train.global_batch
-                                                    : job.train.micro_batch * job.layout.dp;
+  const int64_t global =
+      job.train.global_batch > 0 ? job.train.global_batch : job.train.micro_batch * job.layout.dp;
   const double tokens_per_step = static_cast<double>(global * job.model.seq_len);
   if (job.train.tokens > 0) {
     info.steps = static_cast<int64_t>(std::ceil(job.train.tokens / tokens_per_step));
@@ -117,8 +118,7 @@ BuiltScenario MakeScenario(const spec::JobSpec& job, const catalog::Catalog& cat
   const workload::ParamCounts params = workload::CountParams(job.model);
   info.checkpoint_bytes =
       static_cast<double>(params.total) * job.train.state.checkpoint_per_param();
-  const double per_accelerator =
-      info.checkpoint_bytes / static_cast<double>(job.layout.world());
+  const double per_accelerator = info.checkpoint_bytes / static_cast<double>(job.layout.world());
   s.checkpoint_blocking = per_accelerator / job.resilience.snapshot_bandwidth;
   s.tiers = Tiers(job, catalog, info.checkpoint_bytes, cl.nodes);
   s.local_replica = job.resilience.local_replica;
@@ -137,8 +137,9 @@ BuiltScenario MakeScenario(const spec::JobSpec& job, const catalog::Catalog& cat
     s.checkpoint_interval =
         resilience::CheckpointInterval(s.checkpoint_blocking, info.mtti, info.drain);
     if (s.checkpoint_interval <= 0) s.checkpoint_interval = 3600;
-    info.interval_rule = info.young_daly >= info.drain ? "auto: Young/Daly sqrt(2 x blocking x MTTI)"
-                                                       : "auto: slowest tier's drain time";
+    info.interval_rule = info.young_daly >= info.drain
+                             ? "auto: Young/Daly sqrt(2 x blocking x MTTI)"
+                             : "auto: slowest tier's drain time";
   } else {
     s.checkpoint_interval = job.checkpoint.interval_seconds;
     info.interval_rule = "checkpoint.interval";
@@ -155,9 +156,9 @@ BuiltScenario MakeScenario(const spec::JobSpec& job, const catalog::Catalog& cat
   s.peer_rebuild_seconds = job.resilience.peer_rebuild_seconds;
   s.peer_restore_seconds = nic > 0 ? info.state_per_node / nic : 0;
 
-  s.policy.strategy = options.strategy.value_or(
-      resilience::ParseStrategy(job.resilience.policy).value_or(
-          resilience::Strategy::kCheckpointRestart));
+  s.policy.strategy =
+      options.strategy.value_or(resilience::ParseStrategy(job.resilience.policy)
+                                    .value_or(resilience::Strategy::kCheckpointRestart));
   s.policy.min_dp_fraction = job.resilience.min_dp_fraction;
   s.price_per_node_hour = cl.instance.price_per_hour;
   s.record_timeline = options.timeline;

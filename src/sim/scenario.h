@@ -29,13 +29,13 @@ struct ScenarioOptions {
 
 struct ScenarioInfo {
   StepTime step;
-  int64_t steps = 0;             // optimizer steps to train the job's tokens; 0 = not set
-  double checkpoint_bytes = 0;   // whole job
-  double state_per_node = 0;     // what a replacement node must receive from peers
-  double mtti = 0;               // job, unexpected faults only
+  int64_t steps = 0;            // optimizer steps to train the job's tokens; 0 = not set
+  double checkpoint_bytes = 0;  // whole job
+  double state_per_node = 0;    // what a replacement node must receive from peers
+  double mtti = 0;              // job, unexpected faults only
   double young_daly = 0, drain = 0;
-  std::string interval_rule;     // "auto: Young/Daly" / "auto: drain time" / "spec"
-  std::string fault_source;      // fault set name and source, or "spec"
+  std::string interval_rule;  // "auto: Young/Daly" / "auto: drain time" / "spec"
+  std::string fault_source;   // fault set name and source, or "spec"
 };
 
 struct BuiltScenario {

@@ -27,14 +27,13 @@ double MemoryBoundSeconds(const spec::JobSpec& job, const catalog::Accelerator& 
   const workload::TransformerShape& shape = job.model;
   const workload::Layout& l = job.layout;
   const double tp = static_cast<double>(l.tp);
-  const double hidden_wide = 12.0 * static_cast<double>(shape.hidden) /
-                             (o.sequence_parallel ? tp : 1.0);
+  const double hidden_wide =
+      12.0 * static_cast<double>(shape.hidden) / (o.sequence_parallel ? tp : 1.0);
   const double mlp_wide = (shape.mlp == workload::MlpKind::kSwiGlu ? 3.0 : 2.0) *
                           static_cast<double>(shape.ffn_hidden) / tp;
-  const double scores = job.train.flash_attention
-                            ? 0.0
-                            : 4.5 * static_cast<double>(shape.heads) / tp *
-                                  static_cast<double>(shape.seq_len);
+  const double scores = job.train.flash_attention ? 0.0
+                                                  : 4.5 * static_cast<double>(shape.heads) / tp *
+                                                        static_cast<double>(shape.seq_len);
   // Forward once, backward about twice; recomputation repeats the forward
   // (full) or the attention core (selective).
   double passes = 3, score_passes = 3;
@@ -43,8 +42,8 @@ double MemoryBoundSeconds(const spec::JobSpec& job, const catalog::Accelerator& 
   const double per_token_layer =
       (passes * (hidden_wide + mlp_wide) + score_passes * scores) * o.bytes_per_activation;
   // A TP rank sees every token of its replica; a PP rank only its layers.
-  const double tokens = global_batch * static_cast<double>(shape.seq_len) /
-                        static_cast<double>(l.dp * l.cp);
+  const double tokens =
+      global_batch * static_cast<double>(shape.seq_len) / static_cast<double>(l.dp * l.cp);
   const double layers = static_cast<double>(shape.layers) / static_cast<double>(l.pp);
   return tokens * layers * per_token_layer / (accelerator.hbm_bandwidth * o.memory_efficiency);
 }

@@ -16,14 +16,14 @@ struct StepOptions {
   // Achieved / peak dense matmul FLOP/s. 0.65 puts all ten runs of Megatron-LM's
   // Table 1 within 5% (tests/validation/megatron_table1_test.cc).
   double compute_efficiency = 0.65;
-  double memory_efficiency = 0.8;    // achieved / peak HBM bandwidth of elementwise kernels
+  double memory_efficiency = 0.8;  // achieved / peak HBM bandwidth of elementwise kernels
   // Norms and dropout split over TP ranks (Korthikanti et al. 2022); Megatron-LM
   // before 2022 repeated them on every TP rank.
   bool sequence_parallel = true;
-  bool overlap_dp = true;            // gradient reduction hidden behind backward
-  double fsdp_overlap = 0.7;         // ZeRO-3: share of the shorter of comm / compute hidden
-  double bytes_per_activation = 2;   // bf16 activations on the wire
-  double bytes_per_gradient = 2;     // bf16 gradient reduction
+  bool overlap_dp = true;           // gradient reduction hidden behind backward
+  double fsdp_overlap = 0.7;        // ZeRO-3: share of the shorter of comm / compute hidden
+  double bytes_per_activation = 2;  // bf16 activations on the wire
+  double bytes_per_gradient = 2;    // bf16 gradient reduction
 };
 
 struct StepTime {

@@ -19,10 +19,14 @@ constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "
 std::string Escape(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else out += c;
+    if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '&')
+      out += "&amp;";
+    else
+      out += c;
   }
   return out;
 }
@@ -98,8 +102,8 @@ std::string TimelineSvg(const Scenario& s, const std::vector<PolicyOutcome>& out
       last_y = py;
     }
     const char* color = kColors[k % std::size(kColors)];
-    svg += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" points=\"{}\"/>\n",
-                       color, pts);
+    svg += fmt::format(
+        "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" points=\"{}\"/>\n", color, pts);
     svg += fmt::format(
         "<rect x=\"{0}\" y=\"{1}\" width=\"12\" height=\"3\" fill=\"{2}\"/><text x=\"{3}\" "
         "y=\"{4}\">{5}: ETTR {6:.1f}%</text>\n",
@@ -111,8 +115,9 @@ std::string TimelineSvg(const Scenario& s, const std::vector<PolicyOutcome>& out
   const double bars_top = kTop + kPlotH + kGap;
   const int bins = std::clamp(static_cast<int>(std::ceil(days * 4)), 10, 200);
   const double bin = wall / bins;
-  svg += fmt::format("<text x=\"{}\" y=\"{}\">net goodput per {:.1f} h (rollbacks count against it)</text>\n",
-                     kLeft, bars_top - 8, bin / 3600);
+  svg += fmt::format(
+      "<text x=\"{}\" y=\"{}\">net goodput per {:.1f} h (rollbacks count against it)</text>\n",
+      kLeft, bars_top - 8, bin / 3600);
   for (int g = 0; g <= 4; ++g) {
     const double yy = bars_top + kBarsH * (1 - g / 4.0);
     svg += fmt::format(
@@ -129,8 +134,9 @@ std::string TimelineSvg(const Scenario& s, const std::vector<PolicyOutcome>& out
       const double yy = bars_top + kBarsH * (1 - g);
       pts += fmt::format("{:.1f},{:.1f} {:.1f},{:.1f} ", x(t0), yy, x(t1), yy);
     }
-    svg += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.2\" points=\"{}\"/>\n",
-                       kColors[k % std::size(kColors)], pts);
+    svg +=
+        fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.2\" points=\"{}\"/>\n",
+                    kColors[k % std::size(kColors)], pts);
   }
   // Fault ticks (first policy's run; every policy sees the same faults).
   const double ticks_top = bars_top + kBarsH + kGap;
@@ -141,8 +147,9 @@ std::string TimelineSvg(const Scenario& s, const std::vector<PolicyOutcome>& out
       kLeft, ticks_top - 6);
   if (!outcomes.empty()) {
     for (const FaultMark& m : outcomes.front().first.marks) {
-      svg += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"{3}\"/>\n",
-                         x(m.time), ticks_top, ticks_top + kTicksH, CauseColor(s, m.cause));
+      svg += fmt::format(
+          "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"{3}\"/>\n", x(m.time),
+          ticks_top, ticks_top + kTicksH, CauseColor(s, m.cause));
     }
   }
   svg += "</svg>\n";

@@ -63,8 +63,8 @@ struct FaultsSpec {
   // A catalog fault set (data/catalog/faults.toml), "none", or "" = the
   // cluster's node_mtbf as one "node" cause when set, else "llama3-405b".
   std::string set;
-  double scale = 1.0;    // multiplies every rate (planned maintenance too)
-  bool planned = true;   // include the set's planned maintenance
+  double scale = 1.0;                       // multiplies every rate (planned maintenance too)
+  bool planned = true;                      // include the set's planned maintenance
   std::vector<catalog::FaultCause> causes;  // [[faults.cause]]: added to the set's
 };
 

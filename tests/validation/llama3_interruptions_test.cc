@@ -14,11 +14,17 @@
 namespace fmstack::sim {
 namespace {
 
+ScenarioOptions Window(double days) {
+  ScenarioOptions o;
+  o.horizon_seconds = days * 86400;
+  return o;
+}
+
 BuiltScenario Llama3() {
   const catalog::Catalog cat = catalog::Catalog::LoadEmbedded();
   const spec::JobSpec job =
       spec::LoadJobSpec(FMSTACK_SOURCE_DIR "/examples/llama3-405b-54d.toml", cat);
-  return MakeScenario(job, cat, {.horizon_seconds = 54 * 86400.0});
+  return MakeScenario(job, cat, Window(54));
 }
 
 TEST(Llama3, FaultRatesGiveTheReportedMtti) {

@@ -20,10 +20,14 @@ struct Row {
 };
 
 constexpr Row kTable1[] = {
-    {1.7, 24, 2304, 24, 1, 1, 32, 512, 137},       {3.6, 32, 3072, 30, 2, 1, 64, 512, 138},
-    {7.5, 32, 4096, 36, 4, 1, 128, 512, 142},      {18.4, 48, 6144, 40, 8, 1, 256, 1024, 135},
-    {39.1, 64, 8192, 48, 8, 2, 512, 1536, 138},    {76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140},
-    {145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148}, {310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155},
+    {1.7, 24, 2304, 24, 1, 1, 32, 512, 137},
+    {3.6, 32, 3072, 30, 2, 1, 64, 512, 138},
+    {7.5, 32, 4096, 36, 4, 1, 128, 512, 142},
+    {18.4, 48, 6144, 40, 8, 1, 256, 1024, 135},
+    {39.1, 64, 8192, 48, 8, 2, 512, 1536, 138},
+    {76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140},
+    {145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148},
+    {310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155},
     {529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163},
     {1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163},
 };
@@ -68,7 +72,8 @@ TEST(MegatronTable1, TflopsPerGpuWithinTenPercentOfPublished) {
   double worst = 0;
   for (const Row& r : kTable1) {
     const spec::JobSpec job = Job(r, cat);
-    const StepTime t = ModelStep(job, BuildTopology(*job.cluster), job.cluster->accelerator, options);
+    const StepTime t =
+        ModelStep(job, BuildTopology(*job.cluster), job.cluster->accelerator, options);
     // Parameter count check: the shape is the paper's model.
     const double params = static_cast<double>(workload::CountParams(job.model).total) / 1e9;
     EXPECT_NEAR(params, r.billions, 0.03 * r.billions) << r.billions << "B";
@@ -87,7 +92,8 @@ TEST(MegatronTable1, BiggerModelsAchieveMoreBecauseElementwiseWorkShrinks) {
   StepOptions options;
   options.sequence_parallel = false;
   const spec::JobSpec small = Job(kTable1[0], cat), big = Job(kTable1[9], cat);
-  const StepTime a = ModelStep(small, BuildTopology(*small.cluster), small.cluster->accelerator, options);
+  const StepTime a =
+      ModelStep(small, BuildTopology(*small.cluster), small.cluster->accelerator, options);
   const StepTime b = ModelStep(big, BuildTopology(*big.cluster), big.cluster->accelerator, options);
   EXPECT_GT(a.memory / a.total, 2 * b.memory / b.total);
   EXPECT_GT(b.tflops_per_accelerator, a.tflops_per_accelerator);

@@ -62,7 +62,7 @@ TEST(ChooseRestore, NewestCommittedValidReachableFromTheFastestTier) {
       {.step = 100, .tier = 1, .committed = true},
       {.step = 200, .tier = 0, .committed = true, .reachable = false},  // replaced node's disk
       {.step = 200, .tier = 1, .committed = true},
-      {.step = 300, .tier = 0, .committed = false},  // still draining
+      {.step = 300, .tier = 0, .committed = false},                 // still draining
       {.step = 250, .tier = 1, .committed = true, .valid = false},  // after the corruption
   };
   const std::optional<size_t> pick = ChooseRestore(copies);

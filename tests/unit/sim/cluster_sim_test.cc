@@ -40,7 +40,9 @@ Scenario Base() {
   return s;
 }
 
-double Ledger(const RunResult& r) { return r.work + r.badput.total(); }
+double Ledger(const RunResult& r) {
+  return r.work + r.badput.total();
+}
 
 TEST(ClusterSim, EverySecondIsBookedAsWorkOrBadput) {
   for (auto strategy : {resilience::Strategy::kCheckpointRestart,
@@ -128,7 +130,7 @@ TEST(ClusterSim, SilentCorruptionRollsBackPastItselfUsingMilestones) {
   Scenario s = Base();
   s.causes = {Cause(catalog::Recovery::kReplace, 1e9, 24, /*silent=*/true, 2 * 3600)};
   s.causes[0].rate_per_node_hour = 1.0 / (64 * 24);  // about one a day
-  s.keep = 2;                                       // two 30-min checkpoints: 1 h of history
+  s.keep = 2;                                        // two 30-min checkpoints: 1 h of history
   s.milestone_interval = 3600;
   const RunResult with = Simulate(s, 4);
   s.milestone_interval = 0;
@@ -146,7 +148,7 @@ TEST(ClusterSim, ReplacedNodeWithoutLocalReplicaRestoresFromTheSharedTier) {
   const RunResult replica = Simulate(s, 9);
   s.local_replica = false;
   const RunResult shared = Simulate(s, 9);
-  EXPECT_GT(shared.badput.restart, replica.badput.restart);  // 120 s reads instead of 10 s
+  EXPECT_GT(shared.badput.restart, replica.badput.restart);      // 120 s reads instead of 10 s
   EXPECT_GT(shared.badput.lost_work, replica.badput.lost_work);  // older: shared drains later
 }
 
