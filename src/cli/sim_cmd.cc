@@ -35,6 +35,7 @@ struct SimArgs {
   std::string format = "table";
   std::string json_path, svg_path;
   bool search = false;
+  std::vector<std::string> busbw;  // [OP=]FILE
 };
 
 catalog::Catalog LoadCatalog(const std::string& dir) {
@@ -101,6 +102,24 @@ int RunSim(const SimArgs& args) {
   options.network.tcp_only = args.tcp;
   if (args.efficiency > 0) options.step.compute_efficiency = args.efficiency;
   options.timeline = !args.svg_path.empty();
+  std::optional<sim::MeasuredBusbw> measured;
+  for (const std::string& spec : args.busbw) {
+    const size_t eq = spec.find('=');
+    std::optional<sim::Collective> op;
+    if (eq != std::string::npos) {
+      op = sim::ParseCollective(spec.substr(0, eq));
+      if (!op)
+        throw Error(fmt::format("--busbw {}: unknown collective '{}'", spec, spec.substr(0, eq)));
+    }
+    sim::MeasuredBusbw m =
+        sim::MeasuredBusbw::Load(eq == std::string::npos ? spec : spec.substr(eq + 1), op);
+    if (measured) throw Error("--busbw: give one file (a bench comm table holds every op)");
+    measured = std::move(m);
+  }
+  if (measured) {
+    options.step.measured = &*measured;
+    if (args.format != "json") std::cout << "measured busbw: " << measured->Describe() << "\n";
+  }
   const bool markdown = args.format == "markdown";
   if (args.search) {
     if (!job.cluster) {
@@ -205,6 +224,9 @@ Runner AddSimCommand(CLI::App& app) {
   cmd->add_option("--svg", args->svg_path, "write a timeline plot (SVG) to this file");
   cmd->add_flag("--search", args->search,
                 "rank the (TP, PP, CP, DP, micro-batch) layouts for this job and cluster");
+  cmd->add_option("--busbw", args->busbw,
+                  "measured busbw for groups across nodes: `fmstack bench comm --markdown` "
+                  "output, or OP=FILE with nccl-tests output (e.g. allreduce=ar.txt)");
   cmd->add_option("--catalog", args->catalog_dir, "catalog directory (default: the built-in one)");
   return [args] { return RunSim(*args); };
 }

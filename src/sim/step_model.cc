@@ -11,8 +11,19 @@
 namespace fmstack::sim {
 namespace {
 
-double AllReduce(double bytes, const std::vector<LinkLevel>& levels) {
-  return HierarchicalTime(Collective::kAllReduce, bytes, levels);
+// A collective on the levels a group crosses: measured busbw when the group
+// leaves the scale-up domain and a curve for the op was given, else the model.
+double Coll(const StepOptions& o, Collective c, double bytes,
+            const std::vector<LinkLevel>& levels) {
+  const bool crosses_network =
+      levels.size() > 1 ||
+      (levels.size() == 1 && levels[0].name != "scale-up" && levels[0].name != "self");
+  if (o.measured != nullptr && crosses_network && o.measured->Has(c)) {
+    int ranks = 1;
+    for (const LinkLevel& l : levels) ranks *= l.ranks;
+    return o.measured->Time(c, bytes, ranks);
+  }
+  return HierarchicalTime(c, bytes, levels);
 }
 
 // Elementwise kernels move bytes, not FLOPs: per token and layer they touch
@@ -97,7 +108,8 @@ StepTime ModelStep(const spec::JobSpec& job, const Topology& topo,
     // Two all-reduces forward and two backward per layer (Megatron), two
     // more when the forward pass is recomputed.
     const double per_layer = full_recompute ? 6 : 4;
-    t.tp = layers_per_stage * m * per_layer * AllReduce(act, topo.LevelsFor(l.tp, tp_stride));
+    t.tp = layers_per_stage * m * per_layer *
+           Coll(o, Collective::kAllReduce, act, topo.LevelsFor(l.tp, tp_stride));
   }
   if (l.cp > 1) {
     // Keys and values all-gathered forward, their gradients reduce-scattered backward.
@@ -106,8 +118,8 @@ StepTime ModelStep(const spec::JobSpec& job, const Topology& topo,
                       o.bytes_per_activation / static_cast<double>(l.tp);
     const auto levels = topo.LevelsFor(l.cp, cp_stride);
     t.cp = layers_per_stage * m *
-           (HierarchicalTime(Collective::kAllGather, kv * static_cast<double>(l.cp), levels) +
-            HierarchicalTime(Collective::kReduceScatter, kv * static_cast<double>(l.cp), levels));
+           (Coll(o, Collective::kAllGather, kv * static_cast<double>(l.cp), levels) +
+            Coll(o, Collective::kReduceScatter, kv * static_cast<double>(l.cp), levels));
   }
   if (l.pp > 1) {
     // One activation forward and one gradient backward per micro-batch
@@ -120,13 +132,13 @@ StepTime ModelStep(const spec::JobSpec& job, const Topology& topo,
     const double routed =
         act * static_cast<double>(shape.active_experts) / static_cast<double>(l.tp);
     t.ep = layers_per_stage * m * 4 *
-           HierarchicalTime(Collective::kAllToAll, routed, topo.LevelsFor(l.ep, dp_stride));
+           Coll(o, Collective::kAllToAll, routed, topo.LevelsFor(l.ep, dp_stride));
   }
   if (l.dp > 1) {
     const workload::ParamCounts params = workload::CountParams(shape);
     const double local = static_cast<double>(params.total) / static_cast<double>(l.tp * l.pp);
-    const double all_reduce =
-        AllReduce(local * o.bytes_per_gradient, topo.LevelsFor(l.dp, dp_stride));
+    const double all_reduce = Coll(o, Collective::kAllReduce, local * o.bytes_per_gradient,
+                                   topo.LevelsFor(l.dp, dp_stride));
     const double per_micro_batch = (t.compute + t.memory) / m;
     if (l.zero_stage >= 3) {
       // FSDP / ZeRO-3: every micro-batch all-gathers the parameters for the

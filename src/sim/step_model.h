@@ -7,6 +7,7 @@
 #pragma once
 
 #include "catalog/catalog.h"
+#include "sim/busbw.h"
 #include "sim/topology.h"
 #include "spec/job_spec.h"
 
@@ -24,6 +25,9 @@ struct StepOptions {
   double fsdp_overlap = 0.7;        // ZeRO-3: share of the shorter of comm / compute hidden
   double bytes_per_activation = 2;  // bf16 activations on the wire
   double bytes_per_gradient = 2;    // bf16 gradient reduction
+  // Measured busbw curves for groups that cross the network (nullptr: the
+  // analytic alpha-beta model). Not owned.
+  const MeasuredBusbw* measured = nullptr;
 };
 
 struct StepTime {
