@@ -1,5 +1,4 @@
 // `fmstack plan job.toml [--cluster c.toml] [--format table|json|markdown]`
-#include <cstdlib>
 #include <iostream>
 #include <memory>
 
@@ -20,21 +19,9 @@ struct PlanArgs {
   plan::PlanOptions options;
 };
 
-catalog::Catalog LoadCatalog(const std::string& dir) {
-  if (!dir.empty()) return catalog::Catalog::LoadDirectory(dir);
-  if (const char* env = std::getenv("FMSTACK_CATALOG"); env != nullptr && *env != '\0') {
-    return catalog::Catalog::LoadDirectory(env);
-  }
-  return catalog::Catalog::LoadEmbedded();
-}
-
 int RunPlan(const PlanArgs& args) {
   const catalog::Catalog catalog = LoadCatalog(args.catalog_dir);
-  spec::JobSpec job = spec::LoadJobSpec(args.job, catalog);
-  if (!args.cluster.empty()) {
-    job.cluster = spec::LoadClusterSpec(args.cluster, catalog);
-    spec::ResolveLayout(job, *job.cluster);
-  }
+  const spec::JobSpec job = LoadJob(args.job, args.cluster, catalog);
   const plan::Plan result = plan::MakePlan(job, catalog, args.options);
   if (args.format == "json") {
     std::cout << plan::ToJson(result).dump(2) << "\n";

@@ -38,14 +38,6 @@ struct SimArgs {
   std::vector<std::string> busbw;  // [OP=]FILE
 };
 
-catalog::Catalog LoadCatalog(const std::string& dir) {
-  if (!dir.empty()) return catalog::Catalog::LoadDirectory(dir);
-  if (const char* env = std::getenv("FMSTACK_CATALOG"); env != nullptr && *env != '\0') {
-    return catalog::Catalog::LoadDirectory(env);
-  }
-  return catalog::Catalog::LoadEmbedded();
-}
-
 void WriteFile(const std::string& path, const std::string& text) {
   std::ofstream out(path);
   out << text;
@@ -91,17 +83,16 @@ int RunSearch(const spec::JobSpec& job, const sim::ScenarioOptions& options, boo
 
 int RunSim(const SimArgs& args) {
   const catalog::Catalog catalog = LoadCatalog(args.catalog_dir);
-  spec::JobSpec job = spec::LoadJobSpec(args.job, catalog);
-  if (!args.cluster.empty()) {
-    job.cluster = spec::LoadClusterSpec(args.cluster, catalog);
-    spec::ResolveLayout(job, *job.cluster);
-  }
+  const spec::JobSpec job = LoadJob(args.job, args.cluster, catalog);
   sim::ScenarioOptions options;
   options.horizon_seconds = args.days * 86400;
   if (args.spares >= 0) options.spares = args.spares;
   options.network.tcp_only = args.tcp;
   if (args.efficiency > 0) options.step.compute_efficiency = args.efficiency;
   options.timeline = !args.svg_path.empty();
+  if (args.busbw.size() > 1) {
+    throw Error("--busbw: give one file (a bench comm table holds every op)");
+  }
   std::optional<sim::MeasuredBusbw> measured;
   for (const std::string& spec : args.busbw) {
     const size_t eq = spec.find('=');
@@ -111,10 +102,7 @@ int RunSim(const SimArgs& args) {
       if (!op)
         throw Error(fmt::format("--busbw {}: unknown collective '{}'", spec, spec.substr(0, eq)));
     }
-    sim::MeasuredBusbw m =
-        sim::MeasuredBusbw::Load(eq == std::string::npos ? spec : spec.substr(eq + 1), op);
-    if (measured) throw Error("--busbw: give one file (a bench comm table holds every op)");
-    measured = std::move(m);
+    measured = sim::MeasuredBusbw::Load(eq == std::string::npos ? spec : spec.substr(eq + 1), op);
   }
   if (measured) {
     options.step.measured = &*measured;

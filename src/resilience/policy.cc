@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "plan/sizing.h"
+
 namespace fmstack::resilience {
 
 std::string_view StrategyName(Strategy s) {
@@ -126,7 +128,7 @@ std::optional<size_t> ChooseRestore(std::span<const CheckpointCopy> copies) {
 
 double CheckpointInterval(double blocking_seconds, double mtti_seconds, double drain_seconds) {
   const double young_daly =
-      mtti_seconds > 0 ? std::sqrt(2.0 * blocking_seconds * mtti_seconds) : 0.0;
+      mtti_seconds > 0 ? plan::IntervalYoungDaly(blocking_seconds, mtti_seconds) : 0.0;
   return std::max(young_daly, drain_seconds);
 }
 

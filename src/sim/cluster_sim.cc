@@ -164,10 +164,11 @@ class Run {
     const catalog::FaultCause& cause = s_.causes[static_cast<size_t>(e.cause)];
     if (cause.silent) {
       // Training goes on, on corrupted numbers, until someone notices.
-      silent_.push_back({t_ + cause.detect_seconds, t_, e.node, e.cause, e.out_of_service});
-      std::sort(silent_.begin(), silent_.end(), [](const SilentFault& a, const SilentFault& b) {
+      const SilentFault f{t_ + cause.detect_seconds, t_, e.node, e.cause, e.out_of_service};
+      const auto later = [](const SilentFault& a, const SilentFault& b) {
         return a.detect_at < b.detect_at;
-      });
+      };
+      silent_.insert(std::upper_bound(silent_.begin(), silent_.end(), f, later), f);
       return;
     }
     Interrupt(t_, cause.detect_seconds, e.cause, e.node, e.out_of_service, /*silent=*/false);
@@ -187,7 +188,6 @@ class Run {
       if (nodes_[static_cast<size_t>(n)] != NodeState::kSpare) continue;  // stale entry
       nodes_[static_cast<size_t>(n)] = NodeState::kJob;
       --spares_ready_;
-      ++r_.spare_swaps;
       return;
     }
   }
@@ -204,6 +204,7 @@ class Run {
       load = RestoreCheckpoint(silent ? t_ : onset, onset, a.restore_before_fault,
                                cause.recovery == catalog::Recovery::kReplace);
     } else {
+      ++r_.restores_from_peers;
       LoseCurrentStep();
     }
     std::vector<Phase> phases;
@@ -248,6 +249,7 @@ class Run {
         break;
       case resilience::Placement::kSpare:
         TakeSpare();
+        ++r_.spare_swaps;
         break;
       case resilience::Placement::kWaitForNode:
         ++need_nodes_;
@@ -293,7 +295,6 @@ class Run {
   }
 
   void LoseCurrentStep() {
-    ++r_.restores_from_peers;
     const double partial = std::fmod(work_, s_.step_seconds);
     r_.badput.lost_work += partial;
     work_ -= partial;
@@ -394,11 +395,9 @@ class Run {
   void MaybeGrow() {
     if (!running_ || !resilience::ShouldGrow(s_.policy, View())) return;
     TakeSpare();
-    --r_.spare_swaps;  // counted as a grow, not a swap
     ++r_.grows;
     grow_pending_ = 1;
     LoseCurrentStep();
-    --r_.restores_from_peers;
     Begin({{s_.peer_rebuild_seconds + s_.peer_restore_seconds, Category::kRestart}}, false);
   }
 

@@ -133,11 +133,10 @@ BuiltScenario MakeScenario(const spec::JobSpec& job, const catalog::Catalog& cat
   for (const catalog::FaultCause& c : s.causes) rate += c.rate_per_node_hour;
   info.mtti = rate > 0 ? 3600.0 / (rate * static_cast<double>(cl.nodes)) : 0;
   if (job.checkpoint.interval_auto) {
-    info.young_daly = info.mtti > 0 ? std::sqrt(2 * s.checkpoint_blocking * info.mtti) : 0;
     s.checkpoint_interval =
         resilience::CheckpointInterval(s.checkpoint_blocking, info.mtti, info.drain);
     if (s.checkpoint_interval <= 0) s.checkpoint_interval = 3600;
-    info.interval_rule = info.young_daly >= info.drain
+    info.interval_rule = s.checkpoint_interval > info.drain
                              ? "auto: Young/Daly sqrt(2 x blocking x MTTI)"
                              : "auto: slowest tier's drain time";
   } else {

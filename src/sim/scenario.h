@@ -33,9 +33,9 @@ struct ScenarioInfo {
   double checkpoint_bytes = 0;  // whole job
   double state_per_node = 0;    // what a replacement node must receive from peers
   double mtti = 0;              // job, unexpected faults only
-  double young_daly = 0, drain = 0;
-  std::string interval_rule;  // "auto: Young/Daly" / "auto: drain time" / "spec"
-  std::string fault_source;   // fault set name and source, or "spec"
+  double drain = 0;             // slowest tier's write time: the interval's floor
+  std::string interval_rule;    // "auto: Young/Daly" / "auto: drain time" / "spec"
+  std::string fault_source;     // fault set name and source, or "spec"
 };
 
 struct BuiltScenario {
