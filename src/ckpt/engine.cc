@@ -1,0 +1,487 @@
+#include "ckpt/engine.h"
+
+#include <fmt/format.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+#include "util/error.h"
+
+namespace fmstack::ckpt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+struct FreeDeleter {
+  void operator()(char* p) const { std::free(p); }
+};
+
+}  // namespace
+
+struct Engine::Slot {
+  std::unique_ptr<char, FreeDeleter> data;
+  int64_t used = 0;
+};
+
+// Fixed slots of chunk_bytes, 4 KiB aligned, touched once when created so
+// that no save pays page faults; Acquire blocks while all are in flight.
+class Engine::Pool {
+ public:
+  Pool(int64_t slot_bytes, int64_t slots) : slot_bytes_(slot_bytes) {
+    for (int64_t i = 0; i < slots; ++i) {
+      auto s = std::make_unique<Slot>();
+      s->data.reset(static_cast<char*>(std::aligned_alloc(4096, static_cast<size_t>(slot_bytes))));
+      if (!s->data)
+        throw Error(fmt::format("checkpoint: cannot allocate a staging pool of {} bytes",
+                                slot_bytes * slots));
+      std::memset(s->data.get(), 0, static_cast<size_t>(slot_bytes));
+      free_.push_back(s.get());
+      all_.push_back(std::move(s));
+    }
+  }
+  Slot* Acquire() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return !free_.empty(); });
+    Slot* s = free_.back();
+    free_.pop_back();
+    s->used = 0;
+    return s;
+  }
+  void Release(Slot* s) {
+    {
+      const std::lock_guard lock(mu_);
+      free_.push_back(s);
+    }
+    cv_.notify_one();
+  }
+  int64_t bytes() const { return slot_bytes_ * static_cast<int64_t>(all_.size()); }
+
+ private:
+  int64_t slot_bytes_;
+  std::vector<std::unique_ptr<Slot>> all_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Slot*> free_;
+};
+
+struct Engine::Job {
+  int64_t step = 0;
+  Counters counters;
+  Layout layout;
+  nlohmann::json model;
+  std::string file;    // this rank's shard file name
+  std::string header;  // its safetensors header
+  std::map<std::string, TensorEntry> pieces;
+  FileEntry entry;
+  int64_t slots_total = 0;
+  std::deque<Slot*> filled;  // guarded by Engine::mu_
+  Clock::time_point start;
+  SaveTiming timing;
+  bool first_tier_ok = false;
+};
+
+Engine::Engine(std::vector<std::unique_ptr<Tier>> tiers, EngineOptions options)
+    : tiers_(std::move(tiers)), options_(std::move(options)) {
+  if (tiers_.empty()) throw Error("checkpoint: no tier configured");
+  if (options_.keep < 1) throw Error("checkpoint.keep must be at least 1");
+  if (options_.chunk_bytes < 4096 || options_.chunk_bytes > kMaxChunkBytes ||
+      options_.chunk_bytes % 4096 != 0) {
+    throw Error(fmt::format("checkpoint: chunk of {} bytes: expected a multiple of 4096 up to {}",
+                            options_.chunk_bytes, kMaxChunkBytes));
+  }
+  if (options_.collect_garbage && options_.rank == 0) CollectGarbage();
+  writer_ = std::thread([this] { Writer(); });
+  drainer_ = std::thread([this] { Drainer(); });
+}
+
+Engine::~Engine() {
+  {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return busy_ == 0; });
+    stop_ = true;
+  }
+  cv_.notify_all();
+  writer_.join();
+  drainer_.join();
+}
+
+void Engine::Note(const std::string& line) const {
+  if (options_.log) options_.log(line);
+}
+
+void Engine::Fail(size_t tier, const std::string& what) {
+  const std::string line = fmt::format("checkpoint: {} tier: {}", tiers_[tier]->name(), what);
+  Note(line);
+  const std::lock_guard lock(mu_);
+  errors_.push_back(line);
+  if (tier == 0 && !first_tier_error_) first_tier_error_ = std::make_exception_ptr(Error(line));
+}
+
+void Engine::Reserve(int64_t state_bytes) {
+  if (pool_) return;
+  const int64_t want = options_.pool_bytes > 0 ? options_.pool_bytes : state_bytes;
+  const int64_t slots =
+      std::max<int64_t>(1, (want + options_.chunk_bytes - 1) / options_.chunk_bytes);
+  pool_ = std::make_unique<Pool>(options_.chunk_bytes, slots);
+}
+
+int64_t Engine::pool_bytes() const {
+  return pool_ ? pool_->bytes() : 0;
+}
+
+SaveTiming Engine::Save(const Snapshot& snap) {
+  const Clock::time_point start = Clock::now();
+  {
+    std::lock_guard lock(mu_);
+    if (first_tier_error_) {
+      std::exception_ptr e = first_tier_error_;
+      first_tier_error_ = nullptr;
+      std::rethrow_exception(e);
+    }
+  }
+  auto job = std::make_shared<Job>();
+  job->step = snap.counters.step;
+  job->counters = snap.counters;
+  job->layout = snap.layout;
+  job->model = snap.model;
+  job->file = RankFileName(options_.rank);
+  job->start = start;
+  std::vector<ShardPiece> shard;
+  int64_t offset = 0;
+  for (const TensorSlice& s : snap.slices) {
+    const int64_t es = DTypeSize(s.dtype);
+    if (static_cast<int64_t>(s.data.size()) % es != 0) {
+      throw Error(fmt::format("checkpoint: tensor \"{}\": {} bytes is not a whole number of {}",
+                              s.name, s.data.size(), DTypeName(s.dtype)));
+    }
+    const int64_t count = static_cast<int64_t>(s.data.size()) / es;
+    shard.push_back({s.name, s.dtype, s.shape, s.begin, count});
+    TensorEntry& e = job->pieces[s.name];
+    e.dtype = s.dtype;
+    e.shape = s.shape;
+    e.pieces.push_back({job->file, s.begin, count, offset});
+    offset += static_cast<int64_t>(s.data.size());
+  }
+  job->header = SafetensorsHeader(shard);
+  job->entry.rank = options_.rank;
+  job->entry.data_offset = static_cast<int64_t>(job->header.size());
+  job->entry.size = job->entry.data_offset + offset;
+  job->entry.chunk_bytes = options_.chunk_bytes;
+  job->slots_total = (offset + options_.chunk_bytes - 1) / options_.chunk_bytes;
+  job->timing.step = job->step;
+  job->timing.bytes = offset;
+  job->timing.commit_seconds.assign(tiers_.size(), -1);
+  Reserve(offset);
+  {
+    const std::lock_guard lock(mu_);
+    write_queue_.push_back(job);
+    ++busy_;
+  }
+  cv_.notify_all();
+
+  // The blocking part: copy into slots, handing each full one to the writer.
+  Slot* cur = nullptr;
+  auto hand_over = [&] {
+    {
+      const std::lock_guard lock(mu_);
+      job->filled.push_back(cur);
+    }
+    cv_.notify_all();
+    cur = nullptr;
+  };
+  for (const TensorSlice& s : snap.slices) {
+    std::span<const std::byte> bytes = s.data;
+    while (!bytes.empty()) {
+      if (cur == nullptr) cur = pool_->Acquire();
+      const size_t n =
+          std::min(bytes.size(), static_cast<size_t>(options_.chunk_bytes - cur->used));
+      std::memcpy(cur->data.get() + cur->used, bytes.data(), n);
+      cur->used += static_cast<int64_t>(n);
+      bytes = bytes.subspan(n);
+      if (cur->used == options_.chunk_bytes) hand_over();
+    }
+  }
+  if (cur != nullptr) hand_over();
+  job->timing.blocking_seconds = Since(start);
+  return job->timing;
+}
+
+void Engine::Writer() {
+  for (;;) {
+    std::shared_ptr<Job> job;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !write_queue_.empty(); });
+      if (write_queue_.empty()) return;
+      job = write_queue_.front();
+      write_queue_.pop_front();
+    }
+    WriteFirstTier(*job);
+    const bool drain = job->first_tier_ok && tiers_.size() > 1;
+    {
+      const std::lock_guard lock(mu_);
+      if (drain) {
+        pinned_.insert(job->step);
+        drain_queue_.push_back(job);
+      } else {
+        timings_.push_back(job->timing);
+        --busy_;
+      }
+    }
+    cv_.notify_all();
+  }
+}
+
+void Engine::WriteFirstTier(Job& job) {
+  Tier& tier = *tiers_[0];
+  std::unique_ptr<Sink> sink;
+  std::string error;
+  try {
+    sink = tier.Create(job.step, job.file);
+    sink->Write(job.header);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  // Every slot is consumed even after an error, so that Save() never waits forever.
+  for (int64_t i = 0; i < job.slots_total; ++i) {
+    Slot* slot = nullptr;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return !job.filled.empty(); });
+      slot = job.filled.front();
+      job.filled.pop_front();
+    }
+    const std::span<const char> bytes(slot->data.get(), static_cast<size_t>(slot->used));
+    job.entry.checksums.push_back(XXH3_64bits(bytes.data(), bytes.size()));
+    if (error.empty()) {
+      try {
+        sink->Write(bytes);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    }
+    pool_->Release(slot);
+  }
+  try {
+    if (!error.empty()) throw Error(error);
+    sink->Finish();
+    tier.PutSmall(job.step, RankIndexName(options_.rank),
+                  RankIndexJson(job.file, job.entry, job.pieces).dump());
+    CommitStep(0, job);
+    job.timing.commit_seconds[0] = Since(job.start);
+    job.first_tier_ok = true;
+    Retain(0);
+  } catch (const std::exception& e) {
+    sink.reset();  // discards the partial file
+    Fail(0, fmt::format("{} not saved: {}", StepDirName(job.step), e.what()));
+  }
+}
+
+void Engine::Drainer() {
+  for (;;) {
+    std::vector<std::shared_ptr<Job>> skipped;
+    std::shared_ptr<Job> job;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !drain_queue_.empty(); });
+      if (drain_queue_.empty()) return;
+      // Only the newest committed step is worth draining: older queued ones
+      // would be superseded on the slow tiers before they finished.
+      job = drain_queue_.back();
+      skipped.assign(drain_queue_.begin(), drain_queue_.end() - 1);
+      drain_queue_.clear();
+      for (const auto& s : skipped) {
+        pinned_.erase(s->step);
+        timings_.push_back(s->timing);
+        --busy_;
+      }
+    }
+    for (const auto& s : skipped) {
+      Note(fmt::format("checkpoint: {} not drained to slower tiers: {} superseded it",
+                       StepDirName(s->step), StepDirName(job->step)));
+    }
+    for (size_t t = 1; t < tiers_.size(); ++t) {
+      try {
+        DrainTo(t, *job);
+        job->timing.commit_seconds[t] = Since(job->start);
+        Retain(t);
+      } catch (const std::exception& e) {
+        Fail(t, fmt::format("{} not saved: {}", StepDirName(job->step), e.what()));
+      }
+    }
+    {
+      const std::lock_guard lock(mu_);
+      pinned_.erase(job->step);
+      timings_.push_back(job->timing);
+      --busy_;
+    }
+    cv_.notify_all();
+  }
+}
+
+void Engine::DrainTo(size_t t, Job& job) {
+  Tier& from = *tiers_[0];
+  Tier& to = *tiers_[t];
+  std::unique_ptr<Sink> sink = to.Create(job.step, job.file);
+  sink->Write(job.header);
+  const int64_t data = job.entry.size - job.entry.data_offset;
+  std::vector<char> buf(static_cast<size_t>(std::min(data, job.entry.chunk_bytes)));
+  for (int64_t c = 0; c * job.entry.chunk_bytes < data; ++c) {
+    const int64_t lo = c * job.entry.chunk_bytes;
+    const std::span<char> chunk(buf.data(),
+                                static_cast<size_t>(std::min(job.entry.chunk_bytes, data - lo)));
+    from.Read(job.step, job.file, job.entry.data_offset + lo, chunk);
+    if (XXH3_64bits(chunk.data(), chunk.size()) != job.entry.checksums[static_cast<size_t>(c)]) {
+      throw Error(
+          fmt::format("{}: chunk {} changed since it was written (bad disk or memory?); "
+                      "not copying a corrupt checkpoint",
+                      from.Where(job.step, job.file), c));
+    }
+    sink->Write(chunk);
+  }
+  sink->Finish();
+  to.PutSmall(job.step, RankIndexName(options_.rank),
+              RankIndexJson(job.file, job.entry, job.pieces).dump());
+  CommitStep(t, job);
+}
+
+void Engine::CommitStep(size_t t, const Job& job) {
+  if (options_.rank != 0) return;
+  Tier& tier = *tiers_[t];
+  Manifest m;
+  m.counters = job.counters;
+  m.layout = job.layout;
+  m.model = job.model;
+  m.fmstack_version = options_.fmstack_version;
+  m.files[job.file] = job.entry;
+  m.tensors = job.pieces;
+  const Clock::time_point start = Clock::now();
+  for (int r = 1; r < options_.world; ++r) {
+    const std::string name = RankIndexName(r);
+    std::optional<std::string> text;
+    for (int wait_ms = 1; !(text = tier.ReadSmall(job.step, name));
+         wait_ms = std::min(wait_ms * 2, 100)) {
+      if (Since(start) > options_.commit_timeout_seconds) {
+        throw Error(fmt::format("{}: rank {} did not write its part within {:.0f} s",
+                                tier.Where(job.step, name), r, options_.commit_timeout_seconds));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+    }
+    nlohmann::json index;
+    try {
+      index = nlohmann::json::parse(*text);
+    } catch (const std::exception& e) {
+      throw Error(fmt::format("{}: not valid JSON: {}", tier.Where(job.step, name), e.what()));
+    }
+    MergeRankIndex(index, tier.Where(job.step, name), m);
+  }
+  m.Validate(tier.Where(job.step, kManifestName));
+  tier.PutSmall(job.step, kManifestName, m.ToJson().dump(1));
+  tier.Commit(job.step);
+  Note(fmt::format("checkpoint: {} committed on {} ({:.2f} s after save)", StepDirName(job.step),
+                   tier.name(), Since(job.start)));
+}
+
+void Engine::Retain(size_t t) {
+  if (options_.rank != 0) return;
+  Tier& tier = *tiers_[t];
+  const std::vector<StepListing> steps = tier.List();
+  std::vector<int64_t> committed;
+  for (const StepListing& s : steps)
+    if (s.committed) committed.push_back(s.step);
+  if (committed.empty()) return;
+  const size_t keep = static_cast<size_t>(options_.keep);
+  const int64_t oldest_kept =
+      committed.size() > keep ? committed[committed.size() - keep] : committed.front();
+  std::set<int64_t> pinned;
+  {
+    const std::lock_guard lock(mu_);
+    if (t == 0) pinned = pinned_;
+  }
+  for (const StepListing& s : steps) {
+    // Never the newest `keep` committed, never a step the drain reads, never
+    // an uncommitted step newer than the newest commit (it may be in flight).
+    if (s.step >= oldest_kept || pinned.count(s.step) > 0) continue;
+    tier.Remove(s.step);
+    Note(fmt::format("checkpoint: {} removed from {} ({})", StepDirName(s.step), tier.name(),
+                     s.committed ? fmt::format("keeping the newest {}", keep) : "never committed"));
+  }
+}
+
+void Engine::CollectGarbage() {
+  for (const auto& tier : tiers_) {
+    try {
+      for (const StepListing& s : tier->List()) {
+        if (s.committed) continue;
+        tier->Remove(s.step);
+        Note(fmt::format("checkpoint: removed incomplete {} from {} (no COMMITTED marker)",
+                         StepDirName(s.step), tier->name()));
+      }
+    } catch (const std::exception& e) {
+      Note(fmt::format("checkpoint: {} tier: cannot collect incomplete steps: {}", tier->name(),
+                       e.what()));
+    }
+  }
+}
+
+void Engine::Wait() {
+  std::vector<std::string> errors;
+  {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return busy_ == 0; });
+    errors.swap(errors_);
+    first_tier_error_ = nullptr;
+  }
+  if (errors.empty()) return;
+  std::string all;
+  for (const std::string& e : errors) all += (all.empty() ? "" : "\n") + e;
+  throw Error(all);
+}
+
+std::optional<int64_t> Engine::Latest() {
+  std::optional<int64_t> best;
+  for (const auto& tier : tiers_) {
+    for (const StepListing& s : tier->List())
+      if (s.committed && (!best || s.step > *best)) best = s.step;
+  }
+  return best;
+}
+
+std::vector<Tier*> Engine::tiers() const {
+  std::vector<Tier*> out;
+  for (const auto& t : tiers_) out.push_back(t.get());
+  return out;
+}
+
+std::optional<RestoreResult> Engine::Restore(std::span<const TensorTarget> targets,
+                                             std::optional<int64_t> max_step) {
+  const std::vector<Tier*> all = tiers();
+  std::optional<RestoreResult> r = ckpt::Restore(all, targets, options_.log, max_step);
+  if (!r || options_.rank != 0 || max_step) return r;
+  for (Tier* tier : all) {
+    for (const StepListing& s : tier->List()) {
+      if (s.step <= r->step) continue;
+      tier->Remove(s.step);
+      Note(fmt::format("checkpoint: removed {} from {}: newer than the restored {} but not usable",
+                       StepDirName(s.step), tier->name(), StepDirName(r->step)));
+    }
+  }
+  return r;
+}
+
+std::vector<SaveTiming> Engine::TakeTimings() {
+  const std::lock_guard lock(mu_);
+  std::vector<SaveTiming> out;
+  out.swap(timings_);
+  return out;
+}
+
+}  // namespace fmstack::ckpt

@@ -1,0 +1,136 @@
+// ckpt: the checkpoint engine of one rank. Save() copies the rank's tensors
+// into a bounded host staging pool and returns: that copy is the only time
+// training waits. A writer thread streams the pool's slots into the first
+// (fastest) tier, hashing each slot as it goes; a drain thread then copies
+// the committed step tier by tier to the slower ones, re-verifying every
+// chunk it reads so that a corrupted fast copy never spreads. Each tier
+// commits on its own: rank 0 merges every rank's index into manifest.json
+// and writes COMMITTED last, then applies retention.
+//
+// A pool smaller than the state makes Save() stream: it waits for the writer
+// to free slots. The default pool holds one whole state.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ckpt/format.h"
+#include "ckpt/restore.h"
+#include "ckpt/tier.h"
+
+namespace fmstack::ckpt {
+
+// A rank's part of one tensor: elements [begin, begin + n) of its flat
+// global shape, n = data.size() / DTypeSize(dtype).
+struct TensorSlice {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  int64_t begin = 0;
+  std::span<const std::byte> data;
+};
+
+struct Snapshot {
+  Counters counters;  // counters.step names the checkpoint
+  Layout layout;
+  nlohmann::json model;
+  std::vector<TensorSlice> slices;  // this rank's
+};
+
+struct EngineOptions {
+  int rank = 0;
+  int world = 1;
+  int keep = 3;                              // committed steps kept per tier (>= 1)
+  int64_t pool_bytes = 0;                    // staging pool; 0 = one state
+  int64_t chunk_bytes = kDefaultChunkBytes;  // slot size and checksum chunk
+  double commit_timeout_seconds = 600;       // rank 0 waiting for the other ranks' index files
+  bool collect_garbage = true;               // rank 0 removes uncommitted steps on start
+  std::string fmstack_version = "0.1.0";
+  Log log;  // one line per event; may be empty
+};
+
+// Per save, what each part cost.
+struct SaveTiming {
+  int64_t step = 0;
+  int64_t bytes = 0;
+  double blocking_seconds = 0;  // Save() itself
+  std::vector<double>
+      commit_seconds;  // per tier, from Save() to COMMITTED (rank 0) or index written
+};
+
+class Engine {
+ public:
+  // tiers[0] is written from memory; the others are drained from it, in order.
+  Engine(std::vector<std::unique_ptr<Tier>> tiers, EngineOptions options);
+  ~Engine();  // waits for the pipeline; errors are logged, not thrown
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Returns once the slices are copied into the staging pool. Throws the
+  // error of an earlier save's first tier, if any (the fast copy failing
+  // must stop the run; slower tiers only log).
+  SaveTiming Save(const Snapshot& snapshot);
+  // Waits until every queued save is committed on every tier. Throws the
+  // first error since the last Wait(), naming the tier and file.
+  void Wait();
+
+  // The newest committed step on any tier.
+  std::optional<int64_t> Latest();
+  std::vector<Tier*> tiers() const;
+  // Restores from the fastest valid copy (see restore.h). Rank 0 then removes
+  // committed steps newer than the one restored: they failed verification,
+  // and the run is about to write those step numbers again.
+  std::optional<RestoreResult> Restore(std::span<const TensorTarget> targets,
+                                       std::optional<int64_t> max_step = std::nullopt);
+  // Timings of saves whose pipeline finished, oldest first.
+  std::vector<SaveTiming> TakeTimings();
+  // Allocates and touches the staging pool now (it is otherwise sized by the
+  // first Save, which then pays the page faults).
+  void Reserve(int64_t state_bytes);
+  int64_t pool_bytes() const;
+
+ private:
+  struct Slot;
+  struct Job;
+  class Pool;
+
+  void Writer();
+  void Drainer();
+  void WriteFirstTier(Job& job);
+  void DrainTo(size_t tier, Job& job);
+  // Rank 0: waits for every rank's index on `tier`, writes manifest, commits.
+  void CommitStep(size_t tier, const Job& job);
+  void Retain(size_t tier);
+  void CollectGarbage();
+  void Note(const std::string& line) const;
+  void Fail(size_t tier, const std::string& what);
+
+  std::vector<std::unique_ptr<Tier>> tiers_;
+  EngineOptions options_;
+  std::unique_ptr<Pool> pool_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> write_queue_, drain_queue_;
+  std::set<int64_t> pinned_;  // steps the drain still reads from tier 0
+  int busy_ = 0;              // jobs not yet through every tier
+  bool stop_ = false;
+  std::exception_ptr first_tier_error_;
+  std::vector<std::string> errors_;
+  std::vector<SaveTiming> timings_;
+  std::thread writer_, drainer_;
+};
+
+}  // namespace fmstack::ckpt

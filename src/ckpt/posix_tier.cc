@@ -1,0 +1,250 @@
+// ckpt: the POSIX directory tier. Data goes through large sequential pwrites;
+// writeback of each window is started at once (sync_file_range) and the
+// window before it waited for, so at most two windows of dirty pages are in
+// flight: the final fdatasync finds little left to do and the page cache
+// does not balloon under the training job.
+#include <dirent.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
+
+#include "ckpt/format.h"
+#include "ckpt/tier.h"
+#include "util/atomic_file.h"
+#include "util/error.h"
+
+namespace fmstack::ckpt {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr int64_t kWindow = 32 << 20;
+
+[[noreturn]] void Fail(const std::string& what, const std::string& path) {
+  throw Error(fmt::format("{}: {}: {}", path, what, std::strerror(errno)));
+}
+
+void FsyncDir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) Fail("cannot open directory to fsync it", dir);
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) Fail("fsync of directory failed", dir);
+}
+
+class PosixSink final : public Sink {
+ public:
+  explicit PosixSink(std::string path) : path_(std::move(path)) {
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) Fail("cannot create", path_);
+  }
+  ~PosixSink() override {
+    if (fd_ >= 0) ::close(fd_);
+    if (!finished_) ::unlink(path_.c_str());
+  }
+
+  void Write(std::span<const char> data) override {
+    while (!data.empty()) {
+      const ssize_t n = ::pwrite(fd_, data.data(), data.size(), offset_);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0)
+        Fail(fmt::format("write of {} bytes at offset {} failed", data.size(), offset_), path_);
+      offset_ += n;
+      data = data.subspan(static_cast<size_t>(n));
+    }
+    while (offset_ - started_ >= kWindow) {
+      ::sync_file_range(fd_, started_, kWindow, SYNC_FILE_RANGE_WRITE);
+      if (started_ >= kWindow) {
+        ::sync_file_range(
+            fd_, started_ - kWindow, kWindow,
+            SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+      }
+      started_ += kWindow;
+    }
+  }
+
+  void Finish() override {
+    if (::fdatasync(fd_) != 0) Fail("fdatasync failed", path_);
+    if (::close(fd_) != 0) {
+      fd_ = -1;
+      Fail("close failed", path_);
+    }
+    fd_ = -1;
+    finished_ = true;
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  int64_t offset_ = 0, started_ = 0;
+  bool finished_ = false;
+};
+
+class PosixTier final : public Tier {
+ public:
+  PosixTier(std::string name, std::string root) : name_(std::move(name)), root_(std::move(root)) {
+    std::error_code ec;
+    fs::create_directories(root_, ec);
+    if (ec)
+      throw Error(
+          fmt::format("{}: cannot create the {} tier's directory: {}", root_, name_, ec.message()));
+  }
+  ~PosixTier() override {
+    for (const auto& [path, fd] : readers_) ::close(fd);
+  }
+
+  const std::string& name() const override { return name_; }
+  std::string Where(int64_t step, const std::string& file) const override {
+    return file.empty() ? Dir(step) : Dir(step) + "/" + file;
+  }
+
+  std::unique_ptr<Sink> Create(int64_t step, const std::string& file) override {
+    MakeDir(step);
+    CloseReaders(Where(step, file));
+    return std::make_unique<PosixSink>(Where(step, file));
+  }
+
+  void PutSmall(int64_t step, const std::string& file, const std::string& text) override {
+    MakeDir(step);
+    AtomicFileWriter w(Where(step, file));
+    w.Write(text.data(), text.size());
+    w.Commit();
+  }
+
+  void Commit(int64_t step) override {
+    FsyncDir(Dir(step));
+    PutSmall(step, kCommittedName, fmt::format("{}\n", step));
+    FsyncDir(Dir(step));
+    // `latest` is for people and scripts; restore trusts COMMITTED only.
+    const std::string tmp = root_ + "/latest.tmp";
+    ::unlink(tmp.c_str());
+    if (::symlink(StepDirName(step).c_str(), tmp.c_str()) == 0) {
+      if (::rename(tmp.c_str(), (root_ + "/latest").c_str()) != 0) ::unlink(tmp.c_str());
+    }
+    FsyncDir(root_);
+  }
+
+  std::vector<StepListing> List() override {
+    std::vector<StepListing> out;
+    DIR* d = ::opendir(root_.c_str());
+    if (d == nullptr) Fail("cannot list", root_);
+    while (const dirent* e = ::readdir(d)) {
+      const std::optional<int64_t> step = ParseStepDirName(e->d_name);
+      if (!step) continue;
+      struct stat st {};
+      const bool committed = ::stat(Where(*step, kCommittedName).c_str(), &st) == 0;
+      out.push_back({*step, committed});
+    }
+    ::closedir(d);
+    std::sort(out.begin(), out.end(),
+              [](const StepListing& a, const StepListing& b) { return a.step < b.step; });
+    return out;
+  }
+
+  std::optional<std::string> ReadSmall(int64_t step, const std::string& file) override {
+    const std::string path = Where(step, file);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT) return std::nullopt;
+      Fail("cannot open", path);
+    }
+    std::string text;
+    char buf[65536];
+    ssize_t n;
+    while ((n = ::read(fd, buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(n));
+    ::close(fd);
+    if (n < 0) Fail("read failed", path);
+    return text;
+  }
+
+  std::optional<int64_t> Size(int64_t step, const std::string& file) override {
+    struct stat st {};
+    if (::stat(Where(step, file).c_str(), &st) != 0) return std::nullopt;
+    return static_cast<int64_t>(st.st_size);
+  }
+
+  void Read(int64_t step, const std::string& file, int64_t offset, std::span<char> out) override {
+    const std::string path = Where(step, file);
+    const int fd = Reader(path);
+    size_t done = 0;
+    while (done < out.size()) {
+      const ssize_t n =
+          ::pread(fd, out.data() + done, out.size() - done, offset + static_cast<int64_t>(done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) Fail(fmt::format("read at offset {} failed", offset + done), path);
+      if (n == 0) {
+        throw Error(fmt::format("{}: truncated: {} bytes wanted at offset {}, the file ends at {}",
+                                path, out.size(), offset, offset + static_cast<int64_t>(done)));
+      }
+      done += static_cast<size_t>(n);
+    }
+  }
+
+  void Remove(int64_t step) override {
+    CloseReaders(Dir(step));
+    const std::string marker = Where(step, kCommittedName);
+    if (::unlink(marker.c_str()) == 0) FsyncDir(Dir(step));
+    std::error_code ec;
+    fs::remove_all(Dir(step), ec);
+    if (ec) throw Error(fmt::format("{}: cannot remove: {}", Dir(step), ec.message()));
+    FsyncDir(root_);
+  }
+
+  void DropCache(int64_t step, const std::string& file) override {
+    CloseReaders(Where(step, file));
+    const int fd = ::open(Where(step, file).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    ::fdatasync(fd);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+
+ private:
+  std::string Dir(int64_t step) const { return root_ + "/" + StepDirName(step); }
+
+  void MakeDir(int64_t step) {
+    const std::string dir = Dir(step);
+    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) Fail("cannot create", dir);
+  }
+
+  int Reader(const std::string& path) {
+    const std::lock_guard lock(mu_);
+    if (const auto it = readers_.find(path); it != readers_.end()) return it->second;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) Fail("cannot open", path);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    readers_[path] = fd;
+    return fd;
+  }
+
+  void CloseReaders(const std::string& prefix) {
+    const std::lock_guard lock(mu_);
+    for (auto it = readers_.begin(); it != readers_.end();) {
+      if (it->first.rfind(prefix, 0) == 0) {
+        ::close(it->second);
+        it = readers_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  std::string name_, root_;
+  std::mutex mu_;
+  std::map<std::string, int> readers_;  // open files for Read, by path
+};
+
+}  // namespace
+
+std::unique_ptr<Tier> MakePosixTier(std::string name, std::string root) {
+  return std::make_unique<PosixTier>(std::move(name), std::move(root));
+}
+
+}  // namespace fmstack::ckpt

@@ -1,0 +1,242 @@
+#include "ckpt/restore.h"
+
+#include <fmt/format.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+
+#include "resilience/policy.h"
+#include "util/error.h"
+
+namespace fmstack::ckpt {
+namespace {
+
+// Bytes [lo, hi) of a file's data region go to dest.
+struct Need {
+  int64_t lo = 0, hi = 0;
+  std::byte* dest = nullptr;
+};
+
+// Reads in spans of whole chunks so that every byte is checked and read once.
+constexpr int64_t kReadSpan = 64 << 20;
+
+std::string Join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const std::string& s : v) out += (out.empty() ? "\"" : ", \"") + s + "\"";
+  return out.empty() ? "no tensor" : out;
+}
+
+void CheckChunk(const Manifest& m, const std::string& file, const FileEntry& f, int64_t chunk,
+                std::span<const char> bytes, const std::string& where) {
+  const uint64_t got = XXH3_64bits(bytes.data(), bytes.size());
+  if (got == f.checksums[static_cast<size_t>(chunk)]) return;
+  const int64_t lo = chunk * f.chunk_bytes;
+  const int64_t hi = lo + static_cast<int64_t>(bytes.size());
+  throw Error(
+      fmt::format("{}: checksum mismatch in chunk {} (data bytes {}..{}, tensor {}): xxh3 {:016x}, "
+                  "manifest says {:016x}",
+                  where, chunk, lo, hi, Join(m.TensorsAt(file, lo, hi)), got,
+                  f.checksums[static_cast<size_t>(chunk)]));
+}
+
+// Reads the chunks of `file` that `needs` touch, verifies them, scatters.
+int64_t ReadFile(Tier& tier, int64_t step, const Manifest& m, const std::string& file,
+                 std::vector<Need> needs) {
+  const FileEntry& f = m.files.at(file);
+  const std::string where = tier.Where(step, file);
+  const std::optional<int64_t> size = tier.Size(step, file);
+  if (!size) throw Error(fmt::format("{}: missing", where));
+  if (*size != f.size) {
+    throw Error(fmt::format(
+        "{}: {} bytes, the manifest says {} (truncated or replaced; tensors {})", where, *size,
+        f.size, Join(m.TensorsAt(file, std::max<int64_t>(0, *size - f.data_offset), f.size))));
+  }
+  std::sort(needs.begin(), needs.end(), [](const Need& a, const Need& b) { return a.lo < b.lo; });
+  const int64_t data_bytes = f.size - f.data_offset;
+  const int64_t per_read = std::max<int64_t>(1, kReadSpan / f.chunk_bytes) * f.chunk_bytes;
+  std::vector<char> buf;
+  int64_t read = 0;
+  size_t first_need = 0;
+  int64_t pos = 0;  // chunk-aligned: everything before it is done
+  while (first_need < needs.size()) {
+    const Need& n = needs[first_need];
+    pos = std::max(pos, n.lo / f.chunk_bytes * f.chunk_bytes);
+    // Extend the read over chunks that later needs touch, up to per_read.
+    int64_t end = std::min(data_bytes, pos + per_read);
+    int64_t wanted_end = pos;
+    for (size_t i = first_need; i < needs.size() && needs[i].lo < end; ++i) {
+      wanted_end = std::max(wanted_end, std::min(end, needs[i].hi));
+    }
+    end = std::min(data_bytes, (wanted_end + f.chunk_bytes - 1) / f.chunk_bytes * f.chunk_bytes);
+    buf.resize(static_cast<size_t>(end - pos));
+    tier.Read(step, file, f.data_offset + pos, buf);
+    read += end - pos;
+    for (int64_t c = pos; c < end; c += f.chunk_bytes) {
+      const int64_t len = std::min(f.chunk_bytes, end - c);
+      CheckChunk(m, file, f, c / f.chunk_bytes,
+                 std::span<const char>(buf.data() + (c - pos), static_cast<size_t>(len)), where);
+    }
+    for (size_t i = first_need; i < needs.size() && needs[i].lo < end; ++i) {
+      const int64_t lo = std::max(needs[i].lo, pos), hi = std::min(needs[i].hi, end);
+      if (hi > lo && needs[i].dest != nullptr) {
+        std::memcpy(needs[i].dest + (lo - needs[i].lo), buf.data() + (lo - pos),
+                    static_cast<size_t>(hi - lo));
+      }
+    }
+    while (first_need < needs.size() && needs[first_need].hi <= end) ++first_need;
+    pos = end;
+  }
+  return read;
+}
+
+}  // namespace
+
+Manifest ReadManifest(Tier& tier, int64_t step) {
+  const std::string where = tier.Where(step, kManifestName);
+  const std::optional<std::string> text = tier.ReadSmall(step, kManifestName);
+  if (!text)
+    throw Error(fmt::format("{}: missing (the copy is committed but has no manifest)", where));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(*text);
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("{}: not valid JSON: {}", where, e.what()));
+  }
+  Manifest m = Manifest::FromJson(j, where);
+  if (m.counters.step != step) {
+    throw Error(fmt::format("{}: says step {}, but lives in {}", where, m.counters.step,
+                            StepDirName(step)));
+  }
+  return m;
+}
+
+Manifest ReadCopy(Tier& tier, int64_t step, std::span<const TensorTarget> targets,
+                  int64_t* bytes_read) {
+  Manifest m = ReadManifest(tier, step);
+  std::map<std::string, std::vector<Need>> by_file;
+  for (const TensorTarget& t : targets) {
+    const auto it = m.tensors.find(t.name);
+    if (it == m.tensors.end()) {
+      throw Error(fmt::format("{}: has no tensor \"{}\"", tier.Where(step, kManifestName), t.name));
+    }
+    const TensorEntry& e = it->second;
+    const int64_t es = DTypeSize(e.dtype);
+    const int64_t count = static_cast<int64_t>(t.out.size()) / DTypeSize(t.dtype);
+    if (e.dtype != t.dtype || t.begin < 0 || t.begin + count > e.elements()) {
+      throw Error(
+          fmt::format("{}: tensor \"{}\" is {} with {} elements; the job wants {} elements {}..{}",
+                      tier.Where(step, kManifestName), t.name, DTypeName(e.dtype), e.elements(),
+                      DTypeName(t.dtype), t.begin, t.begin + count));
+    }
+    for (const Piece& p : e.pieces) {
+      const int64_t lo = std::max(p.begin, t.begin),
+                    hi = std::min(p.begin + p.count, t.begin + count);
+      if (hi <= lo) continue;
+      by_file[p.file].push_back({p.offset + (lo - p.begin) * es, p.offset + (hi - p.begin) * es,
+                                 t.out.data() + (lo - t.begin) * es});
+    }
+  }
+  int64_t read = 0;
+  for (auto& [file, needs] : by_file) read += ReadFile(tier, step, m, file, std::move(needs));
+  if (bytes_read) *bytes_read = read;
+  return m;
+}
+
+std::optional<RestoreResult> Restore(std::span<Tier* const> tiers,
+                                     std::span<const TensorTarget> targets, const Log& log,
+                                     std::optional<int64_t> max_step) {
+  std::vector<resilience::CheckpointCopy> copies;
+  std::vector<std::string> rejected;
+  auto reject = [&](const std::string& line) {
+    rejected.push_back(line);
+    if (log) log(line);
+  };
+  for (size_t t = 0; t < tiers.size(); ++t) {
+    std::vector<StepListing> listing;
+    try {
+      listing = tiers[t]->List();
+    } catch (const std::exception& e) {
+      reject(
+          fmt::format("checkpoint: tier {} unreachable, skipped: {}", tiers[t]->name(), e.what()));
+      continue;
+    }
+    for (const StepListing& s : listing) {
+      if (max_step && s.step > *max_step) continue;
+      copies.push_back({s.step, static_cast<int>(t), s.committed, true, true});
+    }
+  }
+  const auto start = std::chrono::steady_clock::now();
+  // Report incomplete copies newer than what will be chosen: a crash mid-save.
+  while (const std::optional<size_t> pick = resilience::ChooseRestore(copies)) {
+    resilience::CheckpointCopy& c = copies[*pick];
+    for (const resilience::CheckpointCopy& o : copies) {
+      if (!o.committed && o.valid && o.step > c.step) {
+        reject(
+            fmt::format("checkpoint: rejected {} on {}: no COMMITTED marker (an interrupted save)",
+                        StepDirName(o.step), tiers[static_cast<size_t>(o.tier)]->name()));
+      }
+    }
+    for (resilience::CheckpointCopy& o : copies)
+      if (!o.committed && o.step > c.step) o.valid = false;  // reported once
+    Tier& tier = *tiers[static_cast<size_t>(c.tier)];
+    try {
+      RestoreResult r;
+      r.manifest = ReadCopy(tier, c.step, targets, &r.bytes_read);
+      r.step = c.step;
+      r.tier = c.tier;
+      r.tier_name = tier.name();
+      r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      r.rejected = std::move(rejected);
+      return r;
+    } catch (const std::exception& e) {
+      reject(fmt::format("checkpoint: rejected {} on {}: {}", StepDirName(c.step), tier.name(),
+                         e.what()));
+      c.valid = false;
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> VerifyCopy(Tier& tier, int64_t step) {
+  std::vector<std::string> problems;
+  Manifest m;
+  try {
+    m = ReadManifest(tier, step);
+  } catch (const std::exception& e) {
+    return {e.what()};
+  }
+  for (const auto& [file, f] : m.files) {
+    const std::string where = tier.Where(step, file);
+    try {
+      std::vector<char> head(8);
+      tier.Read(step, file, 0, head);
+      head.resize(static_cast<size_t>(SafetensorsHeaderBytes({head.data(), 8}, where)));
+      tier.Read(step, file, 0, head);
+      const SafetensorsIndex idx = ParseSafetensorsHeader({head.data(), head.size()}, where);
+      if (idx.data_offset != f.data_offset) {
+        throw Error(fmt::format("{}: data starts at byte {}, the manifest says {}", where,
+                                idx.data_offset, f.data_offset));
+      }
+      // No destination: every chunk is read and checked, nothing kept.
+      if (f.size > f.data_offset)
+        ReadFile(tier, step, m, file, {{0, f.size - f.data_offset, nullptr}});
+    } catch (const std::exception& e) {
+      problems.push_back(e.what());
+    }
+  }
+  return problems;
+}
+
+std::vector<std::byte> ReadTensor(Tier& tier, int64_t step, const Manifest& m,
+                                  const std::string& name) {
+  const TensorEntry& e = m.tensors.at(name);
+  std::vector<std::byte> out(static_cast<size_t>(e.elements() * DTypeSize(e.dtype)));
+  const TensorTarget t{name, e.dtype, 0, out};
+  ReadCopy(tier, step, std::span(&t, 1));
+  return out;
+}
+
+}  // namespace fmstack::ckpt

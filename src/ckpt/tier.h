@@ -1,0 +1,79 @@
+// ckpt: a storage tier holds checkpoint directories (or object prefixes) and
+// knows how to make each one durable. Two implementations: a POSIX directory
+// (node-local NVMe or a shared file system such as Lustre) and an S3 bucket
+// prefix. The engine only writes files sequentially, reads byte ranges, and
+// commits a step by writing its COMMITTED marker last.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace fmstack::ckpt {
+
+// A file being written front to back. Finish() returns once the bytes are
+// durable (fdatasync; multipart upload completed). Destroying an unfinished
+// sink discards it (removes the file, aborts the upload).
+class Sink {
+ public:
+  virtual ~Sink() = default;
+  virtual void Write(std::span<const char> data) = 0;
+  virtual void Finish() = 0;
+};
+
+struct StepListing {
+  int64_t step = 0;
+  bool committed = false;
+};
+
+class Tier {
+ public:
+  virtual ~Tier() = default;
+  // "local", "shared", "object": what the logs and `ckpt ls` call it.
+  virtual const std::string& name() const = 0;
+  // Path or URL of a file of a step, for messages: "/nvme/job/step-00000100/manifest.json".
+  virtual std::string Where(int64_t step, const std::string& file) const = 0;
+
+  virtual std::unique_ptr<Sink> Create(int64_t step, const std::string& file) = 0;
+  // Writes a small file durably and atomically (temp + rename, or one PUT).
+  virtual void PutSmall(int64_t step, const std::string& file, const std::string& text) = 0;
+  // Makes the step's directory durable, then writes COMMITTED: the commit point.
+  virtual void Commit(int64_t step) = 0;
+
+  // Every step directory, committed or not, oldest first.
+  virtual std::vector<StepListing> List() = 0;
+  virtual std::optional<std::string> ReadSmall(int64_t step, const std::string& file) = 0;
+  // Bytes of a file, or nullopt when it does not exist.
+  virtual std::optional<int64_t> Size(int64_t step, const std::string& file) = 0;
+  // Reads exactly out.size() bytes at `offset`; throws Error naming the file
+  // and what it got when the file is shorter.
+  virtual void Read(int64_t step, const std::string& file, int64_t offset, std::span<char> out) = 0;
+  // Removes COMMITTED first, so that a crash halfway leaves an uncommitted
+  // directory (collected on the next start), never a committed partial one.
+  virtual void Remove(int64_t step) = 0;
+  // Drops a file from the page cache (cold-restore measurements); a no-op
+  // where there is none.
+  virtual void DropCache(int64_t /*step*/, const std::string& /*file*/) {}
+};
+
+// A tier in a directory: `root` is created if missing.
+std::unique_ptr<Tier> MakePosixTier(std::string name, std::string root);
+
+struct S3Config {
+  std::string endpoint;  // "http://127.0.0.1:9000" or "https://s3.us-east-1.amazonaws.com"
+  std::string bucket;
+  std::string prefix;  // key prefix, e.g. "jobs/gpt-mini"
+  std::string region = "us-east-1";
+  std::string access_key, secret_key;
+  int64_t part_bytes = 16 << 20;  // multipart part size (S3 needs >= 5 MiB but the last)
+  int max_attempts = 5;           // per request, with exponential backoff on 5xx / network
+  double backoff_seconds = 0.2;
+};
+// Reads AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_DEFAULT_REGION when
+// the config leaves them empty.
+std::unique_ptr<Tier> MakeS3Tier(std::string name, S3Config config);
+
+}  // namespace fmstack::ckpt

@@ -1,0 +1,220 @@
+#include "ckpt/engine.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "ckpt/restore.h"
+#include "synthetic.h"
+#include "util/error.h"
+
+namespace fmstack::ckpt {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::Loaded;
+using testing::MakeState;
+using testing::Matches;
+using testing::SliceFor;
+using testing::SyntheticState;
+using testing::TargetsFor;
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() /
+            fmt::format("fmstack-ckpt-{}-{}", ::getpid(),
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  std::string Root(const std::string& tier) const { return (root_ / tier).string(); }
+
+  std::vector<std::unique_ptr<Tier>> Tiers(int n = 1) const {
+    static const char* kNames[] = {"local", "shared", "archive"};
+    std::vector<std::unique_ptr<Tier>> t;
+    for (int i = 0; i < n; ++i) t.push_back(MakePosixTier(kNames[i], Root(kNames[i])));
+    return t;
+  }
+
+  EngineOptions Options(int rank = 0, int world = 1) {
+    EngineOptions o;
+    o.rank = rank;
+    o.world = world;
+    o.chunk_bytes = 4096;
+    o.log = [this](const std::string& line) {
+      const std::lock_guard lock(log_mu_);
+      log_.push_back(line);
+    };
+    return o;
+  }
+
+  std::string LogText() {
+    const std::lock_guard lock(log_mu_);
+    std::string all;
+    for (const auto& l : log_) all += l + "\n";
+    return all;
+  }
+
+  // Saves `state` as `world` ranks, one engine each, all tiers drained.
+  void SaveAsWorld(const SyntheticState& state, int64_t step, int world, int tiers = 1) {
+    std::vector<std::unique_ptr<Engine>> engines;
+    for (int r = 0; r < world; ++r)
+      engines.push_back(std::make_unique<Engine>(Tiers(tiers), Options(r, world)));
+    for (int r = 0; r < world; ++r)
+      engines[static_cast<size_t>(r)]->Save(SliceFor(state, step, r, world));
+    for (auto& e : engines) e->Wait();
+  }
+
+  fs::path root_;
+  std::mutex log_mu_;
+  std::vector<std::string> log_;
+};
+
+TEST_F(EngineTest, RoundTripIsBitExactForF32AndBf16) {
+  const SyntheticState state = MakeState(1, 40);  // ~200 KB: many 4 KiB chunks
+  {
+    Engine engine(Tiers(), Options());
+    const SaveTiming t = engine.Save(SliceFor(state, 100, 0, 1));
+    EXPECT_GT(t.bytes, 0);
+    engine.Wait();
+    EXPECT_EQ(engine.Latest(), 100);
+  }
+  Engine engine(Tiers(), Options());
+  Loaded l = TargetsFor(state, 0, 1);
+  const std::optional<RestoreResult> r = engine.Restore(l.targets);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->step, 100);
+  EXPECT_EQ(r->manifest.counters.data_position, 100000);
+  EXPECT_EQ(r->manifest.counters.rng, 0xabcdefu + 100);
+  EXPECT_TRUE(Matches(state, l, 0, 1));
+  EXPECT_TRUE(VerifyCopy(*engine.tiers()[0], 100).empty());
+}
+
+TEST_F(EngineTest, ShardIsAValidSafetensorsFile) {
+  const SyntheticState state = MakeState(2);
+  SaveAsWorld(state, 5, 1);
+  const std::string path = Root("local") + "/step-00000005/rank-00000.safetensors";
+  std::ifstream f(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const SafetensorsIndex idx = ParseSafetensorsHeader(bytes, path);
+  EXPECT_EQ(idx.data_offset % 4096, 0);
+  const SafetensorsEntry& e = idx.entries.at("model.odd");
+  EXPECT_EQ(e.dtype, DType::kBF16);
+  EXPECT_EQ(e.shape, (std::vector<int64_t>{3, 5, 7}));
+  const auto& want = state.tensors.at("model.odd").bytes;
+  ASSERT_EQ(e.end - e.begin, static_cast<int64_t>(want.size()));
+  EXPECT_EQ(std::memcmp(bytes.data() + idx.data_offset + e.begin, want.data(), want.size()), 0);
+  // Entries tile the data region with no holes, as safetensors requires.
+  int64_t covered = 0;
+  for (const auto& [n, x] : idx.entries) covered += x.end - x.begin;
+  EXPECT_EQ(idx.data_offset + covered, static_cast<int64_t>(bytes.size()));
+}
+
+struct ReshardCase {
+  int from, to;
+};
+class ReshardTest : public EngineTest, public ::testing::WithParamInterface<ReshardCase> {};
+
+TEST_P(ReshardTest, LoadedShardsEqualTheOriginalBitForBit) {
+  const auto [from, to] = GetParam();
+  const SyntheticState state = MakeState(3, 7);
+  SaveAsWorld(state, 10, from);
+  for (int r = 0; r < to; ++r) {
+    std::vector<std::unique_ptr<Tier>> tiers = Tiers();
+    Loaded l = TargetsFor(state, r, to);
+    int64_t read = 0;
+    const Manifest m = ReadCopy(*tiers[0], 10, l.targets, &read);
+    EXPECT_EQ(m.layout.world, from);
+    EXPECT_TRUE(Matches(state, l, r, to)) << from << "->" << to << " rank " << r;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Zero1, ReshardTest,
+                         ::testing::Values(ReshardCase{2, 1}, ReshardCase{1, 2}, ReshardCase{2, 3},
+                                           ReshardCase{4, 3}, ReshardCase{3, 5}, ReshardCase{5, 2}),
+                         [](const ::testing::TestParamInfo<ReshardCase>& c) {
+                           return fmt::format("{}to{}", c.param.from, c.param.to);
+                         });
+
+TEST_F(EngineTest, ReshardReadsEachByteOnce) {
+  const SyntheticState state = MakeState(4, 200);
+  SaveAsWorld(state, 1, 3);
+  int64_t total = 0, data = 0;
+  for (const auto& [n, t] : state.tensors) data += static_cast<int64_t>(t.bytes.size());
+  std::vector<std::unique_ptr<Tier>> tiers = Tiers();
+  Loaded l = TargetsFor(state, 0, 1);
+  ReadCopy(*tiers[0], 1, l.targets, &total);
+  EXPECT_TRUE(Matches(state, l, 0, 1));
+  // Whole-state load: exactly the data regions, each chunk once.
+  EXPECT_EQ(total, data);
+}
+
+TEST_F(EngineTest, DrainsEveryTierAndKeepsTheNewestK) {
+  {
+    EngineOptions o = Options();
+    o.keep = 2;
+    Engine engine(Tiers(3), o);
+    for (int64_t step = 1; step <= 5; ++step) {
+      engine.Save(SliceFor(MakeState(static_cast<uint64_t>(step)), step, 0, 1));
+      engine.Wait();
+    }
+  }
+  for (const char* t : {"local", "shared", "archive"}) {
+    std::vector<int64_t> steps;
+    for (const StepListing& s : MakePosixTier(t, Root(t))->List()) {
+      EXPECT_TRUE(s.committed);
+      steps.push_back(s.step);
+    }
+    EXPECT_EQ(steps, (std::vector<int64_t>{4, 5})) << t;
+  }
+}
+
+TEST_F(EngineTest, SmallPoolStreamsTheSnapshot) {
+  const SyntheticState state = MakeState(5, 100);
+  EngineOptions o = Options();
+  o.pool_bytes = 2 * 4096;
+  {
+    Engine engine(Tiers(), o);
+    engine.Save(SliceFor(state, 3, 0, 1));
+    EXPECT_EQ(engine.pool_bytes(), 2 * 4096);
+    engine.Wait();
+  }
+  Engine engine(Tiers(), Options());
+  Loaded l = TargetsFor(state, 0, 1);
+  ASSERT_TRUE(engine.Restore(l.targets).has_value());
+  EXPECT_TRUE(Matches(state, l, 0, 1));
+}
+
+TEST_F(EngineTest, IncompleteStepsAreCollectedOnStart) {
+  SaveAsWorld(MakeState(6), 1, 1);
+  fs::create_directories(Root("local") + "/step-00000002");
+  std::ofstream(Root("local") + "/step-00000002/rank-00000.safetensors") << "partial";
+  Engine engine(Tiers(), Options());
+  EXPECT_FALSE(fs::exists(Root("local") + "/step-00000002"));
+  EXPECT_TRUE(fs::exists(Root("local") + "/step-00000001/COMMITTED"));
+  EXPECT_NE(LogText().find("removed incomplete step-00000002"), std::string::npos);
+}
+
+TEST_F(EngineTest, WrongShapeIsAClearError) {
+  SaveAsWorld(MakeState(7), 1, 1);
+  std::vector<std::unique_ptr<Tier>> tiers = Tiers();
+  std::vector<std::byte> buf(4 * 5000);
+  const TensorTarget t{"optim.exp_avg", DType::kF32, 0, buf};
+  try {
+    ReadCopy(*tiers[0], 1, std::span(&t, 1));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("\"optim.exp_avg\" is F32 with 1013 elements"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace fmstack::ckpt

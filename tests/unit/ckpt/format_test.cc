@@ -1,0 +1,73 @@
+#include "ckpt/format.h"
+
+#include <gtest/gtest.h>
+
+#include "util/error.h"
+
+namespace fmstack::ckpt {
+namespace {
+
+Manifest TwoRankManifest() {
+  Manifest m;
+  m.counters = {12, 12, 4096, 1, 2};
+  m.layout = {2, 1};
+  m.files["rank-00000.safetensors"] = {0, 4096 + 24, 4096, 4096, {1}};
+  m.files["rank-00001.safetensors"] = {1, 4096 + 16, 4096, 4096, {2}};
+  m.tensors["w"] = {DType::kF32,
+                    {2, 5},
+                    {{"rank-00000.safetensors", 0, 6, 0}, {"rank-00001.safetensors", 6, 4, 0}}};
+  return m;
+}
+
+TEST(FormatTest, ManifestRoundTripsThroughJson) {
+  const Manifest m = TwoRankManifest();
+  const Manifest back = Manifest::FromJson(m.ToJson(), "manifest.json");
+  EXPECT_EQ(back.ToJson(), m.ToJson());
+  EXPECT_EQ(back.tensors.at("w").pieces[1].begin, 6);
+  EXPECT_EQ(back.TensorsAt("rank-00001.safetensors", 0, 8), std::vector<std::string>{"w"});
+}
+
+TEST(FormatTest, GapsOverlapsAndBadChecksumCountsAreRefused) {
+  Manifest m = TwoRankManifest();
+  m.tensors["w"].pieces[1].begin = 7;
+  EXPECT_THROW(m.Validate("m"), Error);
+  m = TwoRankManifest();
+  m.tensors["w"].pieces[1].count = 5;  // runs past the file and the tensor
+  EXPECT_THROW(m.Validate("m"), Error);
+  m = TwoRankManifest();
+  m.files["rank-00000.safetensors"].checksums.push_back(3);
+  EXPECT_THROW(m.Validate("m"), Error);
+  nlohmann::json j = TwoRankManifest().ToJson();
+  j["tensors"]["w"]["dtype"] = "F33";
+  try {
+    Manifest::FromJson(j, "dir/manifest.json");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("dir/manifest.json: tensor \"w\": unknown dtype \"F33\""),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(FormatTest, SafetensorsHeaderIsAlignedAndParses) {
+  const std::string h =
+      SafetensorsHeader({{"a", DType::kBF16, {2, 3}, 0, 6}, {"b", DType::kF32, {10}, 4, 3}});
+  EXPECT_EQ(h.size() % 4096, 0u);
+  const SafetensorsIndex idx = ParseSafetensorsHeader(h, "x");
+  EXPECT_EQ(idx.data_offset, static_cast<int64_t>(h.size()));
+  EXPECT_EQ(idx.entries.at("a").end, 12);
+  EXPECT_EQ(idx.entries.at("b@4+3").shape, std::vector<int64_t>{3});
+  EXPECT_EQ(idx.entries.at("b@4+3").begin, 12);
+  EXPECT_EQ(idx.metadata.at("writer"), "fmstack");
+}
+
+TEST(FormatTest, StepNames) {
+  EXPECT_EQ(StepDirName(1200), "step-00001200");
+  EXPECT_EQ(ParseStepDirName("step-00001200"), 1200);
+  EXPECT_FALSE(ParseStepDirName("step-12a").has_value());
+  EXPECT_FALSE(ParseStepDirName("latest").has_value());
+  EXPECT_EQ(RankFileName(3), "rank-00003.safetensors");
+}
+
+}  // namespace
+}  // namespace fmstack::ckpt
