@@ -117,6 +117,10 @@ void Engine::Note(const std::string& line) const {
   if (options_.log) options_.log(line);
 }
 
+void Engine::Point(std::string_view point, size_t tier) const {
+  if (options_.fault_point) options_.fault_point(point, tiers_[tier]->name());
+}
+
 void Engine::Fail(size_t tier, const std::string& what) {
   const std::string line = fmt::format("checkpoint: {} tier: {}", tiers_[tier]->name(), what);
   Note(line);
@@ -273,8 +277,10 @@ void Engine::WriteFirstTier(Job& job) {
   try {
     if (!error.empty()) throw Error(error);
     sink->Finish();
+    Point("shard-written", 0);
     tier.PutSmall(job.step, RankIndexName(options_.rank),
                   RankIndexJson(job.file, job.entry, job.pieces).dump());
+    Point("index-written", 0);
     CommitStep(0, job);
     job.timing.commit_seconds[0] = Since(job.start);
     job.first_tier_ok = true;
@@ -346,10 +352,13 @@ void Engine::DrainTo(size_t t, Job& job) {
                       from.Where(job.step, job.file), c));
     }
     sink->Write(chunk);
+    Point("drained-chunk", t);
   }
   sink->Finish();
+  Point("shard-written", t);
   to.PutSmall(job.step, RankIndexName(options_.rank),
               RankIndexJson(job.file, job.entry, job.pieces).dump());
+  Point("index-written", t);
   CommitStep(t, job);
 }
 
@@ -385,7 +394,9 @@ void Engine::CommitStep(size_t t, const Job& job) {
   }
   m.Validate(tier.Where(job.step, kManifestName));
   tier.PutSmall(job.step, kManifestName, m.ToJson().dump(1));
+  Point("manifest-written", t);
   tier.Commit(job.step);
+  Point("committed", t);
   Note(fmt::format("checkpoint: {} committed on {} ({:.2f} s after save)", StepDirName(job.step),
                    tier.name(), Since(job.start)));
 }
@@ -410,6 +421,7 @@ void Engine::Retain(size_t t) {
     // Never the newest `keep` committed, never a step the drain reads, never
     // an uncommitted step newer than the newest commit (it may be in flight).
     if (s.step >= oldest_kept || pinned.count(s.step) > 0) continue;
+    Point("removing", t);
     tier.Remove(s.step);
     Note(fmt::format("checkpoint: {} removed from {} ({})", StepDirName(s.step), tier.name(),
                      s.committed ? fmt::format("keeping the newest {}", keep) : "never committed"));

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -23,6 +24,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -59,6 +61,10 @@ struct EngineOptions {
   bool collect_garbage = true;               // rank 0 removes uncommitted steps on start
   std::string fmstack_version = "0.1.0";
   Log log;  // one line per event; may be empty
+  // Called at each step of the commit protocol ("shard-written",
+  // "index-written", "manifest-written", "committed", "removing", "drained-chunk")
+  // with the tier's name: crash tests kill the process there.
+  std::function<void(std::string_view point, const std::string& tier)> fault_point;
 };
 
 // Per save, what each part cost.
@@ -115,6 +121,7 @@ class Engine {
   void Retain(size_t tier);
   void CollectGarbage();
   void Note(const std::string& line) const;
+  void Point(std::string_view point, size_t tier) const;
   void Fail(size_t tier, const std::string& what);
 
   std::vector<std::unique_ptr<Tier>> tiers_;
