@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-jsonschema
   libopenblas-openmp-dev bible-kjv libxxhash-dev libgloo-dev iproute2
+  libcurl4-openssl-dev libssl-dev
 )
 
 if [ "${1:-}" = "--bench" ]; then

@@ -23,10 +23,15 @@ struct Need {
 // Reads in spans of whole chunks so that every byte is checked and read once.
 constexpr int64_t kReadSpan = 64 << 20;
 
+// "tensor \"a\"" or "tensors \"a\", \"b\", \"c\" and 7 more".
 std::string Join(const std::vector<std::string>& v) {
-  std::string out;
-  for (const std::string& s : v) out += (out.empty() ? "\"" : ", \"") + s + "\"";
-  return out.empty() ? "no tensor" : out;
+  if (v.empty()) return "no tensor";
+  std::string out = v.size() == 1 ? "tensor " : "tensors ";
+  for (size_t i = 0; i < std::min<size_t>(v.size(), 3); ++i) {
+    out += (i == 0 ? "\"" : ", \"") + v[i] + "\"";
+  }
+  if (v.size() > 3) out += fmt::format(" and {} more", v.size() - 3);
+  return out;
 }
 
 void CheckChunk(const Manifest& m, const std::string& file, const FileEntry& f, int64_t chunk,
@@ -36,7 +41,7 @@ void CheckChunk(const Manifest& m, const std::string& file, const FileEntry& f, 
   const int64_t lo = chunk * f.chunk_bytes;
   const int64_t hi = lo + static_cast<int64_t>(bytes.size());
   throw Error(
-      fmt::format("{}: checksum mismatch in chunk {} (data bytes {}..{}, tensor {}): xxh3 {:016x}, "
+      fmt::format("{}: checksum mismatch in chunk {} (data bytes {}..{}, {}): xxh3 {:016x}, "
                   "manifest says {:016x}",
                   where, chunk, lo, hi, Join(m.TensorsAt(file, lo, hi)), got,
                   f.checksums[static_cast<size_t>(chunk)]));
@@ -51,8 +56,8 @@ int64_t ReadFile(Tier& tier, int64_t step, const Manifest& m, const std::string&
   if (!size) throw Error(fmt::format("{}: missing", where));
   if (*size != f.size) {
     throw Error(fmt::format(
-        "{}: {} bytes, the manifest says {} (truncated or replaced; tensors {})", where, *size,
-        f.size, Join(m.TensorsAt(file, std::max<int64_t>(0, *size - f.data_offset), f.size))));
+        "{}: {} bytes, the manifest says {} (truncated or replaced; {})", where, *size, f.size,
+        Join(m.TensorsAt(file, std::max<int64_t>(0, *size - f.data_offset), f.size))));
   }
   std::sort(needs.begin(), needs.end(), [](const Need& a, const Need& b) { return a.lo < b.lo; });
   const int64_t data_bytes = f.size - f.data_offset;

@@ -4,10 +4,12 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 
 #include "catalog/catalog.h"
+#include "ckpt/tier.h"
 #include "spec/job_spec.h"
 
 namespace fmstack::cli {
@@ -20,7 +22,13 @@ catalog::Catalog LoadCatalog(const std::string& dir);
 spec::JobSpec LoadJob(const std::string& job_path, const std::string& cluster_path,
                       const catalog::Catalog& catalog);
 
+// The job's checkpoint tiers, fastest first: local (default_local when the
+// job sets none), then shared and object when set.
+std::vector<std::unique_ptr<ckpt::Tier>> MakeCheckpointTiers(const spec::CheckpointSpec& c,
+                                                             const std::string& default_local);
+
 Runner AddPlanCommand(CLI::App& app);
+Runner AddCkptCommand(CLI::App& app);
 Runner AddDataCommand(CLI::App& app);
 Runner AddTrainCommand(CLI::App& app);
 Runner AddGenerateCommand(CLI::App& app);

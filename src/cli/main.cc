@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   const fmstack::cli::Runner train = fmstack::cli::AddTrainCommand(app);
   const fmstack::cli::Runner generate = fmstack::cli::AddGenerateCommand(app);
   const fmstack::cli::Runner bench = fmstack::cli::AddBenchCommand(app);
+  const fmstack::cli::Runner ckpt = fmstack::cli::AddCkptCommand(app);
   const fmstack::cli::Runner run =
       fmstack::cli::AddRunCommand(app, std::span<char* const>(argv, static_cast<size_t>(argc)));
   try {
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("generate")) return generate();
     if (app.got_subcommand("run")) return run();
     if (app.got_subcommand("bench")) return bench();
+    if (app.got_subcommand("ckpt")) return ckpt();
   } catch (const fmstack::Error& e) {
     std::cerr << "fmstack: error: " << e.what() << "\n";
     return 2;

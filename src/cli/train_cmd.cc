@@ -10,6 +10,7 @@
 #include "catalog/catalog.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
+#include "cli/train_checkpoint.h"
 #include "comm/hier_comm.h"
 #include "gpt/sgemm_peak.h"
 #include "spec/job_spec.h"
@@ -93,8 +94,19 @@ int RunTrain(const TrainArgs& args) {
   if (distributed) comm = comm::Connect(comm::OptionsFromEnv());
   const train::DpConfig dp = DpFromSpec(job);
   train::Trainer trainer(config, train_tokens, comm.get(), dp);
-  if (!args.resume.empty()) trainer.Load(args.resume);
   const bool lead = trainer.rank() == 0;
+  const ProgressLine progress;
+  const std::string out = args.out.empty() ? "runs/" + job.name : args.out;
+  std::filesystem::create_directories(out);
+  TrainCheckpointer checkpoints(job, out, trainer, [&](const std::string& line) {
+    if (lead) progress.Note(line);
+  });
+  // An explicit train state wins; otherwise continue from the newest checkpoint.
+  if (!args.resume.empty()) {
+    trainer.Load(args.resume);
+  } else {
+    checkpoints.Resume();
+  }
 
   const int64_t T = config.shape.seq_len;
   const double flops_per_token = workload::TrainingFlopsPerToken(config.shape).detailed;
@@ -104,8 +116,6 @@ int RunTrain(const TrainArgs& args) {
                                            : gpt::MeasureSgemmGflops(gpt::TrainingGemms(
                                                  config.micro_batch * T, config.shape.hidden,
                                                  config.shape.ffn_hidden, config.shape.vocab));
-  const std::string out = args.out.empty() ? "runs/" + job.name : args.out;
-  std::filesystem::create_directories(out);
   const std::string state_path = out + "/state.bin";
   if (lead) {
     std::cerr << fmt::format(
@@ -116,7 +126,6 @@ int RunTrain(const TrainArgs& args) {
         config.steps, config.tokens_per_step(), trainer.step());
   }
 
-  const ProgressLine progress;
   const double unigram = train::UnigramEntropy(train_tokens.tokens, train_tokens.vocab);
   double seconds = 0, last_loss = 0, val_loss = 0, comm_exposed = 0;
   const int64_t first = trainer.step();
@@ -126,6 +135,7 @@ int RunTrain(const TrainArgs& args) {
     seconds += s.seconds;
     comm_exposed += s.comm.exposed;
     last_loss = s.loss;
+    checkpoints.AfterStep(s.seconds, last);
     const double tok_s = static_cast<double>((s.step - first) * config.tokens_per_step()) / seconds;
     const double mfu = peak > 0 ? tok_s * flops_per_token / (peak * 1e9) : 0;
     if (worker) {
@@ -167,6 +177,7 @@ int RunTrain(const TrainArgs& args) {
       }
     }
   }
+  checkpoints.Finish();
   if (!lead) return 0;
   const double tokens = static_cast<double>((trainer.step() - first) * config.tokens_per_step());
   const double tok_s = seconds > 0 ? tokens / seconds : 0;

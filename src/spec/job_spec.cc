@@ -98,7 +98,7 @@ workload::Layout ReadParallel(StrictTable& root, KeyPositions& positions) {
   return l;
 }
 
-CheckpointSpec ReadCheckpoint(StrictTable& root) {
+CheckpointSpec ReadCheckpoint(StrictTable& root, const std::filesystem::path& base) {
   static const std::vector<std::string> kTiers = {"local", "shared", "object"};
   CheckpointSpec c;
   std::optional<StrictTable> t = root.Table("checkpoint");
@@ -116,6 +116,21 @@ CheckpointSpec ReadCheckpoint(StrictTable& root) {
   c.overhead_budget = t->Number("overhead_budget", 1e-6, 0.99).value_or(0.1);
   c.milestone_seconds = t->Seconds("milestone").value_or(c.milestone_seconds);
   if (c.milestone_seconds < 0) t->Fail("milestone", "expected a duration (0 = none)");
+  // Directories relative to the job file, as data.dir.
+  auto dir = [&](std::string_view key) {
+    const std::optional<std::string> d = t->String(key);
+    return d ? (base / *d).lexically_normal().string() : std::string();
+  };
+  c.local_dir = dir("local");
+  c.shared_dir = dir("shared");
+  c.object_url = t->String("object").value_or("");
+  if (!c.object_url.empty() && c.object_url.rfind("s3://", 0) != 0) {
+    t->Fail("object", "expected an S3 URL \"s3://bucket/prefix\"");
+  }
+  c.object_endpoint = t->String("object_endpoint").value_or("https://s3.amazonaws.com");
+  c.object_region = t->String("object_region").value_or("");
+  c.pool_bytes = t->Bytes("pool").value_or(0);
+  c.every_steps = t->Int("every", 1).value_or(0);
   t->Finish();
   return c;
 }
@@ -163,7 +178,7 @@ JobSpec ReadJob(StrictTable& root, const std::string& file, const catalog::Catal
   job.train = ReadTrain(root, job.key_pos);
   job.layout = ReadParallel(root, job.key_pos);
   job.optim = ReadOptim(root);
-  job.checkpoint = ReadCheckpoint(root);
+  job.checkpoint = ReadCheckpoint(root, std::filesystem::path(file).parent_path());
   job.faults = ReadFaults(root, catalog);
   job.resilience = ReadResilience(root);
   if (std::optional<StrictTable> d = root.Table("data")) {

@@ -56,6 +56,14 @@ struct CheckpointSpec {
   // the durable tiers, so that silent corruption found late has a clean
   // restore point older than itself. 0 = none.
   double milestone_seconds = 3600;
+  // Where `fmstack train` / `run` write (ckpt/): a node-local directory
+  // ("" = <run dir>/ckpt), an optional shared file system directory, and an
+  // optional object store URL "s3://bucket/prefix" at `object_endpoint`
+  // (credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, never the file).
+  std::string local_dir, shared_dir, object_url, object_endpoint, object_region;
+  double pool_bytes = 0;  // staging pool; 0 = one state
+  int64_t every_steps =
+      0;  // `fmstack train`: save every N steps (overrides interval); 0 = by interval
 };
 
 // [faults]: what breaks and how often, for `fmstack sim`.

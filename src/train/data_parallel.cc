@@ -251,6 +251,16 @@ double DataParallel::Step(std::span<float> params, std::span<float> grads, AdamW
   return norm;
 }
 
+std::vector<DataParallel::OwnedSpan> DataParallel::OwnedSpans() const {
+  std::vector<OwnedSpan> out;
+  for (const Bucket& b : buckets_) {
+    ForEachSpan(b, b.shard.begin, b.shard.end(), [&](size_t flat, size_t packed, size_t n) {
+      out.push_back({flat, b.shard_offset + (packed - b.shard.begin), n});
+    });
+  }
+  return out;
+}
+
 void DataParallel::GatherOptimizerState(std::span<float> m, std::span<float> v) {
   for (auto [shard, full] : {std::pair{&shard_m_, m}, std::pair{&shard_v_, v}}) {
     for (Bucket& b : buckets_) {

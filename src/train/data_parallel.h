@@ -70,6 +70,14 @@ class DataParallel {
   void GatherOptimizerState(std::span<float> m, std::span<float> v);
   void ScatterOptimizerState(std::span<const float> m, std::span<const float> v);
   bool sharded() const { return config_.mode != DpMode::kDdp; }
+  // ZeRO: the flat parameter ranges whose moments this rank owns, and where
+  // they sit in the shard vectors (the checkpoint saves them as they are).
+  struct OwnedSpan {
+    size_t flat = 0, shard = 0, count = 0;
+  };
+  std::vector<OwnedSpan> OwnedSpans() const;
+  std::span<float> shard_m() { return shard_m_; }
+  std::span<float> shard_v() { return shard_v_; }
 
   CommTimes TakeTimes();
   comm::Communicator& comm() { return comm_; }

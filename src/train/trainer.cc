@@ -100,6 +100,29 @@ TrainState Trainer::state() {
   return TrainState{model_->params(), optimizer_->m(), optimizer_->v(), counters_};
 }
 
+std::vector<Trainer::MomentRun> Trainer::MomentRuns() {
+  if (optimizer_) return {{0, optimizer_->m(), optimizer_->v()}};
+  std::vector<MomentRun> runs;
+  for (const DataParallel::OwnedSpan& s : dp_->OwnedSpans()) {
+    runs.push_back({s.flat, dp_->shard_m().subspan(s.shard, s.count),
+                    dp_->shard_v().subspan(s.shard, s.count)});
+  }
+  return runs;
+}
+
+std::vector<double> Trainer::AllValues(double x) {
+  if (!dp_) return {x};
+  // Two floats carry a double: the high part and the rounding error.
+  const auto hi = static_cast<float>(x);
+  std::vector<float> mine = {hi, static_cast<float>(x - hi)};
+  std::vector<float> all(2 * static_cast<size_t>(world()));
+  dp_->comm().AllGather(std::span<float>(mine), std::span<float>(all));
+  std::vector<double> out;
+  for (size_t r = 0; r < all.size(); r += 2)
+    out.push_back(static_cast<double>(all[r]) + all[r + 1]);
+  return out;
+}
+
 void Trainer::Save(const std::string& path, const std::string& data_dir) {
   if (optimizer_) {
     if (rank() == 0) SaveTrainState(path, config_.shape, state(), data_dir);

@@ -68,6 +68,21 @@ class Trainer {
   int world() const { return dp_ ? dp_->comm().size() : 1; }
   uint64_t ParamHash() const { return HashFloats(model_->params()); }
 
+  // For the checkpoint engine (train/checkpoint.h): the moments this rank
+  // holds, as runs of the flat parameter vector. Single process and DDP: one
+  // run over everything; ZeRO: the rank's shard.
+  struct MomentRun {
+    size_t flat = 0;
+    std::span<float> m, v;
+  };
+  std::vector<MomentRun> MomentRuns();
+  bool sharded() const { return dp_ && dp_->sharded(); }
+  const TrainCounters& counters() const { return counters_; }
+  void set_counters(const TrainCounters& c) { counters_ = c; }
+  // Every rank's x, in rank order (collective): for decisions all ranks
+  // must share, such as the checkpoint cadence and the step to restore.
+  std::vector<double> AllValues(double x);
+
  private:
   TrainConfig config_;
   std::unique_ptr<gpt::Model> model_;

@@ -1,0 +1,285 @@
+// bench_ckpt: the checkpoint engine against this machine's limits and peers.
+//   limits: memcpy bandwidth (one thread, best of 3); the disk's sequential
+//           write with fdatasync and cold read (dd), in the bench directory
+//   per state size (default 1 GB and 4 GB, in 64 float32 tensors):
+//     blocking  Save() time / memcpy time of the state         target <= 1.2x
+//     commit    state / time to COMMITTED on the local tier     target >= 85% of disk write
+//     restore   state / cold restore time (page cache dropped)  target >= 85% of disk read
+//     overlap   step time of a training loop (sgemm, one thread) while the
+//               background write runs / without it             target <= 1.05x
+//     peers     torch.save + fsync, torch.distributed.checkpoint + fsync
+//               (python3-torch): their durable time / fmstack's  target >= 3x,
+//               their blocking time / fmstack's                  target >= 10x
+// Usage: bench_ckpt [--dir DIR] [--sizes 1,4] [--no-torch]
+#include <cblas.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "ckpt/engine.h"
+#include "gpt/sgemm_peak.h"
+#include "util/error.h"
+#include "util/random.h"
+#include "util/text_table.h"
+#include "util/units.h"
+
+namespace {
+
+using namespace fmstack;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+double MemcpyBandwidth(size_t bytes) {
+  std::vector<char> a(bytes, 1), b(bytes, 2);
+  double best = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    const auto t = Clock::now();
+    std::memcpy(b.data(), a.data(), bytes);
+    best = std::min(best, Since(t));
+  }
+  return static_cast<double>(bytes) / best;
+}
+
+void DropCache(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return;
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
+// Seconds a shell command takes.
+double Timed(const std::string& cmd) {
+  const auto t = Clock::now();
+  if (std::system(cmd.c_str()) != 0) throw fmstack::Error("bench: command failed: " + cmd);
+  return Since(t);
+}
+
+struct DiskLimits {
+  double write = 0, read = 0;  // bytes/s
+};
+
+DiskLimits MeasureDisk(const std::string& dir, int64_t bytes) {
+  const std::string f = dir + "/dd.bin";
+  const int64_t mib = bytes >> 20;
+  DiskLimits d;
+  d.write =
+      static_cast<double>(mib << 20) /
+      Timed(fmt::format("dd if=/dev/zero of={} bs=1M count={} conv=fdatasync status=none", f, mib));
+  DropCache(f);
+  d.read = static_cast<double>(mib << 20) /
+           Timed(fmt::format("dd if={} of=/dev/null bs=1M status=none", f));
+  fs::remove(f);
+  return d;
+}
+
+// A synthetic training state: 64 float32 tensors of equal size.
+struct State {
+  std::vector<std::vector<float>> tensors;
+  int64_t bytes = 0;
+};
+
+State MakeState(int64_t bytes) {
+  State s;
+  const int64_t n = bytes / 4 / 64;
+  Rng rng(7);
+  for (int i = 0; i < 64; ++i) {
+    std::vector<float> t(static_cast<size_t>(n));
+    for (auto& x : t) x = static_cast<float>(rng.Next() >> 40);
+    s.bytes += n * 4;
+    s.tensors.push_back(std::move(t));
+  }
+  return s;
+}
+
+ckpt::Snapshot SnapshotOf(const State& s, int64_t step) {
+  ckpt::Snapshot snap;
+  snap.counters.step = step;
+  for (size_t i = 0; i < s.tensors.size(); ++i) {
+    const auto& t = s.tensors[i];
+    snap.slices.push_back({fmt::format("t{:03d}", i),
+                           ckpt::DType::kF32,
+                           {static_cast<int64_t>(t.size())},
+                           0,
+                           std::as_bytes(std::span(t))});
+  }
+  return snap;
+}
+
+// The training loop: 1024^3 sgemm steps on one thread.
+struct Loop {
+  std::vector<float> a, b, c;
+  Loop() : a(1024 * 1024, 1.0f), b(1024 * 1024, 0.5f), c(1024 * 1024) {}
+  double Step() {
+    const auto t = Clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 1024, 1024, 1024, 1.0f, a.data(), 1024,
+                b.data(), 1024, 0.0f, c.data(), 1024);
+    return Since(t);
+  }
+};
+
+nlohmann::json TorchPeers(const std::string& script, const std::string& dir, int64_t bytes) {
+  const std::string cmd =
+      fmt::format("/usr/bin/python3 {} --bytes {} --dir {} 2>&1", script, bytes, dir);
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (p && std::fgets(buf, sizeof buf, p)) out += buf;
+  if (!p || ::pclose(p) != 0) {
+    std::cerr << "PyTorch peers failed (install python3-torch: scripts/bootstrap.sh --bench):\n"
+              << out;
+    return nullptr;
+  }
+  return nlohmann::json::parse(out.substr(out.rfind('{')));
+}
+
+struct Row {
+  std::string what, value, ratio, target;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_ckpt: the checkpoint engine vs this machine's limits and PyTorch"};
+  std::string dir = "bench-ckpt.tmp";
+  std::vector<double> sizes = {1, 4};
+  bool no_torch = false;
+  app.add_option("--dir", dir, "scratch directory on the disk to measure");
+  app.add_option("--sizes", sizes, "state sizes in GB")->delimiter(',');
+  app.add_flag("--no-torch", no_torch, "skip the PyTorch peers");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    gpt::SetCpuThreads(1);
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    dir = fs::absolute(dir).string();
+    const double max_gb = *std::max_element(sizes.begin(), sizes.end());
+    std::cerr << "measuring memcpy and disk limits...\n";
+    const double memcpy_bw = MemcpyBandwidth(size_t{1} << 30);
+    const DiskLimits disk = MeasureDisk(dir, static_cast<int64_t>(max_gb * 1e9));
+    TextTable limits({"machine limit", "value"});
+    limits.AddRow({"memcpy (1 thread, 1 GiB)", units::FormatBytes(memcpy_bw) + "/s"});
+    limits.AddRow({"disk write + fdatasync (dd)", units::FormatBytes(disk.write) + "/s"});
+    limits.AddRow({"disk cold read (dd)", units::FormatBytes(disk.read) + "/s"});
+    std::cout << limits.RenderText() << "\n";
+
+    const std::string script = std::string(FMSTACK_SOURCE_DIR) + "/bench/torch_ckpt.py";
+    for (const double gb : sizes) {
+      const State state = MakeState(static_cast<int64_t>(gb * 1e9));
+      const double size = static_cast<double>(state.bytes);
+      std::cerr << fmt::format("{}: saving twice, restoring cold, training alongside...\n",
+                               units::FormatBytes(size));
+      fs::remove_all(dir + "/engine");
+      std::vector<std::unique_ptr<ckpt::Tier>> tiers;
+      tiers.push_back(ckpt::MakePosixTier("local", dir + "/engine"));
+      ckpt::EngineOptions o;
+      o.keep = 1;
+      ckpt::Engine engine(std::move(tiers), o);
+      engine.Reserve(state.bytes);
+      // Save 1 warms the files' metadata paths; save 2 is measured.
+      engine.Save(SnapshotOf(state, 1));
+      engine.Wait();
+      engine.TakeTimings();
+      const ckpt::SaveTiming blocking = engine.Save(SnapshotOf(state, 2));
+      engine.Wait();
+      const ckpt::SaveTiming t = engine.TakeTimings().at(0);
+      const double memcpy_s = size / memcpy_bw;
+
+      // Cold restore.
+      ckpt::Tier& tier = *engine.tiers()[0];
+      tier.DropCache(2, ckpt::RankFileName(0));
+      std::vector<std::vector<float>> back(state.tensors.size());
+      std::vector<ckpt::TensorTarget> targets;
+      for (size_t i = 0; i < back.size(); ++i) {
+        back[i].resize(state.tensors[i].size());
+        targets.push_back({fmt::format("t{:03d}", i), ckpt::DType::kF32, 0,
+                           std::as_writable_bytes(std::span(back[i]))});
+      }
+      const std::optional<ckpt::RestoreResult> r = engine.Restore(targets);
+      if (!r || back != state.tensors)
+        throw fmstack::Error("bench: restore did not return the state");
+
+      // Training alongside the background write.
+      Loop loop;
+      for (int i = 0; i < 3; ++i) loop.Step();
+      double alone = 0;
+      int n_alone = 0;
+      for (const auto t0 = Clock::now(); Since(t0) < 3 || n_alone < 10; ++n_alone)
+        alone += loop.Step();
+      engine.Save(SnapshotOf(state, 3));
+      double during = 0;
+      int n_during = 0;
+      const auto t1 = Clock::now();
+      bool done = false;
+      while (!done) {
+        during += loop.Step();
+        ++n_during;
+        done = engine.Latest() == 3;
+      }
+      const double write_window = Since(t1);
+      engine.Wait();
+      const double slowdown = (during / n_during) / (alone / n_alone);
+
+      TextTable table({"metric", "fmstack", "ratio", "target"});
+      table.AddRow(
+          {"blocking Save()", fmt::format("{:.3f} s", blocking.blocking_seconds),
+           fmt::format("{:.2f}x memcpy ({:.3f} s)", blocking.blocking_seconds / memcpy_s, memcpy_s),
+           "<= 1.20x"});
+      table.AddRow(
+          {"durable commit, local",
+           fmt::format("{:.2f} s = {}/s", t.commit_seconds[0],
+                       units::FormatBytes(size / t.commit_seconds[0])),
+           fmt::format("{:.0f}% of disk write", 100 * size / t.commit_seconds[0] / disk.write),
+           ">= 85%"});
+      table.AddRow(
+          {"cold restore",
+           fmt::format("{:.2f} s = {}/s", r->seconds, units::FormatBytes(size / r->seconds)),
+           fmt::format("{:.0f}% of disk read", 100 * size / r->seconds / disk.read), ">= 85%"});
+      table.AddRow(
+          {"training step during the write",
+           fmt::format("{:.1f} ms vs {:.1f} ms ({} steps in {:.1f} s)", 1e3 * during / n_during,
+                       1e3 * alone / n_alone, n_during, write_window),
+           fmt::format("{:.3f}x", slowdown), "<= 1.05x"});
+      if (!no_torch) {
+        std::cerr << "  PyTorch peers...\n";
+        const nlohmann::json peers = TorchPeers(script, dir, state.bytes);
+        if (!peers.is_null()) {
+          for (const auto& [key, label] :
+               {std::pair{"torch_save_s", "torch.save + fsync"},
+                std::pair{"dcp_save_s", "torch.distributed.checkpoint"}}) {
+            if (!peers.contains(key)) {
+              table.AddRow({label, "unavailable", peers.value("dcp_error", "?").substr(0, 60), ""});
+              continue;
+            }
+            const double s = peers[key].get<double>();
+            table.AddRow({std::string(label) + " (durable = blocking)", fmt::format("{:.2f} s", s),
+                          fmt::format("{:.1f}x slower to durable, {:.0f}x longer blocking",
+                                      s / t.commit_seconds[0], s / blocking.blocking_seconds),
+                          ">= 3x, >= 10x"});
+          }
+        }
+      }
+      std::cout << fmt::format("state {} ({} tensors, torch {})\n", units::FormatBytes(size),
+                               state.tensors.size(), no_torch ? "skipped" : "measured")
+                << table.RenderText() << "\n";
+    }
+    fs::remove_all(dir);
+  } catch (const std::exception& e) {
+    std::cerr << "bench_ckpt: " << e.what() << "\n";
+    return 2;
+  }
+  return 0;
+}

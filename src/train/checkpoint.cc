@@ -1,0 +1,116 @@
+#include "train/checkpoint.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "gpt/layout.h"
+#include "util/error.h"
+
+namespace fmstack::train {
+namespace {
+
+std::span<std::byte> Bytes(std::span<float> f) {
+  return std::as_writable_bytes(f);
+}
+
+nlohmann::json ModelJson(const workload::TransformerShape& s) {
+  return {{"name", s.name},      {"layers", s.layers},         {"hidden", s.hidden},
+          {"heads", s.heads},    {"ffn_hidden", s.ffn_hidden}, {"vocab", s.vocab},
+          {"seq_len", s.seq_len}};
+}
+
+// Calls fn(tensor, begin, span) for the parts of `run` (a run of the flat
+// parameter vector starting at `flat`) that fall inside each tensor.
+template <typename Fn>
+void SplitByTensor(const std::vector<gpt::TensorInfo>& tensors, size_t flat, std::span<float> run,
+                   Fn&& fn) {
+  for (const gpt::TensorInfo& t : tensors) {
+    const size_t lo = std::max(flat, static_cast<size_t>(t.offset));
+    const size_t hi = std::min(flat + run.size(), static_cast<size_t>(t.offset + t.size()));
+    if (hi > lo) fn(t, static_cast<int64_t>(lo) - t.offset, run.subspan(lo - flat, hi - lo));
+  }
+}
+
+// Rank r's even share of a replicated tensor of n elements.
+std::pair<int64_t, int64_t> Share(int64_t n, int rank, int world) {
+  const int64_t base = n / world, extra = n % world;
+  return {rank * base + std::min<int64_t>(rank, extra), base + (rank < extra ? 1 : 0)};
+}
+
+}  // namespace
+
+ckpt::Snapshot CheckpointSnapshot(Trainer& trainer) {
+  const gpt::ParamLayout layout = gpt::ParamLayout::For(trainer.config().shape);
+  const std::vector<gpt::TensorInfo> tensors = layout.Tensors();
+  const int rank = trainer.rank(), world = trainer.world();
+  ckpt::Snapshot s;
+  const TrainCounters& c = trainer.counters();
+  s.counters = {c.step, c.step, c.tokens, c.seed, c.rng};
+  s.layout = {world, trainer.sharded() ? 1 : 0};
+  s.model = ModelJson(trainer.config().shape);
+  std::span<float> params = trainer.model().params();
+  auto add = [&](const std::string& name, const gpt::TensorInfo& t, int64_t begin,
+                 std::span<float> data) {
+    s.slices.push_back({name + t.name, ckpt::DType::kF32, t.dims, begin, std::as_bytes(data)});
+  };
+  for (const gpt::TensorInfo& t : tensors) {
+    const auto [begin, count] = Share(t.size(), rank, world);
+    add("model.", t, begin, params.subspan(static_cast<size_t>(t.offset + begin), count));
+  }
+  for (const Trainer::MomentRun& run : trainer.MomentRuns()) {
+    for (auto [prefix, data] : {std::pair{"optim.exp_avg.", run.m}, {"optim.exp_avg_sq.", run.v}}) {
+      SplitByTensor(tensors, run.flat, data,
+                    [&](const gpt::TensorInfo& t, int64_t begin, std::span<float> part) {
+                      if (trainer.sharded()) return add(prefix, t, begin, part);
+                      // Replicated moments: this rank's even share only.
+                      const auto [b, n] = Share(t.size(), rank, world);
+                      add(prefix, t, b,
+                          part.subspan(static_cast<size_t>(b), static_cast<size_t>(n)));
+                    });
+    }
+  }
+  return s;
+}
+
+std::vector<ckpt::TensorTarget> CheckpointTargets(Trainer& trainer) {
+  const gpt::ParamLayout layout = gpt::ParamLayout::For(trainer.config().shape);
+  const std::vector<gpt::TensorInfo> tensors = layout.Tensors();
+  std::vector<ckpt::TensorTarget> targets;
+  std::span<float> params = trainer.model().params();
+  for (const gpt::TensorInfo& t : tensors) {
+    targets.push_back(
+        {"model." + t.name, ckpt::DType::kF32, 0,
+         Bytes(params.subspan(static_cast<size_t>(t.offset), static_cast<size_t>(t.size())))});
+  }
+  for (const Trainer::MomentRun& run : trainer.MomentRuns()) {
+    for (auto [prefix, data] : {std::pair{"optim.exp_avg.", run.m}, {"optim.exp_avg_sq.", run.v}}) {
+      SplitByTensor(tensors, run.flat, data,
+                    [&](const gpt::TensorInfo& t, int64_t begin, std::span<float> part) {
+                      targets.push_back({prefix + t.name, ckpt::DType::kF32, begin, Bytes(part)});
+                    });
+    }
+  }
+  return targets;
+}
+
+void FinishRestore(Trainer& trainer, const ckpt::RestoreResult& r) {
+  const ckpt::Manifest& m = r.manifest;
+  const nlohmann::json want = ModelJson(trainer.config().shape);
+  for (const char* key : {"layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len"}) {
+    if (m.model.value(key, nlohmann::json()) != want[key]) {
+      throw Error(fmt::format("checkpoint {} on {}: saved for model {}, the job trains {}",
+                              ckpt::StepDirName(r.step), r.tier_name, m.model.dump(), want.dump()));
+    }
+  }
+  if (m.counters.seed != trainer.config().seed) {
+    throw Error(fmt::format(
+        "checkpoint {} on {}: saved with seed {}, the job has seed {}: the data "
+        "order would differ from the run being resumed",
+        ckpt::StepDirName(r.step), r.tier_name, m.counters.seed, trainer.config().seed));
+  }
+  trainer.set_counters(
+      {m.counters.step, m.counters.data_position, m.counters.seed, m.counters.rng});
+}
+
+}  // namespace fmstack::train
