@@ -9,6 +9,10 @@
 #include <cstring>
 #include <map>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "util/error.h"
 
 namespace fmstack::ckpt {
@@ -18,6 +22,36 @@ using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// memcpy with non-temporal stores: the staging pool is written once and read
+// later by another thread, so caching it only evicts the training job's data
+// and costs a read-for-ownership per line. glibc streams only copies larger
+// than a share of the L3, and the pool's slots are smaller than that
+// (measured: 1.45x the time of one big memcpy; streamed: about 1.0x).
+void CopyStreaming(char* dst, const std::byte* src, size_t n) {
+#if defined(__SSE2__)
+  const size_t head = std::min(n, (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16);
+  std::memcpy(dst, src, head);
+  dst += head;
+  src += head;
+  n -= head;
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    const auto* s = reinterpret_cast<const __m128i*>(src + i);
+    auto* d = reinterpret_cast<__m128i*>(dst + i);
+    const __m128i a = _mm_loadu_si128(s), b = _mm_loadu_si128(s + 1);
+    const __m128i c = _mm_loadu_si128(s + 2), e = _mm_loadu_si128(s + 3);
+    _mm_stream_si128(d, a);
+    _mm_stream_si128(d + 1, b);
+    _mm_stream_si128(d + 2, c);
+    _mm_stream_si128(d + 3, e);
+  }
+  std::memcpy(dst + i, src + i, n - i);
+  _mm_sfence();
+#else
+  std::memcpy(dst, src, n);
+#endif
 }
 
 struct FreeDeleter {
@@ -42,10 +76,20 @@ class Engine::Pool {
       if (!s->data)
         throw Error(fmt::format("checkpoint: cannot allocate a staging pool of {} bytes",
                                 slot_bytes * slots));
-      std::memset(s->data.get(), 0, static_cast<size_t>(slot_bytes));
+      // Not zeros: a page of zeros may stay shared with the zero page (or be
+      // reclaimed by the hypervisor) and fault again on the first save.
+      std::memset(s->data.get(), 0xa5, static_cast<size_t>(slot_bytes));
       free_.push_back(s.get());
       all_.push_back(std::move(s));
     }
+  }
+  Slot* TryAcquire() {
+    const std::lock_guard lock(mu_);
+    if (free_.empty()) return nullptr;
+    Slot* s = free_.back();
+    free_.pop_back();
+    s->used = 0;
+    return s;
   }
   Slot* Acquire() {
     std::unique_lock lock(mu_);
@@ -83,6 +127,9 @@ struct Engine::Job {
   FileEntry entry;
   int64_t slots_total = 0;
   std::deque<Slot*> filled;  // guarded by Engine::mu_
+  // Guarded by Engine::mu_: the snapshot is complete, or it waits for the
+  // writer to free slots (a pool smaller than the state).
+  bool copied = false, streaming = false;
   Clock::time_point start;
   SaveTiming timing;
   bool first_tier_ok = false;
@@ -193,27 +240,42 @@ SaveTiming Engine::Save(const Snapshot& snap) {
 
   // The blocking part: copy into slots, handing each full one to the writer.
   Slot* cur = nullptr;
+  // Waking the writer per slot costs two context switches on a busy machine;
+  // it only needs waking per slot when it must free slots for this copy.
+  bool streaming = false;
   auto hand_over = [&] {
     {
       const std::lock_guard lock(mu_);
       job->filled.push_back(cur);
     }
-    cv_.notify_all();
+    if (streaming) cv_.notify_all();
     cur = nullptr;
   };
   for (const TensorSlice& s : snap.slices) {
     std::span<const std::byte> bytes = s.data;
     while (!bytes.empty()) {
-      if (cur == nullptr) cur = pool_->Acquire();
+      if (cur == nullptr && (cur = pool_->TryAcquire()) == nullptr) {
+        {
+          const std::lock_guard lock(mu_);
+          job->streaming = streaming = true;
+        }
+        cv_.notify_all();
+        cur = pool_->Acquire();
+      }
       const size_t n =
           std::min(bytes.size(), static_cast<size_t>(options_.chunk_bytes - cur->used));
-      std::memcpy(cur->data.get() + cur->used, bytes.data(), n);
+      CopyStreaming(cur->data.get() + cur->used, bytes.data(), n);
       cur->used += static_cast<int64_t>(n);
       bytes = bytes.subspan(n);
       if (cur->used == options_.chunk_bytes) hand_over();
     }
   }
   if (cur != nullptr) hand_over();
+  {
+    const std::lock_guard lock(mu_);
+    job->copied = true;
+  }
+  cv_.notify_all();
   job->timing.blocking_seconds = Since(start);
   return job->timing;
 }
@@ -253,6 +315,13 @@ void Engine::WriteFirstTier(Job& job) {
     sink->Write(job.header);
   } catch (const std::exception& e) {
     error = e.what();
+  }
+  {
+    // Writing while Save() copies would halve the copy's memory bandwidth,
+    // and the copy is what training waits for: start when it is done, or
+    // when it needs slots back.
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return job.copied || job.streaming; });
   }
   // Every slot is consumed even after an error, so that Save() never waits forever.
   for (int64_t i = 0; i < job.slots_total; ++i) {

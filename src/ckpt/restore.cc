@@ -7,7 +7,9 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <memory>
 
+#include "ckpt/stream_reader.h"
 #include "resilience/policy.h"
 #include "util/error.h"
 
@@ -34,17 +36,41 @@ std::string Join(const std::vector<std::string>& v) {
   return out;
 }
 
-void CheckChunk(const Manifest& m, const std::string& file, const FileEntry& f, int64_t chunk,
-                std::span<const char> bytes, const std::string& where) {
-  const uint64_t got = XXH3_64bits(bytes.data(), bytes.size());
+// `got` is the XXH3-64 of chunk `chunk`, which ends at data byte `hi`.
+void CheckDigest(const Manifest& m, const std::string& file, const FileEntry& f, int64_t chunk,
+                 uint64_t got, int64_t hi, const std::string& where) {
   if (got == f.checksums[static_cast<size_t>(chunk)]) return;
   const int64_t lo = chunk * f.chunk_bytes;
-  const int64_t hi = lo + static_cast<int64_t>(bytes.size());
   throw Error(
       fmt::format("{}: checksum mismatch in chunk {} (data bytes {}..{}, {}): xxh3 {:016x}, "
                   "manifest says {:016x}",
                   where, chunk, lo, hi, Join(m.TensorsAt(file, lo, hi)), got,
                   f.checksums[static_cast<size_t>(chunk)]));
+}
+
+// The reads that cover the chunks `needs` (sorted) touch: chunk-aligned
+// [begin, end) spans of the data region, each up to kReadSpan, in order.
+std::vector<std::pair<int64_t, int64_t>> PlanReads(const std::vector<Need>& needs,
+                                                   const FileEntry& f) {
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  const int64_t data_bytes = f.size - f.data_offset;
+  const int64_t per_read = std::max<int64_t>(1, kReadSpan / f.chunk_bytes) * f.chunk_bytes;
+  size_t first_need = 0;
+  int64_t pos = 0;  // chunk-aligned: everything before it is planned
+  while (first_need < needs.size()) {
+    pos = std::max(pos, needs[first_need].lo / f.chunk_bytes * f.chunk_bytes);
+    // Extend the read over chunks that later needs touch, up to per_read.
+    int64_t end = std::min(data_bytes, pos + per_read);
+    int64_t wanted_end = pos;
+    for (size_t i = first_need; i < needs.size() && needs[i].lo < end; ++i) {
+      wanted_end = std::max(wanted_end, std::min(end, needs[i].hi));
+    }
+    end = std::min(data_bytes, (wanted_end + f.chunk_bytes - 1) / f.chunk_bytes * f.chunk_bytes);
+    spans.emplace_back(pos, end);
+    while (first_need < needs.size() && needs[first_need].hi <= end) ++first_need;
+    pos = end;
+  }
+  return spans;
 }
 
 // Reads the chunks of `file` that `needs` touch, verifies them, scatters.
@@ -60,40 +86,29 @@ int64_t ReadFile(Tier& tier, int64_t step, const Manifest& m, const std::string&
         Join(m.TensorsAt(file, std::max<int64_t>(0, *size - f.data_offset), f.size))));
   }
   std::sort(needs.begin(), needs.end(), [](const Need& a, const Need& b) { return a.lo < b.lo; });
-  const int64_t data_bytes = f.size - f.data_offset;
-  const int64_t per_read = std::max<int64_t>(1, kReadSpan / f.chunk_bytes) * f.chunk_bytes;
-  std::vector<char> buf;
+  const std::vector<std::pair<int64_t, int64_t>> spans = PlanReads(needs, f);
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash(XXH3_createState(), XXH3_freeState);
   int64_t read = 0;
   size_t first_need = 0;
-  int64_t pos = 0;  // chunk-aligned: everything before it is done
-  while (first_need < needs.size()) {
-    const Need& n = needs[first_need];
-    pos = std::max(pos, n.lo / f.chunk_bytes * f.chunk_bytes);
-    // Extend the read over chunks that later needs touch, up to per_read.
-    int64_t end = std::min(data_bytes, pos + per_read);
-    int64_t wanted_end = pos;
-    for (size_t i = first_need; i < needs.size() && needs[i].lo < end; ++i) {
-      wanted_end = std::max(wanted_end, std::min(end, needs[i].hi));
-    }
-    end = std::min(data_bytes, (wanted_end + f.chunk_bytes - 1) / f.chunk_bytes * f.chunk_bytes);
-    buf.resize(static_cast<size_t>(end - pos));
-    tier.Read(step, file, f.data_offset + pos, buf);
-    read += end - pos;
-    for (int64_t c = pos; c < end; c += f.chunk_bytes) {
-      const int64_t len = std::min(f.chunk_bytes, end - c);
-      CheckChunk(m, file, f, c / f.chunk_bytes,
-                 std::span<const char>(buf.data() + (c - pos), static_cast<size_t>(len)), where);
-    }
-    for (size_t i = first_need; i < needs.size() && needs[i].lo < end; ++i) {
-      const int64_t lo = std::max(needs[i].lo, pos), hi = std::min(needs[i].hi, end);
-      if (hi > lo && needs[i].dest != nullptr) {
-        std::memcpy(needs[i].dest + (lo - needs[i].lo), buf.data() + (lo - pos),
-                    static_cast<size_t>(hi - lo));
-      }
-    }
-    while (first_need < needs.size() && needs[first_need].hi <= end) ++first_need;
-    pos = end;
-  }
+  StreamSpans(tier, step, file, f.data_offset, spans, f.chunk_bytes,
+              [&](int64_t pos, std::span<const char> bytes) {
+                const int64_t end = pos + static_cast<int64_t>(bytes.size());
+                if (pos % f.chunk_bytes == 0) XXH3_64bits_reset(hash.get());
+                XXH3_64bits_update(hash.get(), bytes.data(), bytes.size());
+                if (end % f.chunk_bytes == 0 || end == f.size - f.data_offset) {
+                  CheckDigest(m, file, f, pos / f.chunk_bytes, XXH3_64bits_digest(hash.get()), end,
+                              where);
+                }
+                for (size_t k = first_need; k < needs.size() && needs[k].lo < end; ++k) {
+                  const int64_t lo = std::max(needs[k].lo, pos), hi = std::min(needs[k].hi, end);
+                  if (hi > lo && needs[k].dest != nullptr) {
+                    std::memcpy(needs[k].dest + (lo - needs[k].lo), bytes.data() + (lo - pos),
+                                static_cast<size_t>(hi - lo));
+                  }
+                }
+                while (first_need < needs.size() && needs[first_need].hi <= end) ++first_need;
+                read += end - pos;
+              });
   return read;
 }
 

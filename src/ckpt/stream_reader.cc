@@ -1,0 +1,99 @@
+#include "ckpt/stream_reader.h"
+
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+namespace fmstack::ckpt {
+namespace {
+
+constexpr int kRing = 4;
+
+struct PieceRef {
+  int64_t offset = 0, len = 0;
+};
+
+std::vector<PieceRef> Split(std::span<const std::pair<int64_t, int64_t>> spans, int64_t boundary,
+                            int64_t piece_bytes) {
+  std::vector<PieceRef> out;
+  for (const auto& [begin, end] : spans) {
+    for (int64_t p = begin; p < end;) {
+      const int64_t next_boundary = (p / boundary + 1) * boundary;
+      const int64_t e = std::min({end, p + piece_bytes, next_boundary});
+      out.push_back({p, e - p});
+      p = e;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void StreamSpans(Tier& tier, int64_t step, const std::string& file, int64_t base,
+                 std::span<const std::pair<int64_t, int64_t>> spans, int64_t boundary,
+                 const std::function<void(int64_t, std::span<const char>)>& fn,
+                 int64_t piece_bytes) {
+  const std::vector<PieceRef> pieces = Split(spans, boundary, piece_bytes);
+  if (pieces.empty()) return;
+  std::vector<char> ring[kRing];
+  for (auto& b : ring) b.resize(static_cast<size_t>(piece_bytes));
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t filled = 0, consumed = 0;  // pieces read / handed to fn
+  bool stop = false;
+  std::exception_ptr error;
+  std::thread reader([&] {
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      {
+        std::unique_lock lock(mu);
+        cv.wait(lock, [&] { return stop || i < consumed + kRing; });
+        if (stop) return;
+      }
+      try {
+        tier.Read(step, file, base + pieces[i].offset,
+                  std::span<char>(ring[i % kRing].data(), static_cast<size_t>(pieces[i].len)));
+      } catch (...) {
+        const std::lock_guard lock(mu);
+        error = std::current_exception();
+        cv.notify_all();
+        return;
+      }
+      {
+        const std::lock_guard lock(mu);
+        filled = i + 1;
+      }
+      cv.notify_all();
+    }
+  });
+  auto finish = [&] {
+    {
+      const std::lock_guard lock(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    reader.join();
+  };
+  try {
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      {
+        std::unique_lock lock(mu);
+        cv.wait(lock, [&] { return error || filled > i; });
+        if (filled <= i) std::rethrow_exception(error);
+      }
+      fn(pieces[i].offset,
+         std::span<const char>(ring[i % kRing].data(), static_cast<size_t>(pieces[i].len)));
+      {
+        const std::lock_guard lock(mu);
+        consumed = i + 1;
+      }
+      cv.notify_all();
+    }
+  } catch (...) {
+    finish();
+    throw;
+  }
+  finish();
+}
+
+}  // namespace fmstack::ckpt
