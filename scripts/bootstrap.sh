@@ -14,7 +14,7 @@ packages=(
 )
 
 if [ "${1:-}" = "--bench" ]; then
-  packages+=(python3-torch python3-numpy openmpi-bin libopenmpi-dev)
+  packages+=(python3-torch python3-numpy openmpi-bin libopenmpi-dev fio)
 fi
 
 missing=()

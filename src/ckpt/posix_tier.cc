@@ -1,8 +1,7 @@
-// ckpt: the POSIX directory tier. Data goes through large sequential pwrites;
-// writeback of each window is started at once (sync_file_range) so that the
-// disk is busy from the first window and the final fdatasync finds little
-// left to do. Waiting for windows to land would bound dirty pages further
-// but leaves the disk idle between windows (measured: 70% of dd's rate).
+// ckpt: the POSIX directory tier. Data goes through large sequential pwrites,
+// with O_DIRECT where the file system takes it. Without it, writeback of
+// each window is started at once (sync_file_range) so that the disk is busy
+// from the first window and the final fdatasync finds little left to do.
 #include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -11,9 +10,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <mutex>
 
 #include "ckpt/format.h"
@@ -39,10 +40,20 @@ void FsyncDir(const std::string& dir) {
   if (rc != 0) Fail("fsync of directory failed", dir);
 }
 
+// Writes with O_DIRECT where the file system allows it: the disk DMAs
+// straight from the staging pool, so no page-cache copy competes with
+// training for memory bandwidth and CPU (measured here: dd oflag=direct 750-850
+// MB/s against 390-470 MB/s buffered). Aligned runs go straight out; anything
+// unaligned (the header string, a short last slot, drained chunks) goes
+// through an aligned bounce buffer; Finish pads the last block and truncates.
 class PosixSink final : public Sink {
  public:
   explicit PosixSink(std::string path) : path_(std::move(path)) {
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644);
+    direct_ = fd_ >= 0;
+    if (fd_ < 0 && errno == EINVAL) {  // tmpfs and some others refuse O_DIRECT
+      fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    }
     if (fd_ < 0) Fail("cannot create", path_);
   }
   ~PosixSink() override {
@@ -51,21 +62,37 @@ class PosixSink final : public Sink {
   }
 
   void Write(std::span<const char> data) override {
-    while (!data.empty()) {
-      const ssize_t n = ::pwrite(fd_, data.data(), data.size(), offset_);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0)
-        Fail(fmt::format("write of {} bytes at offset {} failed", data.size(), offset_), path_);
-      offset_ += n;
-      data = data.subspan(static_cast<size_t>(n));
+    if (!direct_) {
+      PwriteAll(data);
+      while (offset_ - started_ >= kWindow) {
+        ::sync_file_range(fd_, started_, kWindow, SYNC_FILE_RANGE_WRITE);
+        started_ += kWindow;
+      }
+      return;
     }
-    while (offset_ - started_ >= kWindow) {
-      ::sync_file_range(fd_, started_, kWindow, SYNC_FILE_RANGE_WRITE);
-      started_ += kWindow;
+    while (!data.empty()) {
+      const bool aligned = pending_ == 0 && reinterpret_cast<uintptr_t>(data.data()) % kBlock == 0;
+      if (aligned && data.size() >= kBlock) {
+        const size_t n = data.size() / kBlock * kBlock;
+        PwriteAll(data.first(n));
+        data = data.subspan(n);
+        continue;
+      }
+      if (!bounce_) {
+        bounce_.reset(static_cast<char*>(std::aligned_alloc(kBlock, kBounce)));
+        if (!bounce_) Fail("cannot allocate an aligned write buffer", path_);
+      }
+      const size_t n = std::min(data.size(), kBounce - pending_);
+      std::memcpy(bounce_.get() + pending_, data.data(), n);
+      pending_ += n;
+      data = data.subspan(n);
+      if (pending_ == kBounce) FlushBounce(false);
     }
   }
 
   void Finish() override {
+    if (direct_ && pending_ > 0) FlushBounce(true);
+    if (size_ != offset_ && ::ftruncate(fd_, size_) != 0) Fail("ftruncate failed", path_);
     if (::fdatasync(fd_) != 0) Fail("fdatasync failed", path_);
     if (::close(fd_) != 0) {
       fd_ = -1;
@@ -76,9 +103,50 @@ class PosixSink final : public Sink {
   }
 
  private:
+  static constexpr size_t kBlock = 4096, kBounce = 4 << 20;
+  struct FreeDeleter {
+    void operator()(char* p) const { std::free(p); }
+  };
+
+  void PwriteAll(std::span<const char> data) {
+    size_ += static_cast<int64_t>(data.size());
+    while (!data.empty()) {
+      const ssize_t n = ::pwrite(fd_, data.data(), data.size(), offset_);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0)
+        Fail(fmt::format("write of {} bytes at offset {} failed", data.size(), offset_), path_);
+      offset_ += n;
+      data = data.subspan(static_cast<size_t>(n));
+    }
+  }
+
+  // Writes the whole blocks of the bounce buffer; `last` pads the tail with
+  // zeros to a block (Finish truncates them away) and keeps the true size.
+  void FlushBounce(bool last) {
+    size_t n = pending_ / kBlock * kBlock;
+    const size_t tail = pending_ - n;
+    if (last && tail > 0) {
+      std::memset(bounce_.get() + pending_, 0, kBlock - tail);
+      n += kBlock;
+    }
+    const int64_t true_size = size_ + static_cast<int64_t>(pending_);
+    PwriteAll(std::span<const char>(bounce_.get(), n));
+    if (last) {
+      size_ = true_size;
+      pending_ = 0;
+      return;
+    }
+    std::memmove(bounce_.get(), bounce_.get() + n, tail);
+    pending_ = tail;
+  }
+
   std::string path_;
   int fd_ = -1;
+  bool direct_ = false;
   int64_t offset_ = 0, started_ = 0;
+  int64_t size_ = 0;  // bytes of the file, padding excluded
+  std::unique_ptr<char, FreeDeleter> bounce_;
+  size_t pending_ = 0;
   bool finished_ = false;
 };
 
