@@ -195,8 +195,6 @@ int main(int argc, char** argv) {
     fs::remove_all(dir);
     fs::create_directories(dir);
     dir = fs::absolute(dir).string();
-    const double max_gb = *std::max_element(sizes.begin(), sizes.end());
-    (void)max_gb;
     std::cerr << "measuring memcpy...\n";
     const double memcpy_bw = MemcpyBandwidth(size_t{1} << 30);
 
