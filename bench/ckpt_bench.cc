@@ -74,7 +74,7 @@ std::string Output(const std::string& cmd) {
   std::string out;
   char buf[4096];
   while (p && std::fgets(buf, sizeof buf, p)) out += buf;
-  if (!p || ::pclose(p) != 0) throw fmstack::Error("bench: command failed: " + cmd);
+  if (!p || ::pclose(p) != 0) throw fmstack::Error("bench: command failed: " + cmd + "\n" + out);
   return out;
 }
 
@@ -161,23 +161,16 @@ struct Loop {
 };
 
 nlohmann::json TorchPeers(const std::string& script, const std::string& dir, int64_t bytes) {
-  const std::string cmd =
-      fmt::format("/usr/bin/python3 {} --bytes {} --dir {} 2>&1", script, bytes, dir);
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  while (p && std::fgets(buf, sizeof buf, p)) out += buf;
-  if (!p || ::pclose(p) != 0) {
-    std::cerr << "PyTorch peers failed (install python3-torch: scripts/bootstrap.sh --bench):\n"
-              << out;
+  try {
+    const std::string out =
+        Output(fmt::format("/usr/bin/python3 {} --bytes {} --dir {} 2>&1", script, bytes, dir));
+    return nlohmann::json::parse(out.substr(out.rfind('{')));
+  } catch (const std::exception& e) {
+    std::cerr << "PyTorch peers failed (install python3-torch: scripts/bootstrap.sh --bench): "
+              << e.what() << "\n";
     return nullptr;
   }
-  return nlohmann::json::parse(out.substr(out.rfind('{')));
 }
-
-struct Row {
-  std::string what, value, ratio, target;
-};
 
 }  // namespace
 

@@ -85,19 +85,12 @@ class Engine::Pool {
   }
   Slot* TryAcquire() {
     const std::lock_guard lock(mu_);
-    if (free_.empty()) return nullptr;
-    Slot* s = free_.back();
-    free_.pop_back();
-    s->used = 0;
-    return s;
+    return free_.empty() ? nullptr : Take();
   }
   Slot* Acquire() {
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return !free_.empty(); });
-    Slot* s = free_.back();
-    free_.pop_back();
-    s->used = 0;
-    return s;
+    return Take();
   }
   void Release(Slot* s) {
     {
@@ -109,6 +102,13 @@ class Engine::Pool {
   int64_t bytes() const { return slot_bytes_ * static_cast<int64_t>(all_.size()); }
 
  private:
+  Slot* Take() {  // REQUIRES: mu_ held, a slot free
+    Slot* s = free_.back();
+    free_.pop_back();
+    s->used = 0;
+    return s;
+  }
+
   int64_t slot_bytes_;
   std::vector<std::unique_ptr<Slot>> all_;
   std::mutex mu_;
@@ -117,8 +117,7 @@ class Engine::Pool {
 };
 
 struct Engine::Job {
-  int64_t step = 0;
-  Counters counters;
+  Counters counters;  // counters.step names the checkpoint
   Layout layout;
   nlohmann::json model;
   std::string file;    // this rank's shard file name
@@ -133,6 +132,8 @@ struct Engine::Job {
   Clock::time_point start;
   SaveTiming timing;
   bool first_tier_ok = false;
+
+  int64_t step() const { return counters.step; }
 };
 
 Engine::Engine(std::vector<std::unique_ptr<Tier>> tiers, EngineOptions options)
@@ -188,23 +189,12 @@ int64_t Engine::pool_bytes() const {
   return pool_ ? pool_->bytes() : 0;
 }
 
-SaveTiming Engine::Save(const Snapshot& snap) {
-  const Clock::time_point start = Clock::now();
-  {
-    std::lock_guard lock(mu_);
-    if (first_tier_error_) {
-      std::exception_ptr e = first_tier_error_;
-      first_tier_error_ = nullptr;
-      std::rethrow_exception(e);
-    }
-  }
+std::shared_ptr<Engine::Job> Engine::MakeJob(const Snapshot& snap) const {
   auto job = std::make_shared<Job>();
-  job->step = snap.counters.step;
   job->counters = snap.counters;
   job->layout = snap.layout;
   job->model = snap.model;
   job->file = RankFileName(options_.rank);
-  job->start = start;
   std::vector<ShardPiece> shard;
   int64_t offset = 0;
   for (const TensorSlice& s : snap.slices) {
@@ -227,10 +217,25 @@ SaveTiming Engine::Save(const Snapshot& snap) {
   job->entry.size = job->entry.data_offset + offset;
   job->entry.chunk_bytes = options_.chunk_bytes;
   job->slots_total = (offset + options_.chunk_bytes - 1) / options_.chunk_bytes;
-  job->timing.step = job->step;
+  job->timing.step = job->step();
   job->timing.bytes = offset;
   job->timing.commit_seconds.assign(tiers_.size(), -1);
-  Reserve(offset);
+  return job;
+}
+
+SaveTiming Engine::Save(const Snapshot& snap) {
+  const Clock::time_point start = Clock::now();
+  {
+    std::lock_guard lock(mu_);
+    if (first_tier_error_) {
+      std::exception_ptr e = first_tier_error_;
+      first_tier_error_ = nullptr;
+      std::rethrow_exception(e);
+    }
+  }
+  const std::shared_ptr<Job> job = MakeJob(snap);
+  job->start = start;
+  Reserve(job->timing.bytes);
   {
     const std::lock_guard lock(mu_);
     write_queue_.push_back(job);
@@ -295,7 +300,7 @@ void Engine::Writer() {
     {
       const std::lock_guard lock(mu_);
       if (drain) {
-        pinned_.insert(job->step);
+        pinned_.insert(job->step());
         drain_queue_.push_back(job);
       } else {
         timings_.push_back(job->timing);
@@ -311,7 +316,7 @@ void Engine::WriteFirstTier(Job& job) {
   std::unique_ptr<Sink> sink;
   std::string error;
   try {
-    sink = tier.Create(job.step, job.file);
+    sink = tier.Create(job.step(), job.file);
     sink->Write(job.header);
   } catch (const std::exception& e) {
     error = e.what();
@@ -347,7 +352,7 @@ void Engine::WriteFirstTier(Job& job) {
     if (!error.empty()) throw Error(error);
     sink->Finish();
     Point("shard-written", 0);
-    tier.PutSmall(job.step, RankIndexName(options_.rank),
+    tier.PutSmall(job.step(), RankIndexName(options_.rank),
                   RankIndexJson(job.file, job.entry, job.pieces).dump());
     Point("index-written", 0);
     CommitStep(0, job);
@@ -356,7 +361,7 @@ void Engine::WriteFirstTier(Job& job) {
     Retain(0);
   } catch (const std::exception& e) {
     sink.reset();  // discards the partial file
-    Fail(0, fmt::format("{} not saved: {}", StepDirName(job.step), e.what()));
+    Fail(0, fmt::format("{} not saved: {}", StepDirName(job.step()), e.what()));
   }
 }
 
@@ -374,14 +379,14 @@ void Engine::Drainer() {
       skipped.assign(drain_queue_.begin(), drain_queue_.end() - 1);
       drain_queue_.clear();
       for (const auto& s : skipped) {
-        pinned_.erase(s->step);
+        pinned_.erase(s->step());
         timings_.push_back(s->timing);
         --busy_;
       }
     }
     for (const auto& s : skipped) {
       Note(fmt::format("checkpoint: {} not drained to slower tiers: {} superseded it",
-                       StepDirName(s->step), StepDirName(job->step)));
+                       StepDirName(s->step()), StepDirName(job->step())));
     }
     for (size_t t = 1; t < tiers_.size(); ++t) {
       try {
@@ -389,12 +394,12 @@ void Engine::Drainer() {
         job->timing.commit_seconds[t] = Since(job->start);
         Retain(t);
       } catch (const std::exception& e) {
-        Fail(t, fmt::format("{} not saved: {}", StepDirName(job->step), e.what()));
+        Fail(t, fmt::format("{} not saved: {}", StepDirName(job->step()), e.what()));
       }
     }
     {
       const std::lock_guard lock(mu_);
-      pinned_.erase(job->step);
+      pinned_.erase(job->step());
       timings_.push_back(job->timing);
       --busy_;
     }
@@ -405,7 +410,7 @@ void Engine::Drainer() {
 void Engine::DrainTo(size_t t, Job& job) {
   Tier& from = *tiers_[0];
   Tier& to = *tiers_[t];
-  std::unique_ptr<Sink> sink = to.Create(job.step, job.file);
+  std::unique_ptr<Sink> sink = to.Create(job.step(), job.file);
   sink->Write(job.header);
   const int64_t data = job.entry.size - job.entry.data_offset;
   std::vector<char> buf(static_cast<size_t>(std::min(data, job.entry.chunk_bytes)));
@@ -413,19 +418,19 @@ void Engine::DrainTo(size_t t, Job& job) {
     const int64_t lo = c * job.entry.chunk_bytes;
     const std::span<char> chunk(buf.data(),
                                 static_cast<size_t>(std::min(job.entry.chunk_bytes, data - lo)));
-    from.Read(job.step, job.file, job.entry.data_offset + lo, chunk);
+    from.Read(job.step(), job.file, job.entry.data_offset + lo, chunk);
     if (XXH3_64bits(chunk.data(), chunk.size()) != job.entry.checksums[static_cast<size_t>(c)]) {
       throw Error(
           fmt::format("{}: chunk {} changed since it was written (bad disk or memory?); "
                       "not copying a corrupt checkpoint",
-                      from.Where(job.step, job.file), c));
+                      from.Where(job.step(), job.file), c));
     }
     sink->Write(chunk);
     Point("drained-chunk", t);
   }
   sink->Finish();
   Point("shard-written", t);
-  to.PutSmall(job.step, RankIndexName(options_.rank),
+  to.PutSmall(job.step(), RankIndexName(options_.rank),
               RankIndexJson(job.file, job.entry, job.pieces).dump());
   Point("index-written", t);
   CommitStep(t, job);
@@ -445,11 +450,11 @@ void Engine::CommitStep(size_t t, const Job& job) {
   for (int r = 1; r < options_.world; ++r) {
     const std::string name = RankIndexName(r);
     std::optional<std::string> text;
-    for (int wait_ms = 1; !(text = tier.ReadSmall(job.step, name));
+    for (int wait_ms = 1; !(text = tier.ReadSmall(job.step(), name));
          wait_ms = std::min(wait_ms * 2, 100)) {
       if (Since(start) > options_.commit_timeout_seconds) {
         throw Error(fmt::format("{}: rank {} did not write its part within {:.0f} s",
-                                tier.Where(job.step, name), r, options_.commit_timeout_seconds));
+                                tier.Where(job.step(), name), r, options_.commit_timeout_seconds));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
     }
@@ -457,16 +462,16 @@ void Engine::CommitStep(size_t t, const Job& job) {
     try {
       index = nlohmann::json::parse(*text);
     } catch (const std::exception& e) {
-      throw Error(fmt::format("{}: not valid JSON: {}", tier.Where(job.step, name), e.what()));
+      throw Error(fmt::format("{}: not valid JSON: {}", tier.Where(job.step(), name), e.what()));
     }
-    MergeRankIndex(index, tier.Where(job.step, name), m);
+    MergeRankIndex(index, tier.Where(job.step(), name), m);
   }
-  m.Validate(tier.Where(job.step, kManifestName));
-  tier.PutSmall(job.step, kManifestName, m.ToJson().dump(1));
+  m.Validate(tier.Where(job.step(), kManifestName));
+  tier.PutSmall(job.step(), kManifestName, m.ToJson().dump(1));
   Point("manifest-written", t);
-  tier.Commit(job.step);
+  tier.Commit(job.step());
   Point("committed", t);
-  Note(fmt::format("checkpoint: {} committed on {} ({:.2f} s after save)", StepDirName(job.step),
+  Note(fmt::format("checkpoint: {} committed on {} ({:.2f} s after save)", StepDirName(job.step()),
                    tier.name(), Since(job.start)));
 }
 

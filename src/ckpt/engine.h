@@ -112,6 +112,8 @@ class Engine {
   struct Job;
   class Pool;
 
+  // The shard layout, header and index of a snapshot: everything but the bytes.
+  std::shared_ptr<Job> MakeJob(const Snapshot& snap) const;
   void Writer();
   void Drainer();
   void WriteFirstTier(Job& job);

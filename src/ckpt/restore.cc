@@ -22,9 +22,6 @@ struct Need {
   std::byte* dest = nullptr;
 };
 
-// Reads in spans of whole chunks so that every byte is checked and read once.
-constexpr int64_t kReadSpan = 64 << 20;
-
 // "tensor \"a\"" or "tensors \"a\", \"b\", \"c\" and 7 more".
 std::string Join(const std::vector<std::string>& v) {
   if (v.empty()) return "no tensor";
@@ -48,27 +45,21 @@ void CheckDigest(const Manifest& m, const std::string& file, const FileEntry& f,
                   f.checksums[static_cast<size_t>(chunk)]));
 }
 
-// The reads that cover the chunks `needs` (sorted) touch: chunk-aligned
-// [begin, end) spans of the data region, each up to kReadSpan, in order.
+// The chunk-aligned [begin, end) spans of the data region that cover the
+// needs (sorted by lo), merged where they touch, so each chunk is read once.
 std::vector<std::pair<int64_t, int64_t>> PlanReads(const std::vector<Need>& needs,
                                                    const FileEntry& f) {
   std::vector<std::pair<int64_t, int64_t>> spans;
   const int64_t data_bytes = f.size - f.data_offset;
-  const int64_t per_read = std::max<int64_t>(1, kReadSpan / f.chunk_bytes) * f.chunk_bytes;
-  size_t first_need = 0;
-  int64_t pos = 0;  // chunk-aligned: everything before it is planned
-  while (first_need < needs.size()) {
-    pos = std::max(pos, needs[first_need].lo / f.chunk_bytes * f.chunk_bytes);
-    // Extend the read over chunks that later needs touch, up to per_read.
-    int64_t end = std::min(data_bytes, pos + per_read);
-    int64_t wanted_end = pos;
-    for (size_t i = first_need; i < needs.size() && needs[i].lo < end; ++i) {
-      wanted_end = std::max(wanted_end, std::min(end, needs[i].hi));
+  for (const Need& n : needs) {
+    const int64_t lo = n.lo / f.chunk_bytes * f.chunk_bytes;
+    const int64_t hi =
+        std::min(data_bytes, (n.hi + f.chunk_bytes - 1) / f.chunk_bytes * f.chunk_bytes);
+    if (!spans.empty() && lo <= spans.back().second) {
+      spans.back().second = std::max(spans.back().second, hi);
+    } else {
+      spans.emplace_back(lo, hi);
     }
-    end = std::min(data_bytes, (wanted_end + f.chunk_bytes - 1) / f.chunk_bytes * f.chunk_bytes);
-    spans.emplace_back(pos, end);
-    while (first_need < needs.size() && needs[first_need].hi <= end) ++first_need;
-    pos = end;
   }
   return spans;
 }
@@ -192,15 +183,12 @@ std::optional<RestoreResult> Restore(std::span<Tier* const> tiers,
   // Report incomplete copies newer than what will be chosen: a crash mid-save.
   while (const std::optional<size_t> pick = resilience::ChooseRestore(copies)) {
     resilience::CheckpointCopy& c = copies[*pick];
-    for (const resilience::CheckpointCopy& o : copies) {
-      if (!o.committed && o.valid && o.step > c.step) {
-        reject(
-            fmt::format("checkpoint: rejected {} on {}: no COMMITTED marker (an interrupted save)",
-                        StepDirName(o.step), tiers[static_cast<size_t>(o.tier)]->name()));
-      }
+    for (resilience::CheckpointCopy& o : copies) {
+      if (o.committed || !o.valid || o.step <= c.step) continue;
+      reject(fmt::format("checkpoint: rejected {} on {}: no COMMITTED marker (an interrupted save)",
+                         StepDirName(o.step), tiers[static_cast<size_t>(o.tier)]->name()));
+      o.valid = false;  // reported once
     }
-    for (resilience::CheckpointCopy& o : copies)
-      if (!o.committed && o.step > c.step) o.valid = false;  // reported once
     Tier& tier = *tiers[static_cast<size_t>(c.tier)];
     try {
       RestoreResult r;

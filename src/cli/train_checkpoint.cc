@@ -14,9 +14,9 @@
 
 namespace fmstack::cli {
 
-TrainCheckpointer::TrainCheckpointer(const spec::JobSpec& job, const std::string& out,
-                                     train::Trainer& trainer, Note note)
-    : job_(job), trainer_(trainer), note_(std::move(note)) {
+TrainCheckpointer::TrainCheckpointer(const spec::JobSpec& job, const catalog::Catalog& catalog,
+                                     const std::string& out, train::Trainer& trainer, Note note)
+    : job_(job), catalog_(catalog), trainer_(trainer), note_(std::move(note)) {
   ckpt::EngineOptions o;
   o.rank = trainer.rank();
   o.world = trainer.world();
@@ -66,8 +66,7 @@ double TrainCheckpointer::Mtti(std::string* source) const {
     *source = "the cluster's MTTI";
     return job_.cluster->JobMtti();
   }
-  const catalog::Catalog catalog = catalog::Catalog::LoadEmbedded();
-  const catalog::FaultSet* set = catalog.FindFaultSet("llama3-405b");
+  const catalog::FaultSet* set = catalog_.FindFaultSet("llama3-405b");
   const double nodes = job_.cluster ? static_cast<double>(job_.cluster->nodes) : 1;
   if (set == nullptr || set->UnplannedPerNodeHour() <= 0) {
     *source = "a default of 24 h";

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "catalog/catalog.h"
 #include "ckpt/engine.h"
 #include "spec/job_spec.h"
 #include "train/trainer.h"
@@ -17,8 +18,8 @@ namespace fmstack::cli {
 class TrainCheckpointer {
  public:
   using Note = std::function<void(const std::string&)>;
-  TrainCheckpointer(const spec::JobSpec& job, const std::string& out, train::Trainer& trainer,
-                    Note note);
+  TrainCheckpointer(const spec::JobSpec& job, const catalog::Catalog& catalog,
+                    const std::string& out, train::Trainer& trainer, Note note);
 
   // Restores the newest checkpoint that every rank loaded (collective).
   // Returns its step, or nullopt when there is none.
@@ -36,6 +37,7 @@ class TrainCheckpointer {
   double Mtti(std::string* source) const;
 
   const spec::JobSpec& job_;
+  const catalog::Catalog& catalog_;  // fault rates for the MTTI when the cluster has none
   train::Trainer& trainer_;
   Note note_;
   std::unique_ptr<ckpt::Engine> engine_;

@@ -98,7 +98,7 @@ int RunTrain(const TrainArgs& args) {
   const ProgressLine progress;
   const std::string out = args.out.empty() ? "runs/" + job.name : args.out;
   std::filesystem::create_directories(out);
-  TrainCheckpointer checkpoints(job, out, trainer, [&](const std::string& line) {
+  TrainCheckpointer checkpoints(job, catalog, out, trainer, [&](const std::string& line) {
     if (lead) progress.Note(line);
   });
   // An explicit train state wins; otherwise continue from the newest checkpoint.

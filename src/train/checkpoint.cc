@@ -14,12 +14,6 @@ std::span<std::byte> Bytes(std::span<float> f) {
   return std::as_writable_bytes(f);
 }
 
-nlohmann::json ModelJson(const workload::TransformerShape& s) {
-  return {{"name", s.name},      {"layers", s.layers},         {"hidden", s.hidden},
-          {"heads", s.heads},    {"ffn_hidden", s.ffn_hidden}, {"vocab", s.vocab},
-          {"seq_len", s.seq_len}};
-}
-
 // Calls fn(tensor, begin, span) for the parts of `run` (a run of the flat
 // parameter vector starting at `flat`) that fall inside each tensor.
 template <typename Fn>
@@ -32,12 +26,6 @@ void SplitByTensor(const std::vector<gpt::TensorInfo>& tensors, size_t flat, std
   }
 }
 
-// Rank r's even share of a replicated tensor of n elements.
-std::pair<int64_t, int64_t> Share(int64_t n, int rank, int world) {
-  const int64_t base = n / world, extra = n % world;
-  return {rank * base + std::min<int64_t>(rank, extra), base + (rank < extra ? 1 : 0)};
-}
-
 }  // namespace
 
 ckpt::Snapshot CheckpointSnapshot(Trainer& trainer) {
@@ -48,15 +36,16 @@ ckpt::Snapshot CheckpointSnapshot(Trainer& trainer) {
   const TrainCounters& c = trainer.counters();
   s.counters = {c.step, c.step, c.tokens, c.seed, c.rng};
   s.layout = {world, trainer.sharded() ? 1 : 0};
-  s.model = ModelJson(trainer.config().shape);
+  s.model = ShapeJson(trainer.config().shape);
   std::span<float> params = trainer.model().params();
   auto add = [&](const std::string& name, const gpt::TensorInfo& t, int64_t begin,
                  std::span<float> data) {
     s.slices.push_back({name + t.name, ckpt::DType::kF32, t.dims, begin, std::as_bytes(data)});
   };
   for (const gpt::TensorInfo& t : tensors) {
-    const auto [begin, count] = Share(t.size(), rank, world);
-    add("model.", t, begin, params.subspan(static_cast<size_t>(t.offset + begin), count));
+    const comm::Range share = comm::ShardOf(static_cast<size_t>(t.size()), world, rank);
+    add("model.", t, static_cast<int64_t>(share.begin),
+        params.subspan(static_cast<size_t>(t.offset) + share.begin, share.count));
   }
   for (const Trainer::MomentRun& run : trainer.MomentRuns()) {
     for (auto [prefix, data] : {std::pair{"optim.exp_avg.", run.m}, {"optim.exp_avg_sq.", run.v}}) {
@@ -64,9 +53,10 @@ ckpt::Snapshot CheckpointSnapshot(Trainer& trainer) {
                     [&](const gpt::TensorInfo& t, int64_t begin, std::span<float> part) {
                       if (trainer.sharded()) return add(prefix, t, begin, part);
                       // Replicated moments: this rank's even share only.
-                      const auto [b, n] = Share(t.size(), rank, world);
-                      add(prefix, t, b,
-                          part.subspan(static_cast<size_t>(b), static_cast<size_t>(n)));
+                      const comm::Range share =
+                          comm::ShardOf(static_cast<size_t>(t.size()), world, rank);
+                      add(prefix, t, static_cast<int64_t>(share.begin),
+                          part.subspan(share.begin, share.count));
                     });
     }
   }
@@ -96,7 +86,7 @@ std::vector<ckpt::TensorTarget> CheckpointTargets(Trainer& trainer) {
 
 void FinishRestore(Trainer& trainer, const ckpt::RestoreResult& r) {
   const ckpt::Manifest& m = r.manifest;
-  const nlohmann::json want = ModelJson(trainer.config().shape);
+  const nlohmann::json want = ShapeJson(trainer.config().shape);
   for (const char* key : {"layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len"}) {
     if (m.model.value(key, nlohmann::json()) != want[key]) {
       throw Error(fmt::format("checkpoint {} on {}: saved for model {}, the job trains {}",

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -207,12 +208,30 @@ void DataParallel::AfterBackward(std::span<float> grads, bool last_micro) {
   }
 }
 
-double DataParallel::SumAcrossRanks(double x) {
-  // Two floats carry a double: the high part and the rounding error.
+namespace {
+
+// Two floats carry a double: the high part and the rounding error.
+std::array<float, 2> Split(double x) {
   const auto hi = static_cast<float>(x);
-  float v[2] = {hi, static_cast<float>(x - hi)};
+  return {hi, static_cast<float>(x - hi)};
+}
+
+}  // namespace
+
+double DataParallel::SumAcrossRanks(double x) {
+  std::array<float, 2> v = Split(x);
   comm_.AllReduce(std::span<float>(v), comm::ReduceOp::kSum);
   return static_cast<double>(v[0]) + v[1];
+}
+
+std::vector<double> DataParallel::AllValues(double x) {
+  std::array<float, 2> mine = Split(x);
+  std::vector<float> all(2 * static_cast<size_t>(comm_.size()));
+  comm_.AllGather(std::span<float>(mine), std::span<float>(all));
+  std::vector<double> out;
+  for (size_t r = 0; r < all.size(); r += 2)
+    out.push_back(static_cast<double>(all[r]) + all[r + 1]);
+  return out;
 }
 
 // ------------------------------------------------------------ optimizer ---

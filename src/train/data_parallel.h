@@ -65,6 +65,8 @@ class DataParallel {
               double lr);
   // Sum of a scalar over ranks.
   double SumAcrossRanks(double x);
+  // Every rank's x, in rank order.
+  std::vector<double> AllValues(double x);
 
   // ZeRO: the full moments from every rank's shard (collective), and back.
   void GatherOptimizerState(std::span<float> m, std::span<float> v);

@@ -20,12 +20,6 @@ int64_t Padded(int64_t n) {
   return (n + 63) / 64 * 64;
 }
 
-nlohmann::json ShapeJson(const workload::TransformerShape& s) {
-  return {{"name", s.name},      {"layers", s.layers},         {"hidden", s.hidden},
-          {"heads", s.heads},    {"ffn_hidden", s.ffn_hidden}, {"vocab", s.vocab},
-          {"seq_len", s.seq_len}};
-}
-
 workload::TransformerShape ShapeFromJson(const nlohmann::json& j) {
   workload::TransformerShape s;  // GPT-2 style: the defaults of every other field
   s.name = j.at("name").get<std::string>();
@@ -84,6 +78,12 @@ TrainStateHeader Decode(const nlohmann::json& j, const std::string& path) {
 }
 
 }  // namespace
+
+nlohmann::json ShapeJson(const workload::TransformerShape& s) {
+  return {{"name", s.name},      {"layers", s.layers},         {"hidden", s.hidden},
+          {"heads", s.heads},    {"ffn_hidden", s.ffn_hidden}, {"vocab", s.vocab},
+          {"seq_len", s.seq_len}};
+}
 
 uint64_t HashFloats(std::span<const float> data) {
   return XXH3_64bits(data.data(), data.size_bytes());

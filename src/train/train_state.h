@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 
@@ -46,6 +47,9 @@ TrainStateHeader ReadTrainStateHeader(const std::string& path);
 // the mismatch. On error, `state` may be partly overwritten.
 TrainStateHeader LoadTrainState(const std::string& path, const workload::TransformerShape& shape,
                                 TrainState& state);
+
+// The model shape as saved with weights (here and in checkpoint manifests).
+nlohmann::json ShapeJson(const workload::TransformerShape& shape);
 
 // XXH3-64 of a float buffer: the "parameter hash" determinism is judged by.
 uint64_t HashFloats(std::span<const float> data);

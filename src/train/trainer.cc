@@ -112,15 +112,7 @@ std::vector<Trainer::MomentRun> Trainer::MomentRuns() {
 
 std::vector<double> Trainer::AllValues(double x) {
   if (!dp_) return {x};
-  // Two floats carry a double: the high part and the rounding error.
-  const auto hi = static_cast<float>(x);
-  std::vector<float> mine = {hi, static_cast<float>(x - hi)};
-  std::vector<float> all(2 * static_cast<size_t>(world()));
-  dp_->comm().AllGather(std::span<float>(mine), std::span<float>(all));
-  std::vector<double> out;
-  for (size_t r = 0; r < all.size(); r += 2)
-    out.push_back(static_cast<double>(all[r]) + all[r + 1]);
-  return out;
+  return dp_->AllValues(x);
 }
 
 void Trainer::Save(const std::string& path, const std::string& data_dir) {
