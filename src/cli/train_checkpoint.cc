@@ -32,6 +32,9 @@ TrainCheckpointer::TrainCheckpointer(const spec::JobSpec& job, const catalog::Ca
 }
 
 std::optional<int64_t> TrainCheckpointer::Resume() {
+  // A restore that rejects every copy may have written part of one into the
+  // model first; then starting over would start from a mix, not from the seed.
+  const bool committed = engine_->Latest().has_value();
   std::optional<int64_t> max_step;
   for (;;) {
     const std::vector<ckpt::TensorTarget> targets = train::CheckpointTargets(trainer_);
@@ -41,10 +44,15 @@ std::optional<int64_t> TrainCheckpointer::Resume() {
     const std::vector<double> steps = trainer_.AllValues(r ? static_cast<double>(r->step) : -1);
     const double agreed = *std::min_element(steps.begin(), steps.end());
     if (agreed < 0) {
-      if (r)
-        note_(fmt::format("checkpoint: another rank found no usable checkpoint: starting over"));
-      trainer_.set_counters({0, 0, trainer_.config().seed, trainer_.config().seed});
-      return std::nullopt;
+      const double best = *std::max_element(steps.begin(), steps.end());
+      if (!committed && best < 0) return std::nullopt;  // a fresh run
+      throw Error(fmt::format(
+          "checkpoint: rank {} found no usable checkpoint ({}), so the ranks cannot resume from "
+          "one state and the model may hold part of a rejected copy; see the rejected copies "
+          "above (`fmstack ckpt verify`), remove them or train into a new --out",
+          static_cast<int>(std::min_element(steps.begin(), steps.end()) - steps.begin()),
+          best >= 0 ? fmt::format("another rank restored step {}", best)
+                    : "every committed copy was rejected"));
     }
     if (r && static_cast<double>(r->step) == agreed) {
       train::FinishRestore(trainer_, *r);

@@ -8,7 +8,8 @@
 #     reads fmstack's uploads back byte-identical to the local copy, and the
 #     shard parses as safetensors with the standard library alone;
 #  3. a flipped bit in the local copy is caught, named, and the shared copy
-#     used instead; the same checkpoint reshards onto 3 ranks;
+#     used instead; the same checkpoint reshards onto 3 ranks; with every
+#     copy damaged, training refuses to start over a half-read model;
 #  4. a wrong secret fails at once with the S3 error, no retry loop;
 #  5. `fmstack ckpt export` writes the weights as one safetensors file.
 set -euo pipefail
@@ -171,6 +172,18 @@ grep "rejected step-00000012 on local" runs/tiny/logs/rank0.log ||
 grep "resumed from step-00000012 on the shared tier" runs/tiny/logs/rank0.log ||
   { echo "FAIL: did not fall back to the shared tier"; exit 1; }
 [ "$(grep -c '"ev":"step"' runs/tiny/logs/rank0.log)" -ge 3 ] || { echo "FAIL: 3 ranks did not train on"; exit 1; }
+
+# 3b. Every copy damaged: no silent fresh start over a half-read model.
+job broken 1
+sed -i 's/steps = 12/steps = 3/' broken.toml
+"$FMSTACK" train broken.toml --out runs/broken > /dev/null 2>&1 || { echo "FAIL: broken run"; exit 1; }
+for f in runs/broken/ckpt/step-*/rank-00000.safetensors shared/broken/step-*/rank-00000.safetensors; do
+  $PY -c 'import sys; f = open(sys.argv[1], "r+b"); f.seek(8192); b = f.read(1); f.seek(8192); f.write(bytes([b[0] ^ 1]))' "$f"
+done
+if "$FMSTACK" train broken.toml --out runs/broken --steps 6 > /dev/null 2> broken.err; then
+  echo "FAIL: trained on after every copy was rejected"; exit 1
+fi
+grep -q "every committed copy was rejected" broken.err || { cat broken.err; echo "FAIL: unclear error"; exit 1; }
 
 # 4. A wrong secret: one clear error, no retry loop.
 if [ -n "$s3" ]; then
