@@ -9,8 +9,8 @@
 #include <map>
 #include <memory>
 
+#include "ckpt/choose.h"
 #include "ckpt/stream_reader.h"
-#include "resilience/policy.h"
 #include "util/error.h"
 
 namespace fmstack::ckpt {
@@ -159,7 +159,7 @@ Manifest ReadCopy(Tier& tier, int64_t step, std::span<const TensorTarget> target
 std::optional<RestoreResult> Restore(std::span<Tier* const> tiers,
                                      std::span<const TensorTarget> targets, const Log& log,
                                      std::optional<int64_t> max_step) {
-  std::vector<resilience::CheckpointCopy> copies;
+  std::vector<CheckpointCopy> copies;
   std::vector<std::string> rejected;
   auto reject = [&](const std::string& line) {
     rejected.push_back(line);
@@ -181,9 +181,9 @@ std::optional<RestoreResult> Restore(std::span<Tier* const> tiers,
   }
   const auto start = std::chrono::steady_clock::now();
   // Report incomplete copies newer than what will be chosen: a crash mid-save.
-  while (const std::optional<size_t> pick = resilience::ChooseRestore(copies)) {
-    resilience::CheckpointCopy& c = copies[*pick];
-    for (resilience::CheckpointCopy& o : copies) {
+  while (const std::optional<size_t> pick = ChooseRestore(copies)) {
+    CheckpointCopy& c = copies[*pick];
+    for (CheckpointCopy& o : copies) {
       if (o.committed || !o.valid || o.step <= c.step) continue;
       reject(fmt::format("checkpoint: rejected {} on {}: no COMMITTED marker (an interrupted save)",
                          StepDirName(o.step), tiers[static_cast<size_t>(o.tier)]->name()));

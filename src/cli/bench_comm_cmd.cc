@@ -120,7 +120,8 @@ Results RunFmstack(const BenchArgs& args, int nodes, int procs, const std::strin
   o.netns = netns;
   o.layout = {nodes, procs};
   o.argv = {self, "bench", "comm", "--min", args.min, "--max", args.max, "--ops", args.ops};
-  o.log_dir = fmt::format("runs/bench-comm/fmstack-{}x{}", nodes, procs);
+  o.run_dir = fmt::format("runs/bench-comm/fmstack-{}x{}", nodes, procs);
+  o.job_name = "bench-comm";
   o.job_id = fmt::format("bench{}", ::getpid());
   o.extra_env["OMP_NUM_THREADS"] = "1";
   Results r;
@@ -137,7 +138,8 @@ Results RunFmstack(const BenchArgs& args, int nodes, int procs, const std::strin
       },
       [](int rank, bool is_stderr, const std::string& line) {
         if (is_stderr) std::cerr << fmt::format("\n[rank {}] {}\n", rank, line);
-      });
+      },
+      [](const std::string& line) { std::cerr << "\nbench comm: " << line << "\n"; });
   if (::isatty(2) == 1) std::cerr << "\r\033[K";
   if (!result.ok()) throw Error("bench comm: a worker failed: " + result.failure);
   return r;

@@ -35,5 +35,7 @@ Runner AddGenerateCommand(CLI::App& app);
 Runner AddBenchCommand(CLI::App& app);
 Runner AddSimCommand(CLI::App& app);
 Runner AddRunCommand(CLI::App& app, std::span<char* const> argv);
+Runner AddFaultCommand(CLI::App& app);
+Runner AddReportCommand(CLI::App& app);
 
 }  // namespace fmstack::cli

@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
   const fmstack::cli::Runner ckpt = fmstack::cli::AddCkptCommand(app);
   const fmstack::cli::Runner run =
       fmstack::cli::AddRunCommand(app, std::span<char* const>(argv, static_cast<size_t>(argc)));
+  const fmstack::cli::Runner fault = fmstack::cli::AddFaultCommand(app);
+  const fmstack::cli::Runner report = fmstack::cli::AddReportCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -33,6 +35,8 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("run")) return run();
     if (app.got_subcommand("bench")) return bench();
     if (app.got_subcommand("ckpt")) return ckpt();
+    if (app.got_subcommand("fault")) return fault();
+    if (app.got_subcommand("report")) return report();
   } catch (const fmstack::Error& e) {
     std::cerr << "fmstack: error: " << e.what() << "\n";
     return 2;

@@ -2,9 +2,11 @@
 // worker processes of `fmstack train`, each data-parallel rank with the
 // torchrun environment. `fmstack run -- cmd ...` runs any program that way.
 #include <fmt/format.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -34,6 +36,8 @@ struct RunArgs {
   std::string transport = "auto";
   double grace = 5;
   bool netns = false;
+  int max_restarts = -1;  // -1 = resilience.max_restarts (jobs) / 0 (commands)
+  double heartbeat_timeout = 30;
 };
 
 // The merged live progress line: the slowest rank's step, rank 0's loss, the
@@ -92,38 +96,78 @@ void PrintExits(const runtime::RunResult& r, const cluster::LocalLayout& layout)
   std::cerr << t.RenderText();
 }
 
+// A supervisor-restart: the same command again, told to continue the run.
+[[noreturn]] void ExecAgain(std::span<char* const> argv) {
+  ::setenv("FMSTACK_SUPERVISOR_RESUME", "1", 1);
+  std::vector<char*> args(argv.begin(), argv.end());
+  args.push_back(nullptr);
+  ::execv("/proc/self/exe", args.data());
+  throw Error(
+      fmt::format("supervisor-restart: cannot exec /proc/self/exe: {}", std::strerror(errno)));
+}
+
 int Finish(const runtime::RunResult& r, const cluster::LocalLayout& layout,
-           const std::string& log_dir) {
+           const std::string& run_dir) {
   if (r.ok()) return 0;
-  PrintExits(r, layout);
   if (r.interrupted) {
-    std::cerr << fmt::format("fmstack run: interrupted; workers stopped (logs in {})\n", log_dir);
-    return 130;
+    std::cerr << fmt::format(
+        "fmstack run: interrupted by SIG{}; {} (logs in {}/logs)\n", sigabbrev_np(r.signal),
+        r.saved ? "every rank saved the current step first: `fmstack run` again resumes there"
+                : "workers stopped; the newest committed checkpoint is where a rerun resumes",
+        run_dir);
+    return r.signal == SIGTERM ? 143 : 130;
   }
-  std::cerr << fmt::format("fmstack run: job failed: {}; logs in {}/rank{}.log\n", r.failure,
-                           log_dir, r.failed_rank);
+  PrintExits(r, layout);
+  std::cerr << fmt::format("fmstack run: job failed after {} restart(s): {}; logs in {}/logs\n",
+                           r.restarts, r.failure, run_dir);
   return 1;
 }
 
-int RunCommand(const RunArgs& args) {
+void ApplyResilience(const spec::JobSpec& job, runtime::SuperviseOptions& o) {
+  const spec::ResilienceSpec& r = job.resilience;
+  o.policy.strategy =
+      resilience::ParseStrategy(r.policy).value_or(resilience::Strategy::kCheckpointRestart);
+  o.policy.min_dp_fraction = r.min_dp_fraction;
+  o.policy.max_restarts = static_cast<int>(r.max_restarts);
+  o.policy.backoff_seconds = r.restart_backoff;
+  o.monitor = {r.heartbeat_timeout, r.straggler_factor, r.straggler_steps};
+  o.notice_deadline = r.notice_deadline;
+  o.extra_env["FMSTACK_COMM_TIMEOUT_MS"] =
+      std::to_string(static_cast<int64_t>(r.collective_timeout * 1000));
+  for (const spec::InjectSpec& i : job.faults.inject) {
+    if (i.rank >= o.layout.world()) {
+      throw SpecError(job.PosOf("faults"), "faults.inject.rank",
+                      fmt::format("{}: the run has ranks 0..{}", i.rank, o.layout.world() - 1));
+    }
+    o.inject.push_back({"", i.kind, static_cast<int>(i.rank), i.at_step});
+  }
+}
+
+int RunCommand(const RunArgs& args, std::span<char* const> argv) {
   const cluster::LocalLayout layout{std::max(1, args.nodes), std::max(1, args.procs_per_node)};
   const std::string out = args.out.empty() ? "runs/command" : args.out;
   runtime::SuperviseOptions o;
   o.layout = layout;
   o.argv = args.command;
-  o.log_dir = out + "/logs";
+  o.run_dir = out;
+  o.job_name = "command";
   o.job_id = fmt::format("cmd{}", ::getpid());
+  o.policy.max_restarts = args.max_restarts;
+  o.monitor.heartbeat_timeout = args.heartbeat_timeout;
+  o.resume_supervisor = std::getenv("FMSTACK_SUPERVISOR_RESUME") != nullptr;
   o.grace_seconds = args.grace;
   o.netns = args.netns;
   // Everything the program prints goes to the terminal, tagged by rank.
   auto line = [](int rank, bool is_stderr, const std::string& text) {
     (is_stderr ? std::cerr : std::cout) << fmt::format("[rank {}] {}\n", rank, text) << std::flush;
   };
-  const runtime::RunResult r = runtime::Supervise(o, nullptr, line);
-  return Finish(r, layout, o.log_dir);
+  auto note = [](const std::string& text) { std::cerr << "fmstack run: " << text << "\n"; };
+  const runtime::RunResult r = runtime::Supervise(o, nullptr, line, note);
+  if (r.reexec) ExecAgain(argv);
+  return Finish(r, layout, out);
 }
 
-int RunJob(const RunArgs& args) {
+int RunJob(const RunArgs& args, std::span<char* const> argv) {
   const catalog::Catalog catalog = catalog::Catalog::LoadEmbedded();
   const spec::JobSpec job = spec::LoadJobSpec(args.job, catalog);
   cluster::LocalLayout layout;
@@ -145,15 +189,20 @@ int RunJob(const RunArgs& args) {
   if (!args.resume.empty()) {
     o.argv.insert(o.argv.end(), {"--resume", std::filesystem::absolute(args.resume).string()});
   }
-  o.log_dir = out + "/logs";
+  o.run_dir = out;
+  o.job_name = job.name;
   o.job_id = fmt::format("{}{}", job.name, ::getpid());
   o.grace_seconds = args.grace;
   o.extra_env["FMSTACK_COMM_TRANSPORT"] = args.transport;
   o.netns = args.netns || (job.cluster && job.cluster->netns);
+  o.checkpoint_dir = job.checkpoint.local_dir.empty() ? out + "/ckpt" : job.checkpoint.local_dir;
+  o.resume_supervisor = std::getenv("FMSTACK_SUPERVISOR_RESUME") != nullptr;
+  ApplyResilience(job, o);
+  if (args.max_restarts >= 0) o.policy.max_restarts = args.max_restarts;
   std::cerr << fmt::format(
       "fmstack run: {} on the local backend: {} nodes x {} processes{}; logs in {}\n", job.name,
       layout.nodes, layout.procs_per_node, o.netns ? " (nodes in network namespaces)" : "",
-      o.log_dir);
+      out + "/logs");
 
   MergedProgress progress(layout.world());
   nlohmann::json done;
@@ -176,11 +225,17 @@ int RunJob(const RunArgs& args) {
   auto line = [&](int rank, bool is_stderr, const std::string& text) {
     if (is_stderr) progress.Note(fmt::format("[rank {}] {}", rank, text));
   };
-  const runtime::RunResult r = runtime::Supervise(o, event, line);
+  auto note = [&](const std::string& text) { progress.Note("fmstack run: " + text); };
+  const runtime::RunResult r = runtime::Supervise(o, event, line, note);
+  if (r.reexec) ExecAgain(argv);
+  if (!r.ledger.incidents().empty() || !r.ok()) {
+    std::cerr << "\ngoodput (" << out << "/goodput.json; `fmstack report " << out << "`):\n"
+              << r.ledger.RenderText() << "\n";
+  }
   if (!r.ok() || done.is_null()) {
-    const int code = Finish(r, layout, o.log_dir);
+    const int code = Finish(r, layout, out);
     if (code != 0) return code;
-    throw Error("rank 0 finished without a summary; see " + o.log_dir + "/rank0.log");
+    throw Error("rank 0 finished without a summary; see " + out + "/logs/rank0.log");
   }
   TextTable t({"metric", "value"});
   t.AddRow({"workers",
@@ -200,6 +255,9 @@ int RunJob(const RunArgs& args) {
   t.AddRow({"unigram entropy", fmt::format("{:.4f}", done.at("unigram").get<double>())});
   t.AddRow({"parameter hash", done.at("param_hash").get<std::string>()});
   t.AddRow({"state", done.at("state").get<std::string>()});
+  t.AddRow({"restarts", fmt::format("{} ({} fault(s))", r.restarts, r.ledger.incidents().size())});
+  t.AddRow({"goodput",
+            fmt::format("{:.1f}% of wall time in productive steps", 100 * r.ledger.Goodput())});
   t.AddRow({"wall time (incl. start-up)", units::FormatSeconds(r.seconds)});
   std::cout << t.RenderText();
   return 0;
@@ -244,7 +302,19 @@ Runner AddRunCommand(CLI::App& app, std::span<char* const> argv) {
   cmd->add_option("--grace", args->grace,
                   "seconds the other workers get to exit after one fails, before SIGTERM/SIGKILL")
       ->check(CLI::NonNegativeNumber);
-  return [args] { return args->command.empty() ? RunJob(*args) : RunCommand(*args); };
+  cmd->add_option("--max-restarts", args->max_restarts,
+                  "automatic restarts after a fault (default: resilience.max_restarts for a job, "
+                  "0 for a command, as torchrun)")
+      ->check(CLI::Range(0, 1000));
+  cmd->add_option("--heartbeat-timeout", args->heartbeat_timeout,
+                  "a command's rank that sent heartbeats and then none for this long is hung "
+                  "(jobs: resilience.heartbeat_timeout)")
+      ->check(CLI::PositiveNumber);
+  return [args, argv] {
+    if (args->command.empty()) return RunJob(*args, argv);
+    if (args->max_restarts < 0) args->max_restarts = 0;
+    return RunCommand(*args, argv);
+  };
 }
 
 }  // namespace fmstack::cli

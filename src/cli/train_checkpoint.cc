@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 
 #include "catalog/catalog.h"
 #include "cli/commands.h"
-#include "plan/sizing.h"
+#include "resilience/policy.h"
+#include "sim/scenario.h"
 #include "train/checkpoint.h"
 #include "util/error.h"
 #include "util/units.h"
@@ -23,6 +25,12 @@ TrainCheckpointer::TrainCheckpointer(const spec::JobSpec& job, const catalog::Ca
   o.keep = static_cast<int>(job.checkpoint.keep);
   o.pool_bytes = static_cast<int64_t>(job.checkpoint.pool_bytes);
   if (o.rank == 0) o.log = note_;
+  o.fault_point = [this](std::string_view point, const std::string& tier) {
+    if (point != "shard-written" || tier != "local") return;
+    if (die_during_save_.exchange(false)) ::raise(SIGKILL);
+    if (fail_next_write_.exchange(false))
+      throw Error("write: No space left on device (injected disk-full)");
+  };
   engine_ = std::make_unique<ckpt::Engine>(MakeCheckpointTiers(job.checkpoint, out + "/ckpt"), o);
   // The pool is touched now, so that no save, the first included, pays page faults.
   int64_t bytes = 0;
@@ -31,16 +39,18 @@ TrainCheckpointer::TrainCheckpointer(const spec::JobSpec& job, const catalog::Ca
   engine_->Reserve(bytes);
 }
 
-std::optional<int64_t> TrainCheckpointer::Resume() {
+std::optional<int64_t> TrainCheckpointer::Resume(std::optional<int64_t> max_step) {
   // A restore that rejects every copy may have written part of one into the
   // model first; then starting over would start from a mix, not from the seed.
   const bool committed = engine_->Latest().has_value();
-  std::optional<int64_t> max_step;
+  const std::vector<ckpt::TensorTarget> targets = train::CheckpointTargets(trainer_);
+  std::optional<ckpt::RestoreResult> r = engine_->Restore(targets, max_step);
+  // Ranks read different shards, so one may reject a copy another loaded:
+  // all go back to the oldest step any rank got. Every rank takes part in
+  // every round, including one that already holds the agreed step: a rank
+  // that left early would meet the others' next round with its training
+  // collectives (the mismatch once read a peer's buffer out of bounds).
   for (;;) {
-    const std::vector<ckpt::TensorTarget> targets = train::CheckpointTargets(trainer_);
-    const std::optional<ckpt::RestoreResult> r = engine_->Restore(targets, max_step);
-    // Ranks read different shards, so one may reject a copy another loaded:
-    // all go back to the oldest step any rank got.
     const std::vector<double> steps = trainer_.AllValues(r ? static_cast<double>(r->step) : -1);
     const double agreed = *std::min_element(steps.begin(), steps.end());
     if (agreed < 0) {
@@ -54,35 +64,31 @@ std::optional<int64_t> TrainCheckpointer::Resume() {
           best >= 0 ? fmt::format("another rank restored step {}", best)
                     : "every committed copy was rejected"));
     }
-    if (r && static_cast<double>(r->step) == agreed) {
-      train::FinishRestore(trainer_, *r);
-      if (trainer_.rank() == 0) {
-        note_(fmt::format(
-            "checkpoint: resumed from {} on the {} tier ({} read in {:.2f} s{})",
-            ckpt::StepDirName(r->step), r->tier_name,
-            units::FormatBytes(static_cast<double>(r->bytes_read)), r->seconds,
-            r->rejected.empty() ? "" : fmt::format(", {} copies rejected", r->rejected.size())));
-      }
-      return r->step;
-    }
-    max_step = static_cast<int64_t>(agreed);
+    if (std::all_of(steps.begin(), steps.end(), [&](double s) { return s == agreed; })) break;
+    if (static_cast<double>(r->step) != agreed)
+      r = engine_->Restore(targets, static_cast<int64_t>(agreed));
   }
+  train::FinishRestore(trainer_, *r);
+  restore_seconds_ = r->seconds;
+  if (trainer_.rank() == 0) {
+    note_(fmt::format(
+        "checkpoint: resumed from {} on the {} tier ({} read in {:.2f} s{})",
+        ckpt::StepDirName(r->step), r->tier_name,
+        units::FormatBytes(static_cast<double>(r->bytes_read)), r->seconds,
+        r->rejected.empty() ? "" : fmt::format(", {} copies rejected", r->rejected.size())));
+  }
+  return r->step;
 }
 
 double TrainCheckpointer::Mtti(std::string* source) const {
-  if (job_.cluster && job_.cluster->JobMtti() > 0) {
-    *source = "the cluster's MTTI";
-    return job_.cluster->JobMtti();
-  }
-  const catalog::FaultSet* set = catalog_.FindFaultSet("llama3-405b");
-  const double nodes = job_.cluster ? static_cast<double>(job_.cluster->nodes) : 1;
-  if (set == nullptr || set->UnplannedPerNodeHour() <= 0) {
-    *source = "a default of 24 h";
-    return 24 * 3600.0;
-  }
-  *source =
-      fmt::format("the llama3-405b fault rates over {} node(s); set cluster.node_mtbf", nodes);
-  return 3600.0 / (set->UnplannedPerNodeHour() * nodes);
+  // The same fault rates and rule that `fmstack sim` plays out for this file.
+  double planned = 0;
+  const std::vector<catalog::FaultCause> causes =
+      sim::ResolveCauses(job_, catalog_, &planned, source);
+  const int64_t nodes = job_.cluster ? job_.cluster->nodes : 1;
+  const double job_mtti = job_.cluster ? job_.cluster->job_mtti_seconds : 0;
+  if (job_mtti > 0) *source = "cluster.job_mtti";
+  return resilience::JobMtti(causes, nodes, job_mtti);
 }
 
 void TrainCheckpointer::ChooseCadence(double blocking_seconds) {
@@ -100,7 +106,8 @@ void TrainCheckpointer::ChooseCadence(double blocking_seconds) {
   } else if (job_.checkpoint.interval_auto) {
     std::string source;
     const double mtti = Mtti(&source);
-    interval = plan::IntervalYoungDaly(block, mtti);
+    interval = resilience::CheckpointInterval(block, mtti, 0);
+    if (interval <= 0) interval = 3600;  // nothing fails: an hourly safety net
     why = fmt::format("auto: Young/Daly sqrt(2 x {:.3f} s blocking x {} MTTI from {})", block,
                       units::FormatSeconds(mtti), source);
   }
@@ -113,12 +120,23 @@ void TrainCheckpointer::ChooseCadence(double blocking_seconds) {
   }
 }
 
-void TrainCheckpointer::Save() {
-  const ckpt::SaveTiming t = engine_->Save(train::CheckpointSnapshot(trainer_));
+ckpt::SaveTiming TrainCheckpointer::Save() {
+  ckpt::SaveTiming t;
+  try {
+    t = engine_->Save(train::CheckpointSnapshot(trainer_));
+  } catch (const std::exception& e) {
+    throw CheckpointFailed(e.what());
+  }
   if (every_ == 0) ChooseCadence(t.blocking_seconds);
+  return t;
 }
 
-void TrainCheckpointer::AfterStep(double step_seconds, int64_t last_step) {
+ckpt::SaveTiming TrainCheckpointer::SaveNow() {
+  return Save();
+}
+
+std::optional<ckpt::SaveTiming> TrainCheckpointer::AfterStep(double step_seconds,
+                                                             int64_t last_step) {
   step_seconds_sum_ += step_seconds;
   ++steps_seen_;
   const int64_t step = trainer_.step();
@@ -126,11 +144,16 @@ void TrainCheckpointer::AfterStep(double step_seconds, int64_t last_step) {
   // a fixed interval needs a step time first.
   if (every_ == 0 && (!job_.checkpoint.interval_auto || job_.checkpoint.every_steps > 0))
     ChooseCadence(0);
-  if (every_ == 0 || step % every_ == 0 || step == last_step) Save();
+  if (every_ == 0 || step % every_ == 0 || step == last_step) return Save();
+  return std::nullopt;
 }
 
 void TrainCheckpointer::Finish() {
-  engine_->Wait();
+  try {
+    engine_->Wait();
+  } catch (const std::exception& e) {
+    throw CheckpointFailed(e.what());
+  }
 }
 
 }  // namespace fmstack::cli

@@ -3,6 +3,7 @@
 // on (fixed, or Young/Daly from the measured blocking time and the MTTI).
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -15,24 +16,42 @@
 
 namespace fmstack::cli {
 
+// The fast checkpoint tier failed (disk full, I/O error): the run cannot
+// keep its promise of not losing work, so the worker reports it as a fault.
+class CheckpointFailed : public Error {
+ public:
+  using Error::Error;
+};
+
 class TrainCheckpointer {
  public:
   using Note = std::function<void(const std::string&)>;
   TrainCheckpointer(const spec::JobSpec& job, const catalog::Catalog& catalog,
                     const std::string& out, train::Trainer& trainer, Note note);
 
-  // Restores the newest checkpoint that every rank loaded (collective).
-  // Returns its step, or nullopt when there is none.
-  std::optional<int64_t> Resume();
-  // After each optimizer step (collective when it saves).
-  void AfterStep(double step_seconds, int64_t last_step);
+  // Restores the newest checkpoint that every rank loaded (collective),
+  // no newer than `max_step` when given. Returns its step, or nullopt when
+  // there is none.
+  std::optional<int64_t> Resume(std::optional<int64_t> max_step = std::nullopt);
+  // After each optimizer step (collective when it saves). Returns the save's
+  // timing when it saved.
+  std::optional<ckpt::SaveTiming> AfterStep(double step_seconds, int64_t last_step);
+  // Saves the current step now, whatever the cadence (collective).
+  ckpt::SaveTiming SaveNow();
   // Waits for every tier; throws the first error.
   void Finish();
+  // Seconds the last Resume() spent reading.
+  double restore_seconds() const { return restore_seconds_; }
+
+  // Fault rehearsal: the next save's shard write fails with ENOSPC, or the
+  // process is killed right after writing its shard (before the commit).
+  void FailNextWrite() { fail_next_write_ = true; }
+  void DieDuringNextSave() { die_during_save_ = true; }
 
   int64_t every_steps() const { return every_; }
 
  private:
-  void Save();
+  ckpt::SaveTiming Save();
   void ChooseCadence(double blocking_seconds);
   double Mtti(std::string* source) const;
 
@@ -44,6 +63,8 @@ class TrainCheckpointer {
   int64_t every_ = 0;  // steps between saves; 0 = not chosen yet
   double step_seconds_sum_ = 0;
   int64_t steps_seen_ = 0;
+  double restore_seconds_ = 0;
+  std::atomic<bool> fail_next_write_{false}, die_during_save_{false};
 };
 
 }  // namespace fmstack::cli

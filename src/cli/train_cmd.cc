@@ -2,10 +2,13 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <array>
 #include <filesystem>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <utility>
 
 #include "catalog/catalog.h"
 #include "cli/commands.h"
@@ -13,6 +16,8 @@
 #include "cli/train_checkpoint.h"
 #include "comm/hier_comm.h"
 #include "gpt/sgemm_peak.h"
+#include "runtime/supervisor.h"
+#include "runtime/worker.h"
 #include "spec/job_spec.h"
 #include "train/corpus.h"
 #include "train/trainer.h"
@@ -72,6 +77,70 @@ train::DpConfig DpFromSpec(const spec::JobSpec& job) {
   return dp;
 }
 
+// FMSTACK_RESTORE_MAX_STEP: set by the supervisor after a silent corruption.
+std::optional<int64_t> RestoreLimit() {
+  const char* v = std::getenv("FMSTACK_RESTORE_MAX_STEP");
+  if (v == nullptr) return std::nullopt;
+  char* end = nullptr;
+  const long long n = std::strtoll(v, &end, 10);
+  if (end == v || *end != '\0' || n < 0)
+    throw Error(fmt::format("FMSTACK_RESTORE_MAX_STEP={}: expected a step number", v));
+  return n;
+}
+
+// Words are (stop, hash) per rank. A message when the hashes differ.
+std::optional<std::string> CompareReplicas(const std::vector<uint64_t>& words, int world) {
+  std::string hashes;
+  bool differ = false;
+  for (int r = 0; r < world; ++r) {
+    const uint64_t h = words[2 * static_cast<size_t>(r) + 1];
+    differ = differ || h != words[1];
+    hashes += fmt::format("{}rank {} {:016x}", r == 0 ? "" : ", ", r, h);
+  }
+  if (!differ) return std::nullopt;
+  return "parameter replicas differ (silent data corruption): " + hashes;
+}
+
+// The rank whose hash no other rank shares, when there is exactly one; else -1.
+int BlamedReplica(const std::vector<uint64_t>& words, int world) {
+  int blamed = -1;
+  for (int r = 0; r < world; ++r) {
+    int same = 0;
+    for (int o = 0; o < world; ++o)
+      same += words[2 * static_cast<size_t>(o) + 1] == words[2 * static_cast<size_t>(r) + 1];
+    if (same == 1 && world >= 3) {
+      if (blamed >= 0) return -1;
+      blamed = r;
+    }
+  }
+  return blamed;
+}
+
+// Commands from the supervisor, applied at a step boundary.
+struct Rehearsal {
+  bool stop = false;  // save this step and exit (notice, signal, straggler)
+  bool flip = false;  // flip a parameter bit after the next step
+  bool exit_now = false;
+
+  void Take(runtime::Worker& control, train::Trainer& trainer, TrainCheckpointer& checkpoints,
+            double mean_step_seconds) {
+    for (const nlohmann::json& c : control.TakeCommands()) {
+      const std::string cmd = c.value("cmd", "");
+      if (cmd == "stop") stop = true;
+      if (cmd != "inject") continue;
+      const std::string kind = c.value("kind", "");
+      if (kind == "nan") trainer.PoisonNextGradient();
+      if (kind == "bitflip") flip = true;
+      if (kind == "exit") exit_now = true;
+      if (kind == "disk-full") checkpoints.FailNextWrite();
+      if (kind == "kill-during-save") checkpoints.DieDuringNextSave();
+      // Slow enough that its peers' median is well under straggler_factor.
+      if (kind == "straggler") trainer.SlowDown(3 * mean_step_seconds + 0.05);
+      std::cerr << fmt::format("fault injection: {} on rank {}\n", kind, trainer.rank());
+    }
+  }
+};
+
 int RunTrain(const TrainArgs& args) {
   const catalog::Catalog catalog = catalog::Catalog::LoadEmbedded();
   const spec::JobSpec job = spec::LoadJobSpec(args.job, catalog);
@@ -101,12 +170,19 @@ int RunTrain(const TrainArgs& args) {
   TrainCheckpointer checkpoints(job, catalog, out, trainer, [&](const std::string& line) {
     if (lead) progress.Note(line);
   });
-  // An explicit train state wins; otherwise continue from the newest checkpoint.
+  // Under `fmstack run`: heartbeats, fault reports and the supervisor's commands.
+  const std::unique_ptr<runtime::Worker> control = runtime::Worker::FromEnv(
+      std::chrono::milliseconds(static_cast<int64_t>(job.resilience.heartbeat_interval * 1000)));
+  control->Progress(0, "restore");
+  // An explicit train state wins; otherwise continue from the newest checkpoint
+  // (no newer than the supervisor allows after a silent corruption).
   if (!args.resume.empty()) {
     trainer.Load(args.resume);
   } else {
-    checkpoints.Resume();
+    checkpoints.Resume(RestoreLimit());
   }
+  control->Send(
+      {{"ev", "restore"}, {"step", trainer.step()}, {"seconds", checkpoints.restore_seconds()}});
 
   const int64_t T = config.shape.seq_len;
   const double flops_per_token = workload::TrainingFlopsPerToken(config.shape).detailed;
@@ -130,54 +206,120 @@ int RunTrain(const TrainArgs& args) {
   double seconds = 0, last_loss = 0, val_loss = 0, comm_exposed = 0;
   const int64_t first = trainer.step();
   const int64_t last = args.until > 0 ? std::min(args.until, config.steps) : config.steps;
-  while (trainer.step() < last) {
-    const train::StepStats s = trainer.Step();
-    seconds += s.seconds;
-    comm_exposed += s.comm.exposed;
-    last_loss = s.loss;
-    checkpoints.AfterStep(s.seconds, last);
-    const double tok_s = static_cast<double>((s.step - first) * config.tokens_per_step()) / seconds;
-    const double mfu = peak > 0 ? tok_s * flops_per_token / (peak * 1e9) : 0;
-    if (worker) {
-      EmitEvent({{"ev", "step"},
-                 {"rank", trainer.rank()},
-                 {"step", s.step},
-                 {"steps", config.steps},
-                 {"loss", s.loss},
-                 {"lr", s.lr},
-                 {"grad_norm", s.grad_norm},
-                 {"step_s", s.seconds},
-                 {"comm_busy_s", s.comm.busy},
-                 {"comm_exposed_s", s.comm.exposed},
-                 {"tokens", config.tokens_per_step()}});
-    } else if (lead)
-      progress.Show(
-          s.step, config.steps,
-          fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | |g| {:.2f} | {:.0f} tok/s | "
-                      "MFU {:.0f}% | ETA {}",
-                      s.step, config.steps, s.loss, s.lr, s.grad_norm, tok_s, 100 * mfu,
-                      units::FormatSeconds(static_cast<double>(config.steps - s.step) * seconds /
-                                           static_cast<double>(s.step - first))));
-    const int64_t every = job.train.eval_interval;
-    if ((every > 0 && s.step % every == 0) || s.step == last) {
-      trainer.Save(state_path, job.data.dir);  // collective under ZeRO
-      if (!lead) continue;
-      val_loss = trainer.Evaluate(val_tokens, job.train.eval_batches);
+  Rehearsal rehearsal;
+  int64_t verified = trainer.step();  // newest step whose replicas were checked equal
+  try {
+    while (trainer.step() < last) {
+      control->Progress(trainer.step(), "train");
+      rehearsal.Take(*control, trainer, checkpoints,
+                     seconds / static_cast<double>(std::max<int64_t>(1, trainer.step() - first)));
+      if (rehearsal.exit_now) return 3;
+      const train::StepStats s = trainer.Step();
+      seconds += s.seconds;
+      comm_exposed += s.comm.exposed;
+      last_loss = s.loss;
+      if (std::exchange(rehearsal.flip, false))
+        trainer.FlipParameterBit(trainer.model().params().size() / 3, 22);
+      // One small all-gather per step carries every rank's stop request and
+      // its replica's hash: all ranks stop at the same step, and a replica
+      // that differs is caught before it can be checkpointed.
+      if (control->active() && distributed) {
+        const int64_t every = job.resilience.replica_check_every;
+        const bool check = every > 0 && s.step % every == 0;
+        const std::vector<uint64_t> words = trainer.AllWords(
+            std::array<uint64_t, 2>{rehearsal.stop ? 1u : 0u, check ? trainer.ParamHash() : 0});
+        if (check) {
+          if (const std::optional<std::string> bad = CompareReplicas(words, trainer.world())) {
+            control->Send({{"ev", "fault"},
+                           {"kind", "silent-corruption"},
+                           {"rank", BlamedReplica(words, trainer.world())},
+                           {"step", s.step},
+                           {"verified_step", verified},
+                           {"what", fmt::format("step {}: {}", s.step, *bad)}});
+            std::cerr << fmt::format("step {}: {}\n", s.step, *bad);
+            return runtime::kFaultExitCode;
+          }
+          verified = s.step;
+        }
+        bool stop = false;
+        for (size_t r = 0; r < words.size(); r += 2) stop = stop || words[r] != 0;
+        if (stop) {
+          control->Progress(s.step, "checkpoint");
+          const ckpt::SaveTiming t = checkpoints.SaveNow();
+          checkpoints.Finish();
+          control->Send({{"ev", "stopped"}, {"step", s.step}, {"blocking_s", t.blocking_seconds}});
+          if (lead) progress.Note(fmt::format("step {}: saved and stopped on request", s.step));
+          return 0;
+        }
+      } else if (!distributed) {
+        verified = s.step;
+      }
+      control->Progress(s.step, "checkpoint");
+      if (const std::optional<ckpt::SaveTiming> t = checkpoints.AfterStep(s.seconds, last)) {
+        control->Send({{"ev", "ckpt"}, {"step", t->step}, {"blocking_s", t->blocking_seconds}});
+      }
+      control->Progress(s.step, "train");
+      const double tok_s =
+          static_cast<double>((s.step - first) * config.tokens_per_step()) / seconds;
+      const double mfu = peak > 0 ? tok_s * flops_per_token / (peak * 1e9) : 0;
       if (worker) {
-        EmitEvent({{"ev", "eval"},
+        EmitEvent({{"ev", "step"},
+                   {"rank", trainer.rank()},
                    {"step", s.step},
+                   {"steps", config.steps},
                    {"loss", s.loss},
-                   {"val_loss", val_loss},
-                   {"unigram", unigram},
-                   {"state", state_path}});
-      } else {
-        progress.Note(
-            fmt::format("step {}: train loss {:.4f}, held-out loss {:.4f} (unigram {:.3f})", s.step,
-                        s.loss, val_loss, unigram));
+                   {"lr", s.lr},
+                   {"grad_norm", s.grad_norm},
+                   {"step_s", s.seconds},
+                   {"comm_busy_s", s.comm.busy},
+                   {"comm_exposed_s", s.comm.exposed},
+                   {"verified", verified},
+                   {"tokens", config.tokens_per_step()}});
+      } else if (lead)
+        progress.Show(
+            s.step, config.steps,
+            fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | |g| {:.2f} | {:.0f} tok/s | "
+                        "MFU {:.0f}% | ETA {}",
+                        s.step, config.steps, s.loss, s.lr, s.grad_norm, tok_s, 100 * mfu,
+                        units::FormatSeconds(static_cast<double>(config.steps - s.step) * seconds /
+                                             static_cast<double>(s.step - first))));
+      const int64_t every = job.train.eval_interval;
+      if ((every > 0 && s.step % every == 0) || s.step == last) {
+        trainer.Save(state_path, job.data.dir);  // collective under ZeRO
+        if (!lead) continue;
+        val_loss = trainer.Evaluate(val_tokens, job.train.eval_batches);
+        if (worker) {
+          EmitEvent({{"ev", "eval"},
+                     {"step", s.step},
+                     {"loss", s.loss},
+                     {"val_loss", val_loss},
+                     {"unigram", unigram},
+                     {"state", state_path}});
+        } else {
+          progress.Note(
+              fmt::format("step {}: train loss {:.4f}, held-out loss {:.4f} (unigram {:.3f})",
+                          s.step, s.loss, val_loss, unigram));
+        }
       }
     }
+    control->Progress(trainer.step(), "checkpoint");
+    checkpoints.Finish();
+  } catch (const train::NonFiniteError& e) {
+    control->Send(
+        {{"ev", "fault"}, {"kind", "non-finite"}, {"step", e.step()}, {"what", e.what()}});
+    if (!control->active()) throw;
+    std::cerr << e.what() << "\n";
+    return runtime::kFaultExitCode;
+  } catch (const CheckpointFailed& e) {
+    control->Send({{"ev", "fault"},
+                   {"kind", "checkpoint-failed"},
+                   {"rank", trainer.rank()},
+                   {"step", trainer.step()},
+                   {"what", fmt::format("rank {}: {}", trainer.rank(), e.what())}});
+    if (!control->active()) throw;
+    std::cerr << e.what() << "\n";
+    return runtime::kFaultExitCode;
   }
-  checkpoints.Finish();
   if (!lead) return 0;
   const double tokens = static_cast<double>((trainer.step() - first) * config.tokens_per_step());
   const double tok_s = seconds > 0 ? tokens / seconds : 0;

@@ -51,7 +51,8 @@ std::vector<std::string> WorkerEnvironment(const LocalLayout& layout, const Laun
 }
 
 std::vector<WorkerProcess> SpawnWorkers(const LocalLayout& layout, const LaunchEnv& env,
-                                        const std::vector<std::string>& argv) {
+                                        const std::vector<std::string>& argv,
+                                        const std::vector<int>& control_fds) {
   if (argv.empty()) throw Error("no worker command to run");
   std::vector<WorkerProcess> workers;
   auto kill_started = [&] {
@@ -62,7 +63,9 @@ std::vector<WorkerProcess> SpawnWorkers(const LocalLayout& layout, const LaunchE
     }
   };
   for (int rank = 0; rank < layout.world(); ++rank) {
-    const std::vector<std::string> envs = WorkerEnvironment(layout, env, rank);
+    std::vector<std::string> envs = WorkerEnvironment(layout, env, rank);
+    const int control = control_fds.empty() ? -1 : control_fds.at(static_cast<size_t>(rank));
+    if (control >= 0) envs.push_back("FMSTACK_CONTROL_FD=3");
     std::vector<char*> cargv, cenv;
     for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
     cargv.push_back(nullptr);
@@ -94,8 +97,14 @@ std::vector<WorkerProcess> SpawnWorkers(const LocalLayout& layout, const LaunchE
           ::_exit(127);
         }
       }
+      ::setpgid(0, 0);
       ::dup2(out[1], 1);
       ::dup2(err[1], 2);
+      if (control == 3) {
+        ::fcntl(3, F_SETFD, 0);  // dup2 onto itself would keep close-on-exec
+      } else if (control >= 0) {
+        ::dup2(control, 3);
+      }
       ::execvpe(cargv[0], cargv.data(), cenv.data());
       const int e = errno;
       (void)!::write(status[1], &e, sizeof e);

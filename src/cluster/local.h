@@ -40,9 +40,13 @@ struct LaunchEnv {
 std::vector<std::string> WorkerEnvironment(const LocalLayout& layout, const LaunchEnv& env,
                                            int rank);
 
-// Forks and execs argv for every rank (node-major). Throws Error when a
+// Forks and execs argv for every rank (node-major), each in its own process
+// group (a Ctrl-C at the terminal reaches the supervisor only, which decides
+// how the workers stop). With `control_fds` (one per rank), rank r's
+// descriptor becomes its fd 3 and FMSTACK_CONTROL_FD=3. Throws Error when a
 // process cannot be started (after killing those already started).
 std::vector<WorkerProcess> SpawnWorkers(const LocalLayout& layout, const LaunchEnv& env,
-                                        const std::vector<std::string>& argv);
+                                        const std::vector<std::string>& argv,
+                                        const std::vector<int>& control_fds = {});
 
 }  // namespace fmstack::cluster

@@ -10,8 +10,8 @@
 namespace fmstack::cluster {
 namespace {
 
-// Runs an `ip` command; throws Error with its output when it fails.
-void Ip(const std::string& args) {
+// Runs an `ip` command; returns its output, throws Error with it when it fails.
+std::string Ip(const std::string& args) {
   const std::string cmd = "ip " + args + " 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
   if (p == nullptr) throw Error("cannot run `" + cmd + "`");
@@ -22,6 +22,7 @@ void Ip(const std::string& args) {
     throw Error(fmt::format("network namespaces: `ip {}` failed: {}", args,
                             out.empty() ? "(no output; is iproute2 installed?)" : out));
   }
+  return out;
 }
 
 }  // namespace
@@ -81,6 +82,17 @@ void NodeNetwork::Teardown() {
     }
     bridge_.clear();
   }
+}
+
+void NodeNetwork::SetLink(int node, bool up) {
+  Ip(fmt::format("-n {} link set eth0 {}", names_.at(static_cast<size_t>(node)),
+                 up ? "up" : "down"));
+}
+
+bool NodeNetwork::LinkUp(int node) const {
+  const std::string out =
+      Ip(fmt::format("-n {} -o link show eth0", names_.at(static_cast<size_t>(node))));
+  return out.find(",UP") != std::string::npos || out.find("<UP") != std::string::npos;
 }
 
 }  // namespace fmstack::cluster

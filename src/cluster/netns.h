@@ -22,6 +22,10 @@ class NodeNetwork {
   const std::string& bridge_address() const { return bridge_ip_; }  // the supervisor's side
   const std::vector<std::string>& node_addresses() const { return node_ips_; }
   const std::vector<std::string>& namespace_paths() const { return paths_; }
+  // Takes a node's link down (a cut cable, a dead NIC) or brings it back.
+  void SetLink(int node, bool up);
+  // Whether the node's interface is up.
+  bool LinkUp(int node) const;
 
  private:
   void Teardown();

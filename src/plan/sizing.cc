@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "resilience/policy.h"
+
 namespace fmstack::plan {
 
 double WallSeconds(double accelerator_hours, int64_t accelerators) {
@@ -18,7 +20,7 @@ double IntervalTenthOfMtti(double mtti_seconds) {
 }
 
 double IntervalYoungDaly(double save_seconds, double mtti_seconds) {
-  return std::sqrt(2.0 * save_seconds * mtti_seconds);
+  return resilience::YoungDaly(save_seconds, mtti_seconds);
 }
 
 double CheckpointOverhead(double interval_seconds, double save_seconds, double mtti_seconds) {

@@ -1,9 +1,9 @@
 #include "resilience/policy.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include "plan/sizing.h"
 
 namespace fmstack::resilience {
 
@@ -113,23 +113,135 @@ bool ShouldGrow(const Policy& policy, const JobView& job) {
          job.spares_ready > 0;
 }
 
-std::optional<size_t> ChooseRestore(std::span<const CheckpointCopy> copies) {
-  std::optional<size_t> best;
-  for (size_t i = 0; i < copies.size(); ++i) {
-    const CheckpointCopy& c = copies[i];
-    if (!c.committed || !c.valid || !c.reachable) continue;
-    if (!best || c.step > copies[*best].step ||
-        (c.step == copies[*best].step && c.tier < copies[*best].tier)) {
-      best = i;
-    }
-  }
-  return best;
+double YoungDaly(double blocking_seconds, double mtti_seconds) {
+  return std::sqrt(2.0 * blocking_seconds * mtti_seconds);
 }
 
 double CheckpointInterval(double blocking_seconds, double mtti_seconds, double drain_seconds) {
-  const double young_daly =
-      mtti_seconds > 0 ? plan::IntervalYoungDaly(blocking_seconds, mtti_seconds) : 0.0;
+  const double young_daly = mtti_seconds > 0 ? YoungDaly(blocking_seconds, mtti_seconds) : 0.0;
   return std::max(young_daly, drain_seconds);
+}
+
+double JobMtti(std::span<const catalog::FaultCause> causes, int64_t nodes,
+               double job_mtti_seconds) {
+  if (job_mtti_seconds > 0) return job_mtti_seconds;
+  double rate = 0;
+  for (const catalog::FaultCause& c : causes) rate += c.rate_per_node_hour;
+  return rate > 0 && nodes > 0 ? 3600.0 / (rate * static_cast<double>(nodes)) : 0;
+}
+
+std::string_view EventName(EventKind k) {
+  switch (k) {
+    case EventKind::kCrash:
+      return "crash";
+    case EventKind::kHang:
+      return "hang";
+    case EventKind::kNonFinite:
+      return "non-finite";
+    case EventKind::kSilentCorruption:
+      return "silent-corruption";
+    case EventKind::kStraggler:
+      return "straggler";
+    case EventKind::kNodeLost:
+      return "node-lost";
+    case EventKind::kCheckpointFailed:
+      return "checkpoint-failed";
+    case EventKind::kNotice:
+      return "notice";
+    case EventKind::kSignal:
+      return "signal";
+    case EventKind::kSupervisorRestart:
+      return "supervisor-restart";
+  }
+  return "?";
+}
+
+std::string_view VerbName(Verb v) {
+  switch (v) {
+    case Verb::kRestart:
+      return "restart";
+    case Verb::kSaveAndRestart:
+      return "save and restart";
+    case Verb::kSaveAndStop:
+      return "save and stop";
+    case Verb::kStop:
+      return "stop";
+  }
+  return "?";
+}
+
+namespace {
+
+// How the node of a faulty rank comes back: a process fault restarts in
+// place; a silent node (hang) is rebooted; a node off the network replaced.
+catalog::Recovery RecoveryOf(EventKind k) {
+  switch (k) {
+    case EventKind::kHang:
+      return catalog::Recovery::kReboot;
+    case EventKind::kNodeLost:
+      return catalog::Recovery::kReplace;
+    default:
+      return catalog::Recovery::kRestart;
+  }
+}
+
+double Backoff(const Policy& p, int restarts) {
+  return std::min(p.backoff_max_seconds, p.backoff_seconds * std::pow(2.0, restarts));
+}
+
+}  // namespace
+
+Decision Decide(const Policy& policy, const JobView& job, const RunHistory& history,
+                const RuntimeEvent& event) {
+  Decision d;
+  const bool budget_left = history.restarts < policy.max_restarts;
+  const std::string budget = fmt::format("restart {} of {} (resilience.max_restarts)",
+                                         history.restarts + 1, policy.max_restarts);
+  switch (event.kind) {
+    case EventKind::kSignal:
+      d.verb = Verb::kSaveAndStop;
+      d.reason = "stopped by a signal: save the current step, then end the run";
+      return d;
+    case EventKind::kNotice:
+    case EventKind::kStraggler:
+      // The job is healthy now and will not be soon: nothing need be lost.
+      d.action = OnMaintenance(policy, job);
+      d.verb = budget_left ? Verb::kSaveAndRestart : Verb::kSaveAndStop;
+      d.reason = fmt::format(
+          "{}: save the current step, then {}", EventName(event.kind),
+          budget_left ? "restart its node's ranks; " + budget
+                      : fmt::format("stop: the restart budget ({}) is spent", policy.max_restarts));
+      d.backoff_seconds = 0;
+      return d;
+    default:
+      break;
+  }
+  if (event.kind == EventKind::kNonFinite && history.last_nonfinite_step == event.step) {
+    d.verb = Verb::kStop;
+    d.reason = fmt::format(
+        "non-finite loss or gradient at step {} again after restoring: the job diverges "
+        "(lower optim.lr or raise optim.warmup_steps)",
+        event.step);
+    return d;
+  }
+  const bool silent = event.kind == EventKind::kSilentCorruption;
+  d.action = OnFault(policy, job, {.recovery = RecoveryOf(event.kind), .silent = silent});
+  if (silent) d.max_restore_step = std::max<int64_t>(event.verified_step, 0);
+  if (!budget_left) {
+    d.verb = Verb::kStop;
+    d.reason = policy.max_restarts == 0
+                   ? fmt::format("{}: restarts are off (resilience.max_restarts = 0)",
+                                 EventName(event.kind))
+                   : fmt::format(
+                         "{}: the restart budget is spent ({} of {} restarts used; "
+                         "resilience.max_restarts)",
+                         EventName(event.kind), history.restarts, policy.max_restarts);
+    return d;
+  }
+  d.verb = Verb::kRestart;
+  d.backoff_seconds = Backoff(policy, history.restarts);
+  d.reason = fmt::format("{}: {}; {}", EventName(event.kind), d.action.reason, budget);
+  return d;
 }
 
 }  // namespace fmstack::resilience

@@ -25,6 +25,11 @@ std::optional<Strategy> ParseStrategy(std::string_view name);
 struct Policy {
   Strategy strategy = Strategy::kCheckpointRestart;
   double min_dp_fraction = 0.5;  // elastic: shrink no further than this share of replicas
+  // A real run (runtime/) restarts at most this often, waiting backoff x 2^k
+  // (at most backoff_max) before restart k; the simulator has no budget.
+  int max_restarts = 3;
+  double backoff_seconds = 1;
+  double backoff_max_seconds = 60;
 };
 
 // The job as the policy sees it when a fault is detected or a node frees up.
@@ -70,22 +75,68 @@ Action OnMaintenance(const Policy& policy, const JobView& job);
 // runs short of `missing` replicas: whether to take it now and grow back.
 bool ShouldGrow(const Policy& policy, const JobView& job);
 
-// One copy of one checkpoint on one tier, as the restore sees it.
-struct CheckpointCopy {
-  int64_t step = 0;
-  int tier = 0;            // 0 = fastest (node-local), increasing = slower
-  bool committed = false;  // its COMMITTED marker exists
-  bool valid = true;       // checksums verified (runtime) / taken before the fault (silent)
-  bool reachable = true;   // the tier survived the fault (a replaced node's disk did not)
+// Young/Daly first-order optimum sqrt(2 C M): blocking save time C, MTTI M.
+double YoungDaly(double blocking_seconds, double mtti_seconds);
+
+// Checkpoint interval: Young/Daly for blocking save time C and mean time to
+// interrupt M, but never shorter than the slowest tier's drain (the next save
+// would queue behind it and the staging pool would grow). 0 when M is unknown.
+double CheckpointInterval(double blocking_seconds, double mtti_seconds, double drain_seconds);
+
+// Mean time to interrupt of a job on `nodes` nodes whose causes fail each
+// node at their hourly rates; `job_mtti_seconds` > 0 (the cluster's own
+// figure) wins. 0 = nothing fails.
+double JobMtti(std::span<const catalog::FaultCause> causes, int64_t nodes, double job_mtti_seconds);
+
+// ---------------------------------------------------------------- runtime --
+// What the supervisor of a real run saw. Each kind maps onto a FaultView for
+// OnFault (or onto OnMaintenance when the job can save first).
+enum class EventKind {
+  kCrash,              // a worker died (signal) or exited with an error
+  kHang,               // a worker stopped sending heartbeats
+  kNonFinite,          // NaN/Inf loss or gradient
+  kSilentCorruption,   // replicas disagree on the parameters (bit flip)
+  kStraggler,          // one rank persistently slower than its peers
+  kNodeLost,           // a node left the network
+  kCheckpointFailed,   // the fast checkpoint tier failed (disk full, I/O error)
+  kNotice,             // the node will be taken (spot notice, maintenance): save first
+  kSignal,             // SIGINT/SIGTERM to the supervisor: save and stop
+  kSupervisorRestart,  // the supervisor itself restarted
+};
+std::string_view EventName(EventKind k);
+
+struct RuntimeEvent {
+  EventKind kind = EventKind::kCrash;
+  int rank = -1;     // the rank to blame, -1 when not known
+  int64_t step = 0;  // the newest step any rank completed when it happened
+  // Silent corruption: the newest step whose replicas were checked equal.
+  int64_t verified_step = -1;
 };
 
-// The copy to restore: the newest step with a committed, valid, reachable
-// copy, read from the fastest tier that holds it. nullopt: start over.
-std::optional<size_t> ChooseRestore(std::span<const CheckpointCopy> copies);
+// What happened before, as far as the decision needs it.
+struct RunHistory {
+  int restarts = 0;                  // restarts done in this run so far
+  int64_t last_nonfinite_step = -1;  // step of the previous NaN/Inf, -1 = none
+};
 
-// Checkpoint interval: Young/Daly sqrt(2 C M) for blocking save time C and
-// mean time to interrupt M, but never shorter than the slowest tier's drain
-// (the next save would queue behind it and the staging pool would grow).
-double CheckpointInterval(double blocking_seconds, double mtti_seconds, double drain_seconds);
+enum class Verb {
+  kRestart,         // stop every worker now, start them again, restore
+  kSaveAndRestart,  // emergency checkpoint of the current step first, then restart
+  kSaveAndStop,     // emergency checkpoint, then end the run (interrupted)
+  kStop,            // end the run now: failed
+};
+std::string_view VerbName(Verb v);
+
+struct Decision {
+  Verb verb = Verb::kRestart;
+  Action action;                  // restore and placement for the restart
+  double backoff_seconds = 0;     // wait this long before the restart
+  int64_t max_restore_step = -1;  // restore no newer step than this; -1 = newest
+  std::string reason;             // one line: why
+};
+
+// The one decision point of a real run.
+Decision Decide(const Policy& policy, const JobView& job, const RunHistory& history,
+                const RuntimeEvent& event);
 
 }  // namespace fmstack::resilience

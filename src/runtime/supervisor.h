@@ -1,8 +1,11 @@
 // runtime: the supervisor of one job run. It serves the rendezvous store,
 // starts the workers through a cluster backend, writes every rank's output to
-// its own log file, hands progress events to the caller, forwards SIGINT and
-// SIGTERM, reaps the workers, and when one dies, reports it in the store (so
-// the survivors' collectives name it) and brings the rest down.
+// its own log file and hands progress events to the caller. It watches every
+// rank (process exits, heartbeats, fault reports, step times), and on each
+// fault asks resilience::Decide what to do and does it: restart every worker
+// so they resume from the newest good checkpoint (after an emergency save
+// when the job is still healthy), or stop. Every second of the run lands in
+// a goodput ledger (RUN_DIR/goodput.json).
 #pragma once
 
 #include <functional>
@@ -11,33 +14,54 @@
 #include <vector>
 
 #include "cluster/local.h"
+#include "metrics/goodput.h"
+#include "resilience/policy.h"
+#include "runtime/inject.h"
+#include "runtime/monitor.h"
 
 namespace fmstack::runtime {
 
 struct SuperviseOptions {
   cluster::LocalLayout layout;
   std::vector<std::string> argv;  // the worker command
-  std::string log_dir;            // rank<N>.log for every rank
+  std::string run_dir;            // logs/, run.json, goodput.json, control/
+  std::string job_name;
   std::string job_id;
   std::map<std::string, std::string> extra_env;
-  double grace_seconds = 5;  // after a failure, before the rest get SIGTERM (and then SIGKILL)
+  double grace_seconds = 5;  // SIGTERM -> SIGKILL for workers that ignore a stop
   bool netns = false;        // every node in its own network namespace (root only)
+  // Resilience: the policy (with its restart budget), health thresholds,
+  // the deadline an emergency checkpoint gets, faults to inject.
+  resilience::Policy policy{.max_restarts = 0};
+  MonitorOptions monitor;
+  double notice_deadline = 120;
+  std::vector<InjectRequest> inject;
+  std::string checkpoint_dir;  // the node-local tier's root (corrupt-checkpoint)
+  // Set by `fmstack run` after a supervisor-restart: continue the run in
+  // run_dir (its restart count, ledger and fired injections).
+  bool resume_supervisor = false;
 };
 
 struct RankExit {
   int rank = 0;
   int exit_code = -1;  // -1 when killed by a signal
   int signal = 0;
-  double seconds = 0;  // from start to exit
+  double seconds = 0;  // from the attempt's start to exit
 };
 
 struct RunResult {
-  std::vector<RankExit> exits;  // by rank
-  int failed_rank = -1;         // the first rank that failed, or -1
-  std::string failure;          // what happened to it
-  bool interrupted = false;     // SIGINT/SIGTERM reached the supervisor
+  std::vector<RankExit> exits;  // of the last attempt, by rank
+  bool finished = false;        // every worker of the last attempt exited 0 on its own
+  std::string failure;          // why the run ended otherwise (names the rank)
+  int failed_rank = -1;
+  bool interrupted = false;  // SIGINT/SIGTERM reached the supervisor
+  int signal = 0;            // which
+  bool saved = false;        // and the workers saved the current step first
+  bool reexec = false;       // a supervisor-restart: exec `fmstack run` again
+  int restarts = 0;
   double seconds = 0;
-  bool ok() const { return failed_rank < 0 && !interrupted; }
+  metrics::Ledger ledger;
+  bool ok() const { return finished; }
 };
 
 // Lines a worker prints on stdout as "@fmstack {json}" are events.
@@ -45,14 +69,20 @@ inline constexpr const char* kEventPrefix = "@fmstack ";
 
 using EventFn = std::function<void(int rank, const std::string& json)>;
 using LineFn = std::function<void(int rank, bool is_stderr, const std::string& line)>;
+// One line of the supervisor's own: faults, decisions, restarts.
+using NoteFn = std::function<void(const std::string& line)>;
 
-// Runs the job to completion. Throws Error only when it cannot start.
-RunResult Supervise(const SuperviseOptions& options, const EventFn& on_event,
-                    const LineFn& on_line);
+// Runs the job to its end. Throws Error only when it cannot start.
+RunResult Supervise(const SuperviseOptions& options, const EventFn& on_event, const LineFn& on_line,
+                    const NoteFn& on_note);
 
 // "was killed by SIGKILL", "exited with status 2".
 std::string ExitReason(const RankExit& e);
 // "rank 3 (node 1, local rank 1) was killed by SIGKILL" and the like.
 std::string DescribeExit(const RankExit& e, const cluster::LocalLayout& layout);
+
+// A worker that detected a fault itself (NaN, replica mismatch, checkpoint
+// write failure) reports it on the control channel and exits with this.
+inline constexpr int kFaultExitCode = 75;
 
 }  // namespace fmstack::runtime

@@ -7,6 +7,7 @@
 #include <deque>
 #include <limits>
 
+#include "ckpt/choose.h"
 #include "sim/event_queue.h"
 #include "sim/faults.h"
 #include "util/error.h"
@@ -266,7 +267,7 @@ class Run {
   // the seconds to read it. `stop` is when the job stopped writing.
   double RestoreCheckpoint(double stop, double onset, bool before_fault, bool node_lost) {
     ++r_.restores_from_checkpoint;
-    std::vector<resilience::CheckpointCopy> copies;
+    std::vector<ckpt::CheckpointCopy> copies;
     for (size_t k = 0; k < ckpts_.size(); ++k) {
       for (size_t i = 0; i < s_.tiers.size(); ++i) {
         copies.push_back(
@@ -277,11 +278,11 @@ class Run {
              .reachable = !(s_.tiers[i].node_local && node_lost && !s_.local_replica)});
       }
     }
-    const std::optional<size_t> pick = resilience::ChooseRestore(copies);
+    const std::optional<size_t> pick = ckpt::ChooseRestore(copies);
     double restored = 0, read = 0;
     size_t keep = 0;
     if (pick) {
-      const resilience::CheckpointCopy& c = copies[*pick];
+      const ckpt::CheckpointCopy& c = copies[*pick];
       keep = static_cast<size_t>(c.step) + 1;
       restored = ckpts_[keep - 1].work;
       read = s_.tiers[static_cast<size_t>(c.tier)].read_seconds;

@@ -129,9 +129,7 @@ BuiltScenario MakeScenario(const spec::JobSpec& job, const catalog::Catalog& cat
   std::string source;
   s.causes = ResolveCauses(job, catalog, &s.planned_per_node_hour, &source);
   info.fault_source = source;
-  double rate = 0;
-  for (const catalog::FaultCause& c : s.causes) rate += c.rate_per_node_hour;
-  info.mtti = rate > 0 ? 3600.0 / (rate * static_cast<double>(cl.nodes)) : 0;
+  info.mtti = resilience::JobMtti(s.causes, cl.nodes, cl.job_mtti_seconds);
   if (job.checkpoint.interval_auto) {
     s.checkpoint_interval =
         resilience::CheckpointInterval(s.checkpoint_blocking, info.mtti, info.drain);

@@ -66,7 +66,34 @@ struct CheckpointSpec {
       0;  // `fmstack train`: save every N steps (overrides interval); 0 = by interval
 };
 
-// [faults]: what breaks and how often, for `fmstack sim`.
+// Faults `fmstack run` can inject into its own workers (`fmstack fault
+// inject` and [[faults.inject]]), by name.
+inline const std::vector<std::string>& InjectKinds() {
+  static const std::vector<std::string> kinds = {"crash",
+                                                 "exit",
+                                                 "hang",
+                                                 "straggler",
+                                                 "nan",
+                                                 "bitflip",
+                                                 "network-cut",
+                                                 "disk-full",
+                                                 "kill-during-save",
+                                                 "corrupt-checkpoint",
+                                                 "supervisor-restart",
+                                                 "notice"};
+  return kinds;
+}
+
+// One fault to inject into a real run: `kind` on `rank` once step `at_step`
+// is complete (0 = at once).
+struct InjectSpec {
+  std::string kind;
+  int64_t rank = 0;
+  int64_t at_step = 0;
+};
+
+// [faults]: what breaks and how often, for `fmstack sim` (and the MTTI that
+// sets the checkpoint interval of `fmstack run`); inject, for `fmstack run`.
 struct FaultsSpec {
   // A catalog fault set (data/catalog/faults.toml), "none", or "" = the
   // cluster's node_mtbf as one "node" cause when set, else "llama3-405b".
@@ -74,6 +101,7 @@ struct FaultsSpec {
   double scale = 1.0;                       // multiplies every rate (planned maintenance too)
   bool planned = true;                      // include the set's planned maintenance
   std::vector<catalog::FaultCause> causes;  // [[faults.cause]]: added to the set's
+  std::vector<InjectSpec> inject;           // [[faults.inject]]: rehearsal faults for `run`
 };
 
 // [resilience]: how the job recovers - the policy and the costs it pays.
@@ -84,6 +112,16 @@ struct ResilienceSpec {
   double snapshot_bandwidth = 25e9;   // device -> host, per accelerator: a save's blocking part
   double min_dp_fraction = 0.5;       // elastic: below this share of replicas, wait instead
   bool local_replica = true;          // each node's local checkpoint is also on a peer node
+  // A real run (`fmstack run`):
+  int64_t max_restarts = 3;         // automatic restarts before the run gives up
+  double restart_backoff = 1;       // seconds before restart k: backoff x 2^k, at most 60 s
+  double heartbeat_interval = 1;    // seconds between a worker's heartbeats
+  double heartbeat_timeout = 30;    // silent this long: hung (< collective_timeout)
+  double collective_timeout = 60;   // a collective waiting this long on a peer fails
+  double straggler_factor = 2;      // compute time this many x the median of the others ...
+  int64_t straggler_steps = 5;      // ... for this many steps in a row: a straggler
+  int64_t replica_check_every = 1;  // compare parameter replicas every N steps (0 = never)
+  double notice_deadline = 120;     // a termination notice gives this long to save
 };
 
 struct DataSpec {

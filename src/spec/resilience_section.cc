@@ -19,6 +19,19 @@ FaultsSpec ReadFaults(StrictTable& root, const catalog::Catalog& catalog) {
   f.scale = t->Number("scale", 0, 1e6).value_or(1.0);
   f.planned = t->Bool("planned").value_or(true);
   for (StrictTable& c : t->TableArray("cause")) f.causes.push_back(catalog::ReadFaultCause(c, 0));
+  for (StrictTable& i : t->TableArray("inject")) {
+    InjectSpec in;
+    in.kind = i.Choice("kind", InjectKinds()).value_or("");
+    if (in.kind.empty()) {
+      std::string list;
+      for (const std::string& k : InjectKinds()) list += (list.empty() ? "" : ", ") + k;
+      i.Fail("kind", "missing: the fault to inject, one of " + list);
+    }
+    in.rank = i.Int("rank", 0, 1 << 20).value_or(0);
+    in.at_step = i.Int("at_step", 0).value_or(0);
+    i.Finish();
+    f.inject.push_back(in);
+  }
   t->Finish();
   return f;
 }
@@ -35,6 +48,35 @@ ResilienceSpec ReadResilience(StrictTable& root) {
   if (r.snapshot_bandwidth <= 0) t->Fail("snapshot_bandwidth", "expected a positive bandwidth");
   r.min_dp_fraction = t->Number("min_dp_fraction", 0, 1).value_or(r.min_dp_fraction);
   r.local_replica = t->Bool("local_replica").value_or(r.local_replica);
+  r.max_restarts = t->Int("max_restarts", 0, 1000).value_or(r.max_restarts);
+  r.restart_backoff = t->Seconds("restart_backoff").value_or(r.restart_backoff);
+  r.heartbeat_interval = t->Seconds("heartbeat_interval").value_or(r.heartbeat_interval);
+  r.heartbeat_timeout = t->Seconds("heartbeat_timeout").value_or(r.heartbeat_timeout);
+  r.collective_timeout = t->Seconds("collective_timeout").value_or(r.collective_timeout);
+  r.straggler_factor = t->Number("straggler_factor", 1.1, 1000).value_or(r.straggler_factor);
+  r.straggler_steps = t->Int("straggler_steps", 1, 1000000).value_or(r.straggler_steps);
+  r.replica_check_every = t->Int("replica_check_every", 0).value_or(r.replica_check_every);
+  r.notice_deadline = t->Seconds("notice_deadline").value_or(r.notice_deadline);
+  for (auto [key, v] : {std::pair{"restart_backoff", r.restart_backoff},
+                        {"heartbeat_interval", r.heartbeat_interval},
+                        {"heartbeat_timeout", r.heartbeat_timeout},
+                        {"collective_timeout", r.collective_timeout},
+                        {"notice_deadline", r.notice_deadline}}) {
+    if (!(v >= 0 && v <= 7 * 86400)) t->Fail(key, "expected a duration between 0 and 7 days");
+  }
+  if (r.heartbeat_interval <= 0 || r.heartbeat_interval * 2 > r.heartbeat_timeout) {
+    t->Fail("heartbeat_interval",
+            fmt::format("{} s: expected > 0 and at most half of heartbeat_timeout ({} s)",
+                        r.heartbeat_interval, r.heartbeat_timeout));
+  }
+  if (r.heartbeat_timeout >= r.collective_timeout) {
+    // Otherwise a survivor's collective times out first and the run blames
+    // the survivor instead of the rank that hung.
+    t->Fail("heartbeat_timeout",
+            fmt::format("{} s: expected shorter than collective_timeout ({} s), so that a hung "
+                        "rank is named before its peers' collectives give up on it",
+                        r.heartbeat_timeout, r.collective_timeout));
+  }
   t->Finish();
   return r;
 }

@@ -234,6 +234,17 @@ std::vector<double> DataParallel::AllValues(double x) {
   return out;
 }
 
+std::vector<uint64_t> DataParallel::AllWords(std::span<const uint64_t> mine) {
+  // Carried as floats (two per word) through AllGather, which copies bytes.
+  std::vector<float> in(2 * mine.size());
+  std::memcpy(in.data(), mine.data(), mine.size_bytes());
+  std::vector<float> all(in.size() * static_cast<size_t>(comm_.size()));
+  comm_.AllGather(std::span<float>(in), std::span<float>(all));
+  std::vector<uint64_t> out(mine.size() * static_cast<size_t>(comm_.size()));
+  std::memcpy(out.data(), all.data(), out.size() * sizeof(uint64_t));
+  return out;
+}
+
 // ------------------------------------------------------------ optimizer ---
 
 double DataParallel::Step(std::span<float> params, std::span<float> grads, AdamW* full,

@@ -67,6 +67,8 @@ class DataParallel {
   double SumAcrossRanks(double x);
   // Every rank's x, in rank order.
   std::vector<double> AllValues(double x);
+  // Every rank's words, rank-major (collective; bit-exact: gathered, not reduced).
+  std::vector<uint64_t> AllWords(std::span<const uint64_t> mine);
 
   // ZeRO: the full moments from every rank's shard (collective), and back.
   void GatherOptimizerState(std::span<float> m, std::span<float> v);

@@ -4,6 +4,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <limits>
+#include <thread>
+#include <utility>
 
 #include "util/error.h"
 
@@ -47,6 +51,10 @@ StepStats Trainer::Step() {
   const int64_t local = G / world(), first = rank() * local;
   const auto scale = 1.0f / static_cast<float>(G);
   model_->ZeroGrad();
+  if (slowdown_ > 0) std::this_thread::sleep_for(std::chrono::duration<double>(slowdown_));
+  if (std::exchange(poison_, false)) {
+    model_->grads()[0] = std::numeric_limits<float>::quiet_NaN();
+  }
   double loss = 0;
   for (int64_t j = 0; j < local; ++j) {
     sampler_.Train(counters_.step, first + j, /*rank=*/0, inputs_, targets_);
@@ -58,10 +66,10 @@ StepStats Trainer::Step() {
   if (dp_) loss = dp_->SumAcrossRanks(loss);
   loss /= static_cast<double>(G);
   if (!std::isfinite(loss)) {
-    throw Error(
-        fmt::format("step {}: loss is {} — training diverged (lower optim.lr or "
-                    "raise optim.warmup_steps)",
-                    counters_.step + 1, loss));
+    throw NonFiniteError(fmt::format("step {}: loss is {} — training diverged (lower optim.lr or "
+                                     "raise optim.warmup_steps)",
+                                     counters_.step + 1, loss),
+                         counters_.step + 1);
   }
   StepStats s;
   s.lr = LearningRate(config_.optim, counters_.step, config_.steps);
@@ -73,6 +81,12 @@ StepStats Trainer::Step() {
     s.grad_norm = GlobalNorm(model_->grads());
     ClipByGlobalNorm(model_->grads(), s.grad_norm, config_.optim.grad_clip);
     optimizer_->Update(model_->params(), model_->grads(), counters_.step + 1, s.lr);
+  }
+  if (!std::isfinite(s.grad_norm)) {
+    // Every rank sees the same global norm, so all stop at this step together.
+    throw NonFiniteError(fmt::format("step {}: gradient norm is {} (loss {:.4f})",
+                                     counters_.step + 1, s.grad_norm, loss),
+                         counters_.step + 1);
   }
   ++counters_.step;
   counters_.tokens += config_.tokens_per_step();
@@ -108,6 +122,19 @@ std::vector<Trainer::MomentRun> Trainer::MomentRuns() {
                     dp_->shard_v().subspan(s.shard, s.count)});
   }
   return runs;
+}
+
+std::vector<uint64_t> Trainer::AllWords(std::span<const uint64_t> mine) {
+  if (!dp_) return {mine.begin(), mine.end()};
+  return dp_->AllWords(mine);
+}
+
+void Trainer::FlipParameterBit(size_t index, int bit) {
+  std::span<float> p = model_->params();
+  uint32_t word;
+  std::memcpy(&word, &p[index % p.size()], sizeof word);
+  word ^= 1u << (bit & 31);
+  std::memcpy(&p[index % p.size()], &word, sizeof word);
 }
 
 std::vector<double> Trainer::AllValues(double x) {

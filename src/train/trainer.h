@@ -16,6 +16,7 @@
 #include "train/optimizer.h"
 #include "train/token_file.h"
 #include "train/train_state.h"
+#include "util/error.h"
 #include "workload/shape.h"
 
 namespace fmstack::train {
@@ -39,6 +40,16 @@ struct StepStats {
   double lr = 0;
   double seconds = 0;  // wall time of the step
   CommTimes comm;      // data parallel only
+};
+
+// The loss or the gradient norm is NaN or infinite: the step was not applied.
+class NonFiniteError : public Error {
+ public:
+  NonFiniteError(const std::string& message, int64_t step) : Error(message), step_(step) {}
+  int64_t step() const { return step_; }
+
+ private:
+  int64_t step_;
 };
 
 class Trainer {
@@ -82,6 +93,15 @@ class Trainer {
   // Every rank's x, in rank order (collective): for decisions all ranks
   // must share, such as the checkpoint cadence and the step to restore.
   std::vector<double> AllValues(double x);
+  // Every rank's words, rank-major (collective): agreement on flags, hashes.
+  std::vector<uint64_t> AllWords(std::span<const uint64_t> mine);
+
+  // Fault rehearsal (`fmstack fault inject`): a NaN in this rank's gradient
+  // of the next step; one flipped bit in this rank's parameter replica; a
+  // delay added to every step from now on (a slow node).
+  void PoisonNextGradient() { poison_ = true; }
+  void FlipParameterBit(size_t index, int bit);
+  void SlowDown(double seconds_per_step) { slowdown_ = seconds_per_step; }
 
  private:
   TrainConfig config_;
@@ -91,6 +111,8 @@ class Trainer {
   BatchSampler sampler_;
   TrainCounters counters_;
   std::vector<int32_t> inputs_, targets_;
+  bool poison_ = false;
+  double slowdown_ = 0;
 };
 
 }  // namespace fmstack::train

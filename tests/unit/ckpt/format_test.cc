@@ -71,3 +71,26 @@ TEST(FormatTest, StepNames) {
 
 }  // namespace
 }  // namespace fmstack::ckpt
+
+#include "ckpt/choose.h"
+
+namespace fmstack::ckpt {
+namespace {
+
+TEST(ChooseRestore, NewestCommittedValidReachableFromTheFastestTier) {
+  const std::vector<CheckpointCopy> copies = {
+      {.step = 100, .tier = 0, .committed = true},
+      {.step = 100, .tier = 1, .committed = true},
+      {.step = 200, .tier = 0, .committed = true, .reachable = false},  // replaced node's disk
+      {.step = 200, .tier = 1, .committed = true},
+      {.step = 300, .tier = 0, .committed = false},                 // still draining
+      {.step = 250, .tier = 1, .committed = true, .valid = false},  // after the corruption
+  };
+  const std::optional<size_t> pick = ChooseRestore(copies);
+  ASSERT_TRUE(pick);
+  EXPECT_EQ(*pick, 3u);
+  EXPECT_FALSE(ChooseRestore(std::vector<CheckpointCopy>{{.committed = false}}));
+}
+
+}  // namespace
+}  // namespace fmstack::ckpt

@@ -56,24 +56,71 @@ TEST(Policy, MaintenanceLosesNothingAndPrefersSpares) {
             Placement::kWaitForNode);
 }
 
-TEST(ChooseRestore, NewestCommittedValidReachableFromTheFastestTier) {
-  const std::vector<CheckpointCopy> copies = {
-      {.step = 100, .tier = 0, .committed = true},
-      {.step = 100, .tier = 1, .committed = true},
-      {.step = 200, .tier = 0, .committed = true, .reachable = false},  // replaced node's disk
-      {.step = 200, .tier = 1, .committed = true},
-      {.step = 300, .tier = 0, .committed = false},                 // still draining
-      {.step = 250, .tier = 1, .committed = true, .valid = false},  // after the corruption
-  };
-  const std::optional<size_t> pick = ChooseRestore(copies);
-  ASSERT_TRUE(pick);
-  EXPECT_EQ(*pick, 3u);
-  EXPECT_FALSE(ChooseRestore(std::vector<CheckpointCopy>{{.committed = false}}));
-}
-
 TEST(CheckpointInterval, YoungDalyFlooredByTheDrain) {
   EXPECT_NEAR(CheckpointInterval(10, 3600 * 5, 0), std::sqrt(2 * 10 * 3600 * 5.0), 1e-9);
   EXPECT_EQ(CheckpointInterval(0.01, 3600, 120), 120);
+}
+
+TEST(JobMtti, SumsTheCausesOverTheNodesUnlessTheClusterSaysSo) {
+  std::vector<catalog::FaultCause> causes(2);
+  causes[0].rate_per_node_hour = 0.001;
+  causes[1].rate_per_node_hour = 0.003;
+  EXPECT_NEAR(JobMtti(causes, 100, 0), 3600.0 / (0.004 * 100), 1e-9);
+  EXPECT_EQ(JobMtti(causes, 100, 7200), 7200);
+  EXPECT_EQ(JobMtti({}, 100, 0), 0);
+}
+
+RuntimeEvent Ev(EventKind k, int64_t step = 10) {
+  return {.kind = k, .rank = 1, .step = step, .verified_step = 8};
+}
+
+TEST(Decide, ProcessFaultsRestartFromTheNewestCheckpointWithBackoff) {
+  const Policy p{.max_restarts = 3, .backoff_seconds = 2, .backoff_max_seconds = 5};
+  const JobView job{4, 4, 0};
+  for (EventKind k : {EventKind::kCrash, EventKind::kHang, EventKind::kCheckpointFailed,
+                      EventKind::kNodeLost, EventKind::kNonFinite}) {
+    const Decision d = Decide(p, job, {}, Ev(k));
+    EXPECT_EQ(d.verb, Verb::kRestart) << EventName(k);
+    EXPECT_EQ(d.action.restore, Restore::kCheckpoint);
+    EXPECT_EQ(d.max_restore_step, -1);
+    EXPECT_EQ(d.backoff_seconds, 2);
+  }
+  EXPECT_EQ(Decide(p, job, {.restarts = 1}, Ev(EventKind::kCrash)).backoff_seconds, 4);
+  EXPECT_EQ(Decide(p, job, {.restarts = 2}, Ev(EventKind::kCrash)).backoff_seconds, 5);
+}
+
+TEST(Decide, TheBudgetEndsTheRun) {
+  const Policy p{.max_restarts = 2};
+  const Decision d = Decide(p, {4, 4, 0}, {.restarts = 2}, Ev(EventKind::kCrash));
+  EXPECT_EQ(d.verb, Verb::kStop);
+  EXPECT_NE(d.reason.find("max_restarts"), std::string::npos) << d.reason;
+  // A healthy job that must stop still saves first.
+  EXPECT_EQ(Decide(p, {4, 4, 0}, {.restarts = 2}, Ev(EventKind::kNotice)).verb, Verb::kSaveAndStop);
+}
+
+TEST(Decide, SilentCorruptionRestoresNoNewerThanTheLastCheckedStep) {
+  const Decision d = Decide({.max_restarts = 3}, {4, 4, 0}, {}, Ev(EventKind::kSilentCorruption));
+  EXPECT_EQ(d.verb, Verb::kRestart);
+  EXPECT_TRUE(d.action.restore_before_fault);
+  EXPECT_EQ(d.max_restore_step, 8);
+}
+
+TEST(Decide, HealthyJobsSaveBeforeTheyStopOrMove) {
+  const Policy p{.max_restarts = 3};
+  EXPECT_EQ(Decide(p, {4, 4, 0}, {}, Ev(EventKind::kSignal)).verb, Verb::kSaveAndStop);
+  EXPECT_EQ(Decide(p, {4, 4, 0}, {}, Ev(EventKind::kNotice)).verb, Verb::kSaveAndRestart);
+  EXPECT_EQ(Decide(p, {4, 4, 0}, {}, Ev(EventKind::kStraggler)).verb, Verb::kSaveAndRestart);
+  // A signal is obeyed whatever the budget.
+  EXPECT_EQ(Decide({.max_restarts = 0}, {4, 4, 0}, {}, Ev(EventKind::kSignal)).verb,
+            Verb::kSaveAndStop);
+}
+
+TEST(Decide, TheSameNonFiniteStepTwiceIsDivergenceNotAFault) {
+  const Decision d =
+      Decide({.max_restarts = 3}, {4, 4, 0}, {.restarts = 1, .last_nonfinite_step = 10},
+             Ev(EventKind::kNonFinite, 10));
+  EXPECT_EQ(d.verb, Verb::kStop);
+  EXPECT_NE(d.reason.find("diverges"), std::string::npos);
 }
 
 TEST(Strategy, NamesRoundTrip) {

@@ -1,0 +1,94 @@
+// `fmstack fault inject RUN_DIR --rank R --kind K [--at-step S]`: a fault for
+// a live run to rehearse its recovery. `fmstack report RUN_DIR`: the run's
+// goodput ledger and incidents.
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include "cli/commands.h"
+#include "metrics/goodput.h"
+#include "runtime/inject.h"
+#include "spec/job_spec.h"
+#include "util/error.h"
+
+namespace fmstack::cli {
+namespace {
+
+struct FaultArgs {
+  std::string run_dir, kind;
+  int rank = 0;
+  int64_t at_step = 0;
+};
+
+int Inject(const FaultArgs& a) {
+  const std::string id = runtime::RequestInjection(a.run_dir, {"", a.kind, a.rank, a.at_step});
+  std::cout << fmt::format("fault {} requested: {} on rank {} {} (run {})\n", id, a.kind, a.rank,
+                           a.at_step > 0 ? fmt::format("after step {}", a.at_step) : "now",
+                           a.run_dir);
+  return 0;
+}
+
+int Report(const std::string& run_dir, bool json) {
+  const std::string path = run_dir + "/goodput.json";
+  if (!std::filesystem::exists(path)) {
+    throw Error(
+        fmt::format("{}: no goodput ledger (a run writes it when it ends; is {} the "
+                    "--out of a finished `fmstack run`?)",
+                    path, run_dir));
+  }
+  if (std::filesystem::file_size(path) > 64 << 20)
+    throw Error(path + ": larger than 64 MiB, not a ledger");
+  std::ifstream in(path);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) throw Error(path + ": not a JSON object");
+  if (json) {
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  metrics::Ledger ledger;
+  try {
+    ledger = metrics::Ledger::FromJson(j);
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("{}: malformed ledger ({})", path, e.what()));
+  }
+  const runtime::RunInfo info = runtime::ReadRunInfo(run_dir);
+  std::cout << fmt::format("run {} ({}): {} ranks, goodput {:.1f}%\n\n", info.job, info.state,
+                           info.world, 100 * ledger.Goodput())
+            << ledger.RenderText();
+  return 0;
+}
+
+}  // namespace
+
+Runner AddFaultCommand(CLI::App& app) {
+  auto a = std::make_shared<FaultArgs>();
+  CLI::App* fault = app.add_subcommand("fault", "rehearse faults on a live run");
+  fault->require_subcommand(1);
+  CLI::App* inject = fault->add_subcommand(
+      "inject", "inject a fault into a live `fmstack run` (RUN_DIR is its --out directory)");
+  inject->add_option("run_dir", a->run_dir, "the run's directory")->required();
+  inject->add_option("--rank", a->rank, "the rank to hit")
+      ->required()
+      ->check(CLI::NonNegativeNumber);
+  inject->add_option("--kind", a->kind, "what to break")
+      ->required()
+      ->check(CLI::IsMember(spec::InjectKinds()));
+  inject->add_option("--at-step", a->at_step, "once the rank completed this step (default now)")
+      ->check(CLI::NonNegativeNumber);
+  return [a] { return Inject(*a); };
+}
+
+Runner AddReportCommand(CLI::App& app) {
+  auto dir = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
+  CLI::App* cmd = app.add_subcommand(
+      "report", "a finished run's goodput ledger: wall time by sim's buckets, and each fault");
+  cmd->add_option("run_dir", *dir, "the run's directory (its --out)")->required();
+  cmd->add_flag("--json", *json, "the ledger as JSON");
+  return [dir, json] { return Report(*dir, *json); };
+}
+
+}  // namespace fmstack::cli

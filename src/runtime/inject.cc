@@ -1,0 +1,167 @@
+#include "runtime/inject.h"
+
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "util/atomic_file.h"
+#include "util/error.h"
+
+namespace fmstack::runtime {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr size_t kMaxRequestBytes = 4096;  // a request is a few fields
+
+std::string ControlDir(const std::string& run_dir) {
+  return run_dir + "/control";
+}
+
+void WriteJson(const std::string& path, const nlohmann::json& j) {
+  const std::string text = j.dump(2) + "\n";
+  AtomicFileWriter w(path);
+  w.Write(text.data(), text.size());
+  w.Commit();
+}
+
+nlohmann::json ReadBoundedJson(const std::string& path, size_t max_bytes) {
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (ec) throw Error(fmt::format("{}: {}", path, ec.message()));
+  if (size > max_bytes)
+    throw Error(fmt::format("{}: {} bytes, expected at most {}", path, size, max_bytes));
+  std::ifstream in(path);
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) throw Error(path + ": not a JSON object");
+  return j;
+}
+
+}  // namespace
+
+bool IsWorkerKind(const std::string& kind) {
+  static const std::vector<std::string> kinds = {"exit",    "straggler", "nan",
+                                                 "bitflip", "disk-full", "kill-during-save"};
+  return std::find(kinds.begin(), kinds.end(), kind) != kinds.end();
+}
+
+void WriteRunInfo(const std::string& run_dir, const RunInfo& i) {
+  WriteJson(run_dir + "/run.json", {{"pid", i.pid},
+                                    {"world", i.world},
+                                    {"nodes", i.nodes},
+                                    {"procs_per_node", i.procs_per_node},
+                                    {"netns", i.netns},
+                                    {"job", i.job},
+                                    {"state", i.state}});
+}
+
+RunInfo ReadRunInfo(const std::string& run_dir) {
+  const std::string path = run_dir + "/run.json";
+  if (!fs::exists(path)) {
+    throw Error(
+        fmt::format("{}: not a run directory (no run.json; a run's directory is the "
+                    "`--out` of `fmstack run`, runs/<job> by default)",
+                    run_dir));
+  }
+  const nlohmann::json j = ReadBoundedJson(path, 64 * 1024);
+  try {
+    RunInfo i;
+    i.pid = j.at("pid");
+    i.world = j.at("world");
+    i.nodes = j.at("nodes");
+    i.procs_per_node = j.at("procs_per_node");
+    i.netns = j.at("netns");
+    i.job = j.at("job");
+    i.state = j.at("state");
+    if (i.world < 1 || i.world > (1 << 20) || i.pid < 1) throw Error("world or pid out of range");
+    return i;
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("{}: malformed ({})", path, e.what()));
+  }
+}
+
+std::string RequestInjection(const std::string& run_dir, const InjectRequest& r) {
+  const RunInfo info = ReadRunInfo(run_dir);
+  if (info.state != "running" || ::kill(info.pid, 0) != 0) {
+    throw Error(fmt::format("{}: the run is not live (state \"{}\", supervisor pid {} {})", run_dir,
+                            info.state, info.pid, ::kill(info.pid, 0) == 0 ? "alive" : "gone"));
+  }
+  if (r.rank < 0 || r.rank >= info.world) {
+    throw Error(
+        fmt::format("--rank {}: the run {} has ranks 0..{}", r.rank, info.job, info.world - 1));
+  }
+  if (r.kind == "network-cut" && !info.netns) {
+    throw Error(
+        fmt::format("--kind network-cut: the run {} does not put its nodes in network "
+                    "namespaces; start it with --netns (root) to cut a node's link",
+                    info.job));
+  }
+  fs::create_directories(ControlDir(run_dir));
+  std::random_device rd;
+  const std::string id = fmt::format("cli-{}-{:08x}", ::getpid(), rd());
+  WriteJson(fmt::format("{}/inject-{}.json", ControlDir(run_dir), id),
+            {{"id", id}, {"kind", r.kind}, {"rank", r.rank}, {"at_step", r.at_step}});
+  return id;
+}
+
+std::vector<InjectRequest> TakeRequests(const std::string& run_dir,
+                                        std::vector<std::string>* errors) {
+  std::vector<InjectRequest> out;
+  std::error_code ec;
+  fs::directory_iterator it(ControlDir(run_dir), ec);
+  if (ec) return out;
+  std::vector<fs::path> files;
+  for (const fs::directory_entry& e : it) {
+    const std::string name = e.path().filename().string();
+    if (name.starts_with("inject-") && name.ends_with(".json")) files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  for (const fs::path& p : files) {
+    try {
+      const nlohmann::json j = ReadBoundedJson(p.string(), kMaxRequestBytes);
+      InjectRequest r;
+      r.id = j.at("id");
+      r.kind = j.at("kind");
+      r.rank = j.at("rank");
+      r.at_step = j.at("at_step");
+      out.push_back(r);
+    } catch (const std::exception& e) {
+      errors->push_back(
+          fmt::format("fault injection request {} ignored: {}", p.string(), e.what()));
+    }
+    fs::remove(p, ec);
+  }
+  return out;
+}
+
+std::string CorruptNewestShard(const std::string& tier_root, int rank) {
+  std::optional<fs::path> newest;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(tier_root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!name.starts_with("step-") || !fs::exists(e.path() / "COMMITTED")) continue;
+    if (!newest || name > newest->filename().string()) newest = e.path();
+  }
+  if (!newest) throw Error(fmt::format("{}: no committed checkpoint to corrupt", tier_root));
+  const fs::path shard = *newest / fmt::format("rank-{:05d}.safetensors", rank);
+  const auto size = fs::file_size(shard, ec);
+  if (ec || size < 16) throw Error(fmt::format("{}: no shard to corrupt", shard.string()));
+  // The last byte is tensor data: past the safetensors header and the
+  // manifest's offsets, inside a checksummed chunk.
+  std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(size - 1));
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x01);
+  f.seekp(static_cast<std::streamoff>(size - 1));
+  f.write(&c, 1);
+  f.flush();
+  if (!f) throw Error(fmt::format("{}: could not flip a byte", shard.string()));
+  return shard.string();
+}
+
+}  // namespace fmstack::runtime

@@ -1,0 +1,53 @@
+// runtime: fault injection into a live run, for tests and for users who
+// rehearse their recovery policy. `fmstack fault inject RUN_DIR ...` drops a
+// request file into RUN_DIR/control/; the run's supervisor picks it up,
+// waits until the target rank completed the requested step, and carries it
+// out: with a signal (crash, hang), on disk (corrupt-checkpoint), on the
+// network (network-cut), itself (supervisor-restart, notice), or by telling
+// the worker (exit, straggler, nan, bitflip, disk-full, kill-during-save).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fmstack::runtime {
+
+struct InjectRequest {
+  std::string id;  // unique within the run; fired ids are never fired again
+  std::string kind;
+  int rank = 0;
+  int64_t at_step = 0;  // once the rank completed this step (0 = at once)
+};
+
+// Kinds the worker carries out itself, on a command from the supervisor.
+bool IsWorkerKind(const std::string& kind);
+
+// What a live run publishes about itself in RUN_DIR/run.json.
+struct RunInfo {
+  int pid = 0;
+  int world = 0, nodes = 0, procs_per_node = 0;
+  bool netns = false;
+  std::string job, state;  // state: "running", "finished", "failed", "stopped"
+};
+void WriteRunInfo(const std::string& run_dir, const RunInfo& info);
+// Throws Error naming the file when it is missing or malformed.
+RunInfo ReadRunInfo(const std::string& run_dir);
+
+// `fmstack fault inject`: checks the run is live, the rank exists and the
+// kind is known, then writes the request. Throws Error saying which.
+std::string RequestInjection(const std::string& run_dir, const InjectRequest& request);
+
+// Supervisor: takes (reads and removes) the pending request files. A
+// malformed one is removed and described in `errors`.
+std::vector<InjectRequest> TakeRequests(const std::string& run_dir,
+                                        std::vector<std::string>* errors);
+
+// Flips one byte in the tensor data of `rank`'s shard of the newest
+// committed step under `tier_root`. Returns the file changed; throws Error
+// when there is no committed step.
+std::string CorruptNewestShard(const std::string& tier_root, int rank);
+
+}  // namespace fmstack::runtime

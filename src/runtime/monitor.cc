@@ -1,0 +1,73 @@
+#include "runtime/monitor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace fmstack::runtime {
+
+RankMonitor::RankMonitor(int world, MonitorOptions options, Clock::time_point start)
+    : options_(options), start_(start), ranks_(static_cast<size_t>(world)) {
+  for (Rank& r : ranks_) r.last = start;
+}
+
+void RankMonitor::OnHeartbeat(int rank, int64_t step, const std::string& phase,
+                              Clock::time_point now) {
+  Rank& r = ranks_.at(static_cast<size_t>(rank));
+  r.last = now;
+  r.heard = true;
+  r.step = std::max(r.step, step);
+  r.phase = phase;
+  any_heard_ = true;
+}
+
+void RankMonitor::OnStep(int rank, int64_t step, double compute_seconds) {
+  ranks_.at(static_cast<size_t>(rank)).step = std::max(ranks_[rank].step, step);
+  const size_t world = ranks_.size();
+  if (world < 2) return;  // no peer to compare with
+  auto [it, fresh] = compute_.try_emplace(step, world, std::numeric_limits<double>::quiet_NaN());
+  it->second[static_cast<size_t>(rank)] = compute_seconds;
+  if (std::any_of(it->second.begin(), it->second.end(), [](double x) { return std::isnan(x); }))
+    return;
+  const std::vector<double> all = it->second;
+  compute_.erase(compute_.begin(), std::next(it));
+  for (size_t r = 0; r < world; ++r) {
+    std::vector<double> others;
+    for (size_t o = 0; o < world; ++o)
+      if (o != r) others.push_back(all[o]);
+    std::nth_element(others.begin(), others.begin() + static_cast<long>(others.size() / 2),
+                     others.end());
+    const double median = others[others.size() / 2];
+    Rank& me = ranks_[r];
+    me.slow_streak = all[r] > options_.straggler_factor * median ? me.slow_streak + 1 : 0;
+    if (me.slow_streak >= options_.straggler_steps && !straggler_) straggler_ = static_cast<int>(r);
+  }
+}
+
+std::optional<SilentRank> RankMonitor::Hung(Clock::time_point now) const {
+  if (!any_heard_) return std::nullopt;
+  std::optional<SilentRank> worst;
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    const Rank& x = ranks_[r];
+    if (x.exited) continue;
+    const double silent = std::chrono::duration<double>(now - x.last).count();
+    if (silent <= options_.heartbeat_timeout) continue;
+    if (!worst || silent > worst->silent_seconds)
+      worst = SilentRank{static_cast<int>(r), silent, x.step, x.phase};
+  }
+  return worst;
+}
+
+int64_t RankMonitor::MaxStep() const {
+  int64_t m = 0;
+  for (const Rank& r : ranks_) m = std::max(m, r.step);
+  return m;
+}
+
+int64_t RankMonitor::MinStep() const {
+  int64_t m = std::numeric_limits<int64_t>::max();
+  for (const Rank& r : ranks_) m = std::min(m, r.step);
+  return ranks_.empty() ? 0 : m;
+}
+
+}  // namespace fmstack::runtime

@@ -1,0 +1,70 @@
+// runtime: what the supervisor knows of each rank's health, from its
+// heartbeats and step reports: which rank went silent (hung or stopped),
+// which one is persistently slower than its peers (a straggler), and how
+// far the job got. No I/O and no clock of its own, so tests drive it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fmstack::runtime {
+
+using Clock = std::chrono::steady_clock;
+
+struct MonitorOptions {
+  double heartbeat_timeout = 30;  // seconds of silence that make a rank hung
+  double straggler_factor = 2;    // compute time vs the median of the other ranks
+  int64_t straggler_steps = 5;    // in a row
+};
+
+struct SilentRank {
+  int rank = 0;
+  double silent_seconds = 0;
+  int64_t step = 0;
+  std::string phase;
+};
+
+class RankMonitor {
+ public:
+  RankMonitor(int world, MonitorOptions options, Clock::time_point start);
+
+  void OnHeartbeat(int rank, int64_t step, const std::string& phase, Clock::time_point now);
+  // A completed step and the time the rank computed (its step time less the
+  // time it waited for collectives).
+  void OnStep(int rank, int64_t step, double compute_seconds);
+  // The rank's process ended: silence from it is no longer news.
+  void OnExit(int rank) { ranks_.at(static_cast<size_t>(rank)).exited = true; }
+
+  // The rank silent longest beyond the timeout. A rank that never sent a
+  // heartbeat is judged from `start` only once another rank has sent one,
+  // so a program that does not speak the protocol is never called hung.
+  std::optional<SilentRank> Hung(Clock::time_point now) const;
+  // A rank slower than factor x the others' median for `steps` steps in a row.
+  std::optional<int> Straggler() const { return straggler_; }
+  int64_t StepOf(int rank) const { return ranks_[rank].step; }
+  int64_t MaxStep() const;
+  int64_t MinStep() const;
+  const std::string& PhaseOf(int rank) const { return ranks_[rank].phase; }
+
+ private:
+  struct Rank {
+    Clock::time_point last;
+    bool heard = false;
+    bool exited = false;
+    int64_t step = 0;
+    std::string phase = "start";
+    int64_t slow_streak = 0;
+  };
+  MonitorOptions options_;
+  Clock::time_point start_;
+  std::vector<Rank> ranks_;
+  bool any_heard_ = false;
+  std::map<int64_t, std::vector<double>> compute_;  // step -> per rank (NaN = not yet)
+  std::optional<int> straggler_;
+};
+
+}  // namespace fmstack::runtime

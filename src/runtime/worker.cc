@@ -1,0 +1,96 @@
+#include "runtime/worker.h"
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "runtime/control.h"
+
+namespace fmstack::runtime {
+
+std::unique_ptr<Worker> Worker::FromEnv(std::chrono::milliseconds heartbeat_interval) {
+  const char* fd = std::getenv(kControlFdEnv);
+  int n = -1;
+  if (fd != nullptr) {
+    char* end = nullptr;
+    const long v = std::strtol(fd, &end, 10);
+    if (end != fd && *end == '\0' && v >= 0 && v < 65536) n = static_cast<int>(v);
+  }
+  return std::make_unique<Worker>(n, heartbeat_interval);
+}
+
+Worker::Worker(int fd, std::chrono::milliseconds heartbeat_interval)
+    : fd_(fd), interval_(heartbeat_interval) {
+  if (fd_ < 0) return;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+Worker::~Worker() {
+  if (fd_ < 0) return;
+  stop_ = true;
+  thread_.join();
+}
+
+void Worker::Progress(int64_t step, std::string_view phase) {
+  if (fd_ < 0) return;
+  bool changed;
+  {
+    const std::lock_guard lock(mu_);
+    changed = phase_ != phase;
+    phase_ = phase;
+    step_ = step;
+  }
+  // A new phase is news at once: the supervisor times phases (restore, save).
+  if (changed) Send({{"ev", "hb"}, {"step", step}, {"phase", std::string(phase)}});
+}
+
+void Worker::Send(nlohmann::json event) {
+  if (fd_ < 0) return;
+  const std::lock_guard lock(mu_);
+  SendLine(fd_, event);
+}
+
+std::vector<nlohmann::json> Worker::TakeCommands() {
+  const std::lock_guard lock(mu_);
+  return std::exchange(commands_, {});
+}
+
+void Worker::Loop() {
+  LineReader reader;
+  auto next_beat = std::chrono::steady_clock::now();
+  char buf[4096];
+  while (!stop_) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= next_beat) {
+      nlohmann::json beat;
+      {
+        const std::lock_guard lock(mu_);
+        beat = {{"ev", "hb"}, {"step", step_.load()}, {"phase", phase_}};
+        SendLine(fd_, beat);
+      }
+      next_beat = now + interval_;
+    }
+    // Wake often enough to notice stop_ promptly.
+    const auto wait = std::min<std::chrono::milliseconds>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(next_beat - now),
+        std::chrono::milliseconds(100));
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(std::max<int64_t>(wait.count(), 1))) <= 0) continue;
+    const ssize_t n = ::read(fd_, buf, sizeof buf);
+    if (n <= 0) return;  // the supervisor is gone; PDEATHSIG ends this process
+    try {
+      for (const std::string& line : reader.Feed(buf, static_cast<size_t>(n))) {
+        if (std::optional<nlohmann::json> cmd = ParseLine(line)) {
+          const std::lock_guard lock(mu_);
+          commands_.push_back(std::move(*cmd));
+        }
+      }
+    } catch (const std::exception&) {
+      return;  // a supervisor that breaks the protocol gets no more heartbeats
+    }
+  }
+}
+
+}  // namespace fmstack::runtime

@@ -1,0 +1,98 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "metrics/goodput.h"
+#include "runtime/control.h"
+#include "runtime/monitor.h"
+#include "util/error.h"
+
+namespace fmstack::runtime {
+namespace {
+
+using std::chrono::milliseconds;
+
+TEST(RankMonitor, NamesTheSilentRankNotItsWaitingPeers) {
+  const Clock::time_point t0{};
+  RankMonitor m(4, {.heartbeat_timeout = 3}, t0);
+  for (int r = 0; r < 4; ++r) m.OnHeartbeat(r, 5, "train", t0 + milliseconds(100));
+  // Rank 2 stops; the others keep beating while they wait for it.
+  for (int r : {0, 1, 3}) m.OnHeartbeat(r, 5, "train", t0 + milliseconds(3000));
+  EXPECT_FALSE(m.Hung(t0 + milliseconds(3000)));
+  const std::optional<SilentRank> h = m.Hung(t0 + milliseconds(3200));
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->rank, 2);
+  EXPECT_NEAR(h->silent_seconds, 3.1, 1e-9);
+  EXPECT_EQ(h->step, 5);
+}
+
+TEST(RankMonitor, AProgramThatNeverBeatsIsNeverHung) {
+  const Clock::time_point t0{};
+  const RankMonitor m(2, {.heartbeat_timeout = 1}, t0);
+  EXPECT_FALSE(m.Hung(t0 + std::chrono::hours(1)));
+}
+
+TEST(RankMonitor, AStragglerIsSlowForStepsInARow) {
+  RankMonitor m(4, {.straggler_factor = 2, .straggler_steps = 3}, Clock::time_point{});
+  auto step = [&](int64_t s, double slow) {
+    for (int r = 0; r < 4; ++r) m.OnStep(r, s, r == 3 ? slow : 0.1);
+  };
+  step(1, 0.5);
+  step(2, 0.5);
+  step(3, 0.15);  // the streak breaks
+  step(4, 0.5);
+  step(5, 0.5);
+  EXPECT_FALSE(m.Straggler());
+  step(6, 0.5);
+  ASSERT_TRUE(m.Straggler());
+  EXPECT_EQ(*m.Straggler(), 3);
+  EXPECT_EQ(m.MaxStep(), 6);
+}
+
+TEST(RankMonitor, StepsArriveInAnyOrder) {
+  RankMonitor m(2, {.straggler_factor = 2, .straggler_steps = 1}, Clock::time_point{});
+  m.OnStep(0, 1, 0.1);
+  m.OnStep(0, 2, 0.1);
+  EXPECT_FALSE(m.Straggler());
+  m.OnStep(1, 1, 0.1);
+  m.OnStep(1, 2, 0.9);
+  ASSERT_TRUE(m.Straggler());
+  EXPECT_EQ(*m.Straggler(), 1);
+}
+
+TEST(LineReader, SplitsAndBoundsLines) {
+  LineReader r;
+  EXPECT_TRUE(r.Feed("{\"a\":", 5).empty());
+  const std::vector<std::string> lines = r.Feed("1}\n{}\nx", 7);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], "{\"a\":1}");
+  EXPECT_EQ(ParseLine(lines[0])->at("a"), 1);
+  EXPECT_FALSE(ParseLine("not json"));
+  EXPECT_FALSE(ParseLine("[1,2]"));
+  const std::string huge(kMaxControlLine + 1, 'x');
+  EXPECT_THROW(r.Feed(huge.data(), huge.size()), Error);
+}
+
+TEST(Ledger, RollBackMovesStepsToLostAndEverySecondIsBooked) {
+  metrics::Ledger l;
+  for (int64_t s = 1; s <= 10; ++s) l.Step(s, 0.5);
+  l.Book("detection", 1);
+  EXPECT_EQ(l.RollBack(7), 3);
+  EXPECT_DOUBLE_EQ(l.Get("lost"), 1.5);
+  EXPECT_DOUBLE_EQ(l.Get("productive"), 3.5);
+  for (int64_t s = 8; s <= 10; ++s) l.Step(s, 0.5);
+  l.SetWall(10);
+  double sum = 0;
+  for (const std::string& b : metrics::Ledger::Buckets()) sum += l.Get(b);
+  EXPECT_DOUBLE_EQ(sum, 10);
+  EXPECT_DOUBLE_EQ(l.Goodput(), 0.5);
+  l.incidents().push_back({.kind = "crash", .rank = 2, .step = 10, .detect_seconds = 0.01});
+  const metrics::Ledger back = metrics::Ledger::FromJson(l.ToJson());
+  EXPECT_DOUBLE_EQ(back.Get("lost"), 1.5);
+  EXPECT_DOUBLE_EQ(back.Get("productive"), 5);
+  ASSERT_EQ(back.incidents().size(), 1u);
+  EXPECT_EQ(back.incidents()[0].rank, 2);
+}
+
+}  // namespace
+}  // namespace fmstack::runtime
