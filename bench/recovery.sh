@@ -59,6 +59,7 @@ heartbeat_interval = "0.5s"
 heartbeat_timeout = "${timeout}s"
 collective_timeout = "20s"
 restart_backoff = "0s"
+straggler_steps = ${STRAGGLER_STEPS:-1000}
 ${2:-}
 TOML
 }
@@ -70,7 +71,9 @@ printf '%-20s %14s %14s %12s %9s %9s\n' kind "fault->step p50" "detect p50" "tar
 for kind in $kinds; do
   rank=1 flags=()
   [ "$kind" = network-cut ] && rank=2 flags=(--netns)
-  job f.toml "[[faults.inject]]
+  steps_=1000
+  [ "$kind" = straggler ] && steps_=5
+  STRAGGLER_STEPS=$steps_ job f.toml "[[faults.inject]]
 kind = \"$kind\"
 rank = $rank
 at_step = $at"

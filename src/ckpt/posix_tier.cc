@@ -310,4 +310,22 @@ std::unique_ptr<Tier> MakePosixTier(std::string name, std::string root) {
   return std::make_unique<PosixTier>(std::move(name), std::move(root));
 }
 
+CheckpointDir OpenCheckpointDir(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path p = fs::path(path).lexically_normal();
+  if (!fs::is_directory(p)) {
+    throw Error(
+        fmt::format("{}: not a checkpoint directory (expected a run's ckpt/ directory or "
+                    "one of its step-NNNNNNNN directories)",
+                    path));
+  }
+  const std::string name = (p.has_filename() ? p : p.parent_path()).filename().string();
+  if (name.starts_with("step-") && name.size() > 5 &&
+      name.find_first_not_of("0123456789", 5) == std::string::npos && name.size() <= 5 + 18) {
+    return {MakePosixTier("dir", (p.has_filename() ? p : p.parent_path()).parent_path().string()),
+            std::stoll(name.substr(5))};
+  }
+  return {MakePosixTier("dir", p.string()), std::nullopt};
+}
+
 }  // namespace fmstack::ckpt

@@ -62,6 +62,15 @@ class Tier {
 // A tier in a directory: `root` is created if missing.
 std::unique_ptr<Tier> MakePosixTier(std::string name, std::string root);
 
+// A checkpoint a user names by path: a tier root (holding step-* directories,
+// e.g. runs/<job>/ckpt) or one step directory in it (…/ckpt/step-00000120).
+// Throws Error naming the path when it is neither.
+struct CheckpointDir {
+  std::unique_ptr<Tier> tier;
+  std::optional<int64_t> step;  // set when the path named one step
+};
+CheckpointDir OpenCheckpointDir(const std::string& path);
+
 struct S3Config {
   std::string endpoint;  // "http://127.0.0.1:9000" or "https://s3.us-east-1.amazonaws.com"
   std::string bucket;

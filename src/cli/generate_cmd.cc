@@ -1,4 +1,4 @@
-// `fmstack generate --ckpt state.bin --prompt "..."`: sample from a trained model.
+// `fmstack generate --ckpt runs/JOB/ckpt --prompt "..."`: sample from a trained model.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -7,7 +7,10 @@
 #include <memory>
 #include <numeric>
 
+#include "ckpt/restore.h"
+#include "ckpt/tier.h"
 #include "cli/commands.h"
+#include "gpt/layout.h"
 #include "gpt/model.h"
 #include "gpt/sgemm_peak.h"
 #include "train/tokenizer.h"
@@ -21,7 +24,7 @@ namespace {
 struct GenerateArgs {
   std::string ckpt;
   std::string prompt = "\n";
-  std::string tokenizer;  // default: the one recorded in the state
+  std::string tokenizer;  // default: the one recorded in the checkpoint
   int64_t tokens = 200;
   double temperature = 0.8;
   int64_t top_k = 40;
@@ -49,24 +52,50 @@ int32_t Sample(std::span<const float> logits, double temperature, int64_t top_k,
 
 int RunGenerate(const GenerateArgs& args) {
   gpt::SetCpuThreads(args.threads);
-  const train::TrainStateHeader header = train::ReadTrainStateHeader(args.ckpt);
-  const std::string tok_path =
-      args.tokenizer.empty() ? header.data_dir + "/tokenizer.bpe" : args.tokenizer;
-  const train::BpeTokenizer tok = train::BpeTokenizer::Load(tok_path);
-  if (tok.vocab_size() > header.shape.vocab) {
-    throw Error(fmt::format("{}: vocabulary {} is larger than the model's {}", tok_path,
-                            tok.vocab_size(), header.shape.vocab));
+  // The newest committed step of a run's ckpt/ directory, or the step named.
+  const ckpt::CheckpointDir dir = ckpt::OpenCheckpointDir(args.ckpt);
+  std::optional<int64_t> step = dir.step;
+  if (!step) {
+    for (const ckpt::StepListing& l : dir.tier->List())
+      if (l.committed && (!step || l.step > *step)) step = l.step;
+    if (!step) throw Error(args.ckpt + ": no committed checkpoint");
   }
-  auto model = gpt::CreateModel(header.shape, {.max_batch = 1});
-  std::vector<float> m(header.count), v(header.count);
-  train::TrainState state{model->params(), m, v, {}};
-  train::LoadTrainState(args.ckpt, header.shape, state);
+  const ckpt::Manifest manifest = ckpt::ReadManifest(*dir.tier, *step);
+  workload::TransformerShape shape;
+  try {
+    shape = train::ShapeFromJson(manifest.model);
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("{}: the manifest of {} has no usable model shape ({})", args.ckpt,
+                            ckpt::StepDirName(*step), e.what()));
+  }
+  const std::string data_dir = manifest.model.value("data_dir", "");
+  if (args.tokenizer.empty() && data_dir.empty())
+    throw Error(args.ckpt +
+                ": the checkpoint does not say where its tokenizer is; pass --tokenizer");
+  const std::string tok_path =
+      args.tokenizer.empty() ? data_dir + "/tokenizer.bpe" : args.tokenizer;
+  const train::BpeTokenizer tok = train::BpeTokenizer::Load(tok_path);
+  if (tok.vocab_size() > shape.vocab) {
+    throw Error(fmt::format("{}: vocabulary {} is larger than the model's {}", tok_path,
+                            tok.vocab_size(), shape.vocab));
+  }
+  auto model = gpt::CreateModel(shape, {.max_batch = 1});
+  // The weights only: the optimizer's moments stay on disk.
+  std::vector<ckpt::TensorTarget> targets;
+  for (const gpt::TensorInfo& t : gpt::ParamLayout::For(shape).Tensors()) {
+    targets.push_back({"model." + t.name, ckpt::DType::kF32, 0,
+                       std::as_writable_bytes(model->params().subspan(
+                           static_cast<size_t>(t.offset), static_cast<size_t>(t.size())))});
+  }
+  ckpt::ReadCopy(*dir.tier, *step, targets);
+  std::cerr << fmt::format("generate: {} ({} params) from {} of {}\n", shape.name,
+                           model->params().size(), ckpt::StepDirName(*step), args.ckpt);
 
   std::vector<int32_t> context = tok.Encode(args.prompt);
   if (context.empty()) context.push_back(tok.Encode("\n").front());
   std::cout << args.prompt << std::flush;
   Rng rng(args.seed);
-  const int64_t T = header.shape.seq_len;
+  const int64_t T = shape.seq_len;
   for (int64_t i = 0; i < args.tokens; ++i) {
     const auto n = std::min<int64_t>(T, std::ssize(context));
     const std::span<const int32_t> window(context.data() + context.size() - n, n);
@@ -84,9 +113,10 @@ int RunGenerate(const GenerateArgs& args) {
 Runner AddGenerateCommand(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand("generate", "sample text from a trained model");
-  cmd->add_option("--ckpt", args->ckpt, "train state file (fmstack train writes one)")
+  cmd->add_option("--ckpt", args->ckpt,
+                  "checkpoint: a run's ckpt/ directory (its newest step) or one step-N directory")
       ->required()
-      ->check(CLI::ExistingFile);
+      ->check(CLI::ExistingDirectory);
   cmd->add_option("--prompt", args->prompt, "text to continue");
   cmd->add_option("--tokens", args->tokens, "tokens to generate")->check(CLI::PositiveNumber);
   cmd->add_option("--temperature", args->temperature, "0 = greedy")->check(CLI::NonNegativeNumber);

@@ -254,7 +254,7 @@ int RunJob(const RunArgs& args, std::span<char* const> argv) {
   t.AddRow({"held-out loss", fmt::format("{:.4f}", done.at("val_loss").get<double>())});
   t.AddRow({"unigram entropy", fmt::format("{:.4f}", done.at("unigram").get<double>())});
   t.AddRow({"parameter hash", done.at("param_hash").get<std::string>()});
-  t.AddRow({"state", done.at("state").get<std::string>()});
+  t.AddRow({"checkpoint", done.at("state").get<std::string>()});
   t.AddRow({"restarts", fmt::format("{} ({} fault(s))", r.restarts, r.ledger.incidents().size())});
   t.AddRow({"goodput",
             fmt::format("{:.1f}% of wall time in productive steps", 100 * r.ledger.Goodput())});
@@ -292,8 +292,9 @@ Runner AddRunCommand(CLI::App& app, std::span<char* const> argv) {
                   "stop after this step (the learning-rate schedule still spans train.steps)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--resume", args->resume,
-                  "train state to continue from (any world size or ZeRO stage)")
-      ->check(CLI::ExistingFile);
+                  "checkpoint to start from when the run has none of its own: a run's ckpt/ "
+                  "directory or a step-N directory in it (any world size or ZeRO stage)")
+      ->check(CLI::ExistingDirectory);
   cmd->add_option("--transport", args->transport,
                   "auto: shared memory inside a node, Gloo across nodes; gloo: Gloo everywhere")
       ->check(CLI::IsMember({"auto", "gloo"}));

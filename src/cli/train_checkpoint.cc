@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <csignal>
+#include <filesystem>
+#include <functional>
 
 #include "catalog/catalog.h"
 #include "cli/commands.h"
@@ -39,12 +41,27 @@ TrainCheckpointer::TrainCheckpointer(const spec::JobSpec& job, const catalog::Ca
   engine_->Reserve(bytes);
 }
 
-std::optional<int64_t> TrainCheckpointer::Resume(std::optional<int64_t> max_step) {
-  // A restore that rejects every copy may have written part of one into the
-  // model first; then starting over would start from a mix, not from the seed.
-  const bool committed = engine_->Latest().has_value();
+std::optional<int64_t> TrainCheckpointer::Resume(std::optional<int64_t> max_step,
+                                                 const std::string& from) {
   const std::vector<ckpt::TensorTarget> targets = train::CheckpointTargets(trainer_);
-  std::optional<ckpt::RestoreResult> r = engine_->Restore(targets, max_step);
+  std::function<std::optional<ckpt::RestoreResult>(std::optional<int64_t>)> restore;
+  ckpt::CheckpointDir dir;
+  bool committed = false;
+  if (from.empty()) {
+    // A restore that rejects every copy may have written part of one into
+    // the model first; then starting over would start from a mix.
+    committed = engine_->Latest().has_value();
+    restore = [&](std::optional<int64_t> limit) { return engine_->Restore(targets, limit); };
+  } else {
+    dir = ckpt::OpenCheckpointDir(from);
+    if (dir.step) max_step = max_step ? std::min(*max_step, *dir.step) : *dir.step;
+    committed = true;  // nothing there is an error, not a fresh start
+    restore = [&](std::optional<int64_t> limit) {
+      ckpt::Tier* tier = dir.tier.get();
+      return ckpt::Restore(std::span(&tier, 1), targets, note_, limit);
+    };
+  }
+  std::optional<ckpt::RestoreResult> r = restore(max_step);
   // Ranks read different shards, so one may reject a copy another loaded:
   // all go back to the oldest step any rank got. Every rank takes part in
   // every round, including one that already holds the agreed step: a rank
@@ -56,6 +73,9 @@ std::optional<int64_t> TrainCheckpointer::Resume(std::optional<int64_t> max_step
     if (agreed < 0) {
       const double best = *std::max_element(steps.begin(), steps.end());
       if (!committed && best < 0) return std::nullopt;  // a fresh run
+      if (!from.empty() && best < 0)
+        throw Error(fmt::format("{}: no committed checkpoint{} that every rank could read", from,
+                                max_step ? fmt::format(" at or before step {}", *max_step) : ""));
       throw Error(fmt::format(
           "checkpoint: rank {} found no usable checkpoint ({}), so the ranks cannot resume from "
           "one state and the model may hold part of a rejected copy; see the rejected copies "
@@ -65,8 +85,7 @@ std::optional<int64_t> TrainCheckpointer::Resume(std::optional<int64_t> max_step
                     : "every committed copy was rejected"));
     }
     if (std::all_of(steps.begin(), steps.end(), [&](double s) { return s == agreed; })) break;
-    if (static_cast<double>(r->step) != agreed)
-      r = engine_->Restore(targets, static_cast<int64_t>(agreed));
+    if (static_cast<double>(r->step) != agreed) r = restore(static_cast<int64_t>(agreed));
   }
   train::FinishRestore(trainer_, *r);
   restore_seconds_ = r->seconds;
@@ -122,8 +141,11 @@ void TrainCheckpointer::ChooseCadence(double blocking_seconds) {
 
 ckpt::SaveTiming TrainCheckpointer::Save() {
   ckpt::SaveTiming t;
+  ckpt::Snapshot snap = train::CheckpointSnapshot(trainer_);
+  // Where the tokenizer of these weights lives, for `fmstack generate`.
+  snap.model["data_dir"] = std::filesystem::absolute(job_.data.dir).lexically_normal().string();
   try {
-    t = engine_->Save(train::CheckpointSnapshot(trainer_));
+    t = engine_->Save(snap);
   } catch (const std::exception& e) {
     throw CheckpointFailed(e.what());
   }

@@ -30,12 +30,16 @@ class TrainCheckpointer {
                     const std::string& out, train::Trainer& trainer, Note note);
 
   // Restores the newest checkpoint that every rank loaded (collective),
-  // no newer than `max_step` when given. Returns its step, or nullopt when
-  // there is none.
-  std::optional<int64_t> Resume(std::optional<int64_t> max_step = std::nullopt);
+  // no newer than `max_step` when given, from the job's own tiers or, with
+  // `from`, from a checkpoint directory (any world size, any ZeRO stage).
+  // Returns its step, or nullopt when there is none (an error with `from`).
+  std::optional<int64_t> Resume(std::optional<int64_t> max_step = std::nullopt,
+                                const std::string& from = "");
   // After each optimizer step (collective when it saves). Returns the save's
   // timing when it saved.
   std::optional<ckpt::SaveTiming> AfterStep(double step_seconds, int64_t last_step);
+  // Whether the job's own tiers hold a committed checkpoint.
+  bool HasOwn() { return engine_->Latest().has_value(); }
   // Saves the current step now, whatever the cadence (collective).
   ckpt::SaveTiming SaveNow();
   // Waits for every tier; throws the first error.

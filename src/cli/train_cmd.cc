@@ -174,10 +174,11 @@ int RunTrain(const TrainArgs& args) {
   const std::unique_ptr<runtime::Worker> control = runtime::Worker::FromEnv(
       std::chrono::milliseconds(static_cast<int64_t>(job.resilience.heartbeat_interval * 1000)));
   control->Progress(0, "restore");
-  // An explicit train state wins; otherwise continue from the newest checkpoint
-  // (no newer than the supervisor allows after a silent corruption).
-  if (!args.resume.empty()) {
-    trainer.Load(args.resume);
+  // The run's own newest checkpoint wins (a restarted worker continues its
+  // run); --resume starts a run that has none from another run's checkpoint.
+  // Either no newer than the supervisor allows after a silent corruption.
+  if (!args.resume.empty() && !checkpoints.HasOwn()) {
+    checkpoints.Resume(RestoreLimit(), args.resume);
   } else {
     checkpoints.Resume(RestoreLimit());
   }
@@ -192,7 +193,9 @@ int RunTrain(const TrainArgs& args) {
                                            : gpt::MeasureSgemmGflops(gpt::TrainingGemms(
                                                  config.micro_batch * T, config.shape.hidden,
                                                  config.shape.ffn_hidden, config.shape.vocab));
-  const std::string state_path = out + "/state.bin";
+  const std::string ckpt_root =
+      job.checkpoint.local_dir.empty() ? out + "/ckpt" : job.checkpoint.local_dir;
+  auto state_path = [&] { return ckpt_root + "/" + ckpt::StepDirName(trainer.step()); };
   if (lead) {
     std::cerr << fmt::format(
         "training {} ({} params) on {} x {} threads ({}): {} steps x {} tokens, from step {}\n",
@@ -285,7 +288,6 @@ int RunTrain(const TrainArgs& args) {
                                              static_cast<double>(s.step - first))));
       const int64_t every = job.train.eval_interval;
       if ((every > 0 && s.step % every == 0) || s.step == last) {
-        trainer.Save(state_path, job.data.dir);  // collective under ZeRO
         if (!lead) continue;
         val_loss = trainer.Evaluate(val_tokens, job.train.eval_batches);
         if (worker) {
@@ -294,7 +296,7 @@ int RunTrain(const TrainArgs& args) {
                      {"loss", s.loss},
                      {"val_loss", val_loss},
                      {"unigram", unigram},
-                     {"state", state_path}});
+                     {"state", state_path()}});
         } else {
           progress.Note(
               fmt::format("step {}: train loss {:.4f}, held-out loss {:.4f} (unigram {:.3f})",
@@ -335,7 +337,7 @@ int RunTrain(const TrainArgs& args) {
                {"unigram", unigram},
                {"comm_share", seconds > 0 ? comm_exposed / seconds : 0},
                {"param_hash", fmt::format("{:016x}", trainer.ParamHash())},
-               {"state", state_path},
+               {"state", state_path()},
                {"world", trainer.world()},
                {"mode", comm ? train::DpModeName(dp.mode) : "single"},
                {"transport", comm ? comm->name() : "none"}});
@@ -362,7 +364,7 @@ int RunTrain(const TrainArgs& args) {
   t.AddRow({"held-out loss", fmt::format("{:.4f}", val_loss)});
   t.AddRow({"unigram entropy", fmt::format("{:.4f}", unigram)});
   t.AddRow({"parameter hash", fmt::format("{:016x}", trainer.ParamHash())});
-  t.AddRow({"state", state_path});
+  t.AddRow({"state", state_path()});
   std::cout << t.RenderText();
   return 0;
 }
@@ -380,8 +382,10 @@ Runner AddTrainCommand(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--threads", args->threads, "CPU threads (overrides train.threads; 0 = all)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--resume", args->resume, "train state file to continue from")
-      ->check(CLI::ExistingFile);
+  cmd->add_option("--resume", args->resume,
+                  "checkpoint to start from when the run has none of its own: a run's ckpt/ "
+                  "directory or one step-N directory in it (any world size or ZeRO stage)")
+      ->check(CLI::ExistingDirectory);
   cmd->add_option("--out", args->out, "output directory (default runs/<job name>)");
   cmd->add_option("--peak-gflops", args->peak_gflops,
                   "MFU denominator (default: measure sgemm on the model's shapes)")

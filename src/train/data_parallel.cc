@@ -291,26 +291,4 @@ std::vector<DataParallel::OwnedSpan> DataParallel::OwnedSpans() const {
   return out;
 }
 
-void DataParallel::GatherOptimizerState(std::span<float> m, std::span<float> v) {
-  for (auto [shard, full] : {std::pair{&shard_m_, m}, std::pair{&shard_v_, v}}) {
-    for (Bucket& b : buckets_) {
-      std::span<float> mine(shard->data() + b.shard_offset, b.shard.count);
-      comm_.AllGather(mine, std::span<float>(b.packed));
-      ForEachSpan(b, 0, b.count, [&](size_t flat, size_t packed, size_t n) {
-        std::memcpy(full.data() + flat, b.packed.data() + packed, n * sizeof(float));
-      });
-    }
-  }
-}
-
-void DataParallel::ScatterOptimizerState(std::span<const float> m, std::span<const float> v) {
-  for (const Bucket& b : buckets_) {
-    ForEachSpan(b, b.shard.begin, b.shard.end(), [&](size_t flat, size_t packed, size_t n) {
-      const size_t at = b.shard_offset + (packed - b.shard.begin);
-      std::memcpy(shard_m_.data() + at, m.data() + flat, n * sizeof(float));
-      std::memcpy(shard_v_.data() + at, v.data() + flat, n * sizeof(float));
-    });
-  }
-}
-
 }  // namespace fmstack::train

@@ -70,9 +70,6 @@ class DataParallel {
   // Every rank's words, rank-major (collective; bit-exact: gathered, not reduced).
   std::vector<uint64_t> AllWords(std::span<const uint64_t> mine);
 
-  // ZeRO: the full moments from every rank's shard (collective), and back.
-  void GatherOptimizerState(std::span<float> m, std::span<float> v);
-  void ScatterOptimizerState(std::span<const float> m, std::span<const float> v);
   bool sharded() const { return config_.mode != DpMode::kDdp; }
   // ZeRO: the flat parameter ranges whose moments this rank owns, and where
   // they sit in the shard vectors (the checkpoint saves them as they are).

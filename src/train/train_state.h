@@ -1,17 +1,11 @@
-// train: TrainState — everything a resume needs, and its file. The trainer
-// owns the buffers; TrainState points into them, so saving copies nothing.
-// The checkpoint engine (ckpt/) serialises exactly these fields.
-//
-// File format: magic "FMSTATE1", uint64 length of a JSON header, the header
-// (model shape, counters, per-array count and XXH3-64), zero padding to a
-// multiple of 64 bytes, then params, m, v as float32 arrays. Written to a
-// temp file, fsynced and renamed, so a crash leaves the previous file whole.
+// train: the trainer's counters, and the model shape as it is saved with
+// weights. The trainer persists only through ckpt/ (train/checkpoint.h):
+// one format for auto-resume, `train --resume`, `generate` and export.
 #pragma once
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <span>
-#include <string>
 
 #include "workload/shape.h"
 
@@ -24,32 +18,10 @@ struct TrainCounters {
   uint64_t rng = 0;    // state of the trainer's generator (util/random.h)
 };
 
-struct TrainState {
-  std::span<float> params, m, v;
-  TrainCounters counters;
-};
-
-struct TrainStateHeader {
-  workload::TransformerShape shape;
-  TrainCounters counters;
-  std::string data_dir;  // where the tokenizer that goes with these weights lives
-  int64_t count = 0;     // floats per array
-};
-
-void SaveTrainState(const std::string& path, const workload::TransformerShape& shape,
-                    const TrainState& state, const std::string& data_dir);
-
-// Reads and validates the header only.
-TrainStateHeader ReadTrainStateHeader(const std::string& path);
-
-// Loads into `state`'s buffers after checking that the file's model shape
-// equals `shape` and every array's checksum; throws Error naming the file and
-// the mismatch. On error, `state` may be partly overwritten.
-TrainStateHeader LoadTrainState(const std::string& path, const workload::TransformerShape& shape,
-                                TrainState& state);
-
-// The model shape as saved with weights (here and in checkpoint manifests).
+// The model shape as saved with weights (checkpoint manifests), and back;
+// ShapeFromJson throws (nlohmann's) when a field is missing.
 nlohmann::json ShapeJson(const workload::TransformerShape& shape);
+workload::TransformerShape ShapeFromJson(const nlohmann::json& j);
 
 // XXH3-64 of a float buffer: the "parameter hash" determinism is judged by.
 uint64_t HashFloats(std::span<const float> data);

@@ -107,13 +107,6 @@ double Trainer::Evaluate(const TokenFile& data, int64_t batches) {
   return sum / static_cast<double>(batches);
 }
 
-TrainState Trainer::state() {
-  if (!optimizer_) {
-    throw Error("the moments of a ZeRO run are sharded over the ranks; use Save()");
-  }
-  return TrainState{model_->params(), optimizer_->m(), optimizer_->v(), counters_};
-}
-
 std::vector<Trainer::MomentRun> Trainer::MomentRuns() {
   if (optimizer_) return {{0, optimizer_->m(), optimizer_->v()}};
   std::vector<MomentRun> runs;
@@ -140,36 +133,6 @@ void Trainer::FlipParameterBit(size_t index, int bit) {
 std::vector<double> Trainer::AllValues(double x) {
   if (!dp_) return {x};
   return dp_->AllValues(x);
-}
-
-void Trainer::Save(const std::string& path, const std::string& data_dir) {
-  if (optimizer_) {
-    if (rank() == 0) SaveTrainState(path, config_.shape, state(), data_dir);
-    return;
-  }
-  const size_t n = model_->params().size();
-  std::vector<float> moments(2 * n);
-  std::span<float> m(moments.data(), n), v(moments.data() + n, n);
-  dp_->GatherOptimizerState(m, v);
-  if (rank() == 0)
-    SaveTrainState(path, config_.shape, {model_->params(), m, v, counters_}, data_dir);
-}
-
-void Trainer::Load(const std::string& path) {
-  const size_t n = model_->params().size();
-  std::vector<float> moments(optimizer_ ? 0 : 2 * n);
-  TrainState s = optimizer_ ? state()
-                            : TrainState{model_->params(), std::span<float>(moments.data(), n),
-                                         std::span<float>(moments.data() + n, n), counters_};
-  const TrainStateHeader h = LoadTrainState(path, config_.shape, s);
-  if (h.counters.seed != config_.seed) {
-    throw Error(
-        fmt::format("{}: saved with seed {}, the job has seed {}: the data order would "
-                    "differ from the run being resumed",
-                    path, h.counters.seed, config_.seed));
-  }
-  if (!optimizer_) dp_->ScatterOptimizerState(s.m, s.v);
-  counters_ = s.counters;
 }
 
 }  // namespace fmstack::train

@@ -69,12 +69,6 @@ class Trainer {
   const TrainConfig& config() const { return config_; }
   gpt::Model& model() { return *model_; }
   const gpt::Model& model() const { return *model_; }
-  // Single process or DDP only: ZeRO ranks hold a shard of the moments.
-  TrainState state();
-  // Collective under data parallelism (ZeRO gathers the moments); rank 0 writes.
-  void Save(const std::string& path, const std::string& data_dir);
-  // Restores params, moments and counters; throws Error on any mismatch.
-  void Load(const std::string& path);
   int rank() const { return dp_ ? dp_->comm().rank() : 0; }
   int world() const { return dp_ ? dp_->comm().size() : 1; }
   uint64_t ParamHash() const { return HashFloats(model_->params()); }

@@ -83,13 +83,13 @@ PY
 done
 
 # Resume across layouts: ZeRO-1 on 2 ranks stops at step 25 and saves; ZeRO-2
-# on 4 ranks resumes from that file (moments gathered, then re-sharded) and
+# on 4 ranks resumes from that checkpoint (resharded on load) and
 # must continue the single-process curve.
 job zero1_half 2 1 1 50
 "$FMSTACK" run zero1_half.toml --until 25 --out runs/resume > /dev/null 2> resume1.err ||
   { cat resume1.err; exit 1; }
 job zero2_rest 1 4 2 50
-"$FMSTACK" run zero2_rest.toml --resume runs/resume/state.bin --out runs/resume2 > /dev/null 2> resume2.err ||
+"$FMSTACK" run zero2_rest.toml --resume runs/resume/ckpt --out runs/resume2 > /dev/null 2> resume2.err ||
   { cat resume2.err; exit 1; }
 losses runs/resume2/logs/rank0.log > resumed.loss
 tail -n 25 single.loss > single_tail.loss

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # fmstack data prepare + train + generate end to end on the King James Bible:
 # gpt-mini's held-out loss falls steadily and clearly below the unigram
-# entropy of the corpus (which `data prepare` computes), the state file
-# resumes, and the trained model generates text.
+# entropy of the corpus (which `data prepare` computes), its checkpoint
+# resumes in another run, and the trained model generates text from it.
 set -euo pipefail
 : "${FMSTACK:?path to the fmstack binary}"
 tmp=$(mktemp -d)
@@ -44,18 +44,21 @@ printf 'model = "gpt-mini"\n[optim]\nlr = 1e-3\nmin_lr = 1e-2\n' >"$tmp/bad.toml
 if "$FMSTACK" train "$tmp/bad.toml" 2>"$tmp/err.txt"; then echo "bad spec accepted"; exit 1; fi
 grep -q "bad.toml:4.*optim.min_lr" "$tmp/err.txt" || { cat "$tmp/err.txt"; exit 1; }
 
-# Resume continues from the saved step; a corrupt state is refused by name.
-"$FMSTACK" train "$tmp/job.toml" --resume "$tmp/run/state.bin" --steps 82 --out "$tmp/run2" \
+# Resume continues from the run's checkpoint; a corrupt one is refused by name.
+"$FMSTACK" train "$tmp/job.toml" --resume "$tmp/run/ckpt" --steps 82 --out "$tmp/run2" \
   >"$tmp/resume.txt" 2>/dev/null
 grep -q "82 (from 80)" "$tmp/resume.txt" || { cat "$tmp/resume.txt"; exit 1; }
-cp "$tmp/run/state.bin" "$tmp/corrupt.bin"
-printf '\x7f\x7f\x7f\x7f' | dd of="$tmp/corrupt.bin" bs=1 seek=4096 conv=notrunc status=none
-if "$FMSTACK" train "$tmp/job.toml" --resume "$tmp/corrupt.bin" 2>"$tmp/err.txt"; then
-  echo "corrupt state accepted"; exit 1
+mkdir -p "$tmp/corrupt"
+cp -r "$tmp/run/ckpt/step-00000080" "$tmp/corrupt/"
+shard="$tmp/corrupt/step-00000080/rank-00000.safetensors"
+printf '\x7f\x7f\x7f\x7f' | dd of="$shard" bs=1 seek=$(( $(stat -c %s "$shard") - 4096 )) conv=notrunc status=none
+if "$FMSTACK" train "$tmp/job.toml" --resume "$tmp/corrupt" --out "$tmp/run3" 2>"$tmp/err.txt"; then
+  echo "corrupt checkpoint accepted"; exit 1
 fi
-grep -q "corrupt.bin.*checksum mismatch" "$tmp/err.txt" || { cat "$tmp/err.txt"; exit 1; }
+grep -q "rank-00000.safetensors: checksum mismatch" "$tmp/err.txt" || { cat "$tmp/err.txt"; exit 1; }
+grep -q "no committed checkpoint" "$tmp/err.txt" || { cat "$tmp/err.txt"; exit 1; }
 
-"$FMSTACK" generate --ckpt "$tmp/run/state.bin" --prompt "And God said" --tokens 30 >"$tmp/sample.txt"
+"$FMSTACK" generate --ckpt "$tmp/run/ckpt" --prompt "And God said" --tokens 30 >"$tmp/sample.txt"
 cat "$tmp/sample.txt"
 [ "$(wc -c <"$tmp/sample.txt")" -gt 40 ] || { echo "no text generated"; exit 1; }
 echo "train_kjv: ok"

@@ -7,7 +7,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include "ckpt/engine.h"
+#include "ckpt/tier.h"
 #include "gpt/sgemm_peak.h"
+#include "train/checkpoint.h"
 #include "util/error.h"
 #include "util/random.h"
 
@@ -60,20 +63,40 @@ TEST(Trainer, SameSeedAndThreadsGiveBitwiseIdenticalRuns) {
   EXPECT_NE(c.ParamHash(), a.ParamHash());
 }
 
+// One checkpoint of `t` in `dir` through the engine, as `fmstack train` saves.
+void SaveTo(Trainer& t, const std::string& dir) {
+  std::vector<std::unique_ptr<ckpt::Tier>> tiers;
+  tiers.push_back(ckpt::MakePosixTier("local", dir));
+  ckpt::Engine engine(std::move(tiers), {});
+  engine.Save(CheckpointSnapshot(t));
+  engine.Wait();
+}
+
+// Restores the newest checkpoint in `dir` into `t`; throws what FinishRestore throws.
+void LoadFrom(Trainer& t, const std::string& dir) {
+  const ckpt::CheckpointDir d = ckpt::OpenCheckpointDir(dir);
+  ckpt::Tier* tier = d.tier.get();
+  const std::optional<ckpt::RestoreResult> r =
+      ckpt::Restore(std::span(&tier, 1), CheckpointTargets(t), nullptr);
+  if (!r) throw Error(dir + ": nothing restored");
+  FinishRestore(t, *r);
+}
+
 TEST(Trainer, ResumedRunEqualsUninterruptedRun) {
   const TokenFile data = MakeData("resume.bin", 5000, 2);
-  const std::string path = ::testing::TempDir() + "/state.bin";
+  const std::string dir = ::testing::TempDir() + "/resume-ckpt";
+  std::filesystem::remove_all(dir);
   Trainer straight(Config(20), data);
   for (int i = 0; i < 20; ++i) straight.Step();
   {
     Trainer first(Config(20), data);
     for (int i = 0; i < 8; ++i) first.Step();
-    first.Save(path, "data");
+    SaveTo(first, dir);
   }
   Trainer resumed(Config(20), data);
-  resumed.Load(path);
+  LoadFrom(resumed, dir);
   EXPECT_EQ(resumed.step(), 8);
-  EXPECT_EQ(resumed.state().counters.tokens, 8 * Config(20).tokens_per_step());
+  EXPECT_EQ(resumed.counters().tokens, 8 * Config(20).tokens_per_step());
   while (resumed.step() < 20) resumed.Step();
   EXPECT_EQ(resumed.ParamHash(), straight.ParamHash());
 }
@@ -103,34 +126,27 @@ TEST(Trainer, LearnsTheStreamBeyondItsUnigramEntropy) {
   EXPECT_LT(after, 1.5);
 }
 
-TEST(TrainState, CorruptionAndMismatchAreNamed) {
+TEST(TrainerCheckpoint, AnotherModelOrSeedIsRefusedByName) {
   const TokenFile data = MakeData("state.bin", 1000, 6);
-  const std::string path = ::testing::TempDir() + "/corrupt.state";
+  const std::string dir = ::testing::TempDir() + "/mismatch-ckpt";
+  std::filesystem::remove_all(dir);
   Trainer t(Config(5), data);
   t.Step();
-  t.Save(path, "data");
-  const auto size = std::filesystem::file_size(path);
-  {
-    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(static_cast<std::streamoff>(size - 5));  // inside the second moment
-    f.put('\x7f');
-  }
-  Trainer u(Config(5), data);
-  try {
-    u.Load(path);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("\"v\""), std::string::npos) << e.what();
-  }
-  t.Save(path, "data");
+  SaveTo(t, dir);
   TrainConfig bigger = Config(5);
   bigger.shape.layers = 3;
   Trainer w(bigger, data);
-  EXPECT_THROW(w.Load(path), Error);
+  // The third layer's tensors are not in the checkpoint.
+  EXPECT_THROW(LoadFrom(w, dir), Error);
   TrainConfig seed = Config(5);
   seed.seed = 99;
   Trainer x(seed, data);
-  EXPECT_THROW(x.Load(path), Error);
+  try {
+    LoadFrom(x, dir);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("saved with seed 11"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -1,0 +1,294 @@
+// The supervisor's faults: how they are seen, decided and carried out,
+// and the state that survives a supervisor restart.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "runtime/supervisor_impl.h"
+#include "util/atomic_file.h"
+#include "util/error.h"
+
+namespace fmstack::runtime::internal {
+
+void Supervisor::WriteInfo(const std::string& state) const {
+  WriteRunInfo(o_.run_dir, {static_cast<int>(::getpid()), o_.layout.world(), o_.layout.nodes,
+                            o_.layout.procs_per_node, o_.netns, o_.job_name, state});
+}
+
+void Supervisor::SaveState() const {
+  nlohmann::json j;
+  j["restarts"] = history_.restarts;
+  j["last_nonfinite_step"] = history_.last_nonfinite_step;
+  j["max_restore_step"] = max_restore_step_;
+  j["fired"] = fired_;
+  j["ledger"] = result_.ledger.ToJson();
+  const std::string text = j.dump(1) + "\n";
+  AtomicFileWriter w(o_.run_dir + "/supervisor.json");
+  w.Write(text.data(), text.size());
+  w.Commit();
+}
+
+void Supervisor::LoadState() {
+  const std::string path = o_.run_dir + "/supervisor.json";
+  std::ifstream in(path);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    Note(fmt::format("supervisor: {} unreadable; the restarted supervisor starts a fresh ledger",
+                     path));
+    return;
+  }
+  history_.restarts = j.value("restarts", 0);
+  history_.last_nonfinite_step = j.value("last_nonfinite_step", int64_t{-1});
+  max_restore_step_ = j.value("max_restore_step", int64_t{-1});
+  for (const std::string& id : j.value("fired", std::vector<std::string>{})) fired_.insert(id);
+  try {
+    result_.ledger = metrics::Ledger::FromJson(j.value("ledger", nlohmann::json::object()));
+  } catch (const std::exception& e) {
+    Note(fmt::format("supervisor: the ledger in {} is malformed ({}); starting a fresh one", path,
+                     e.what()));
+  }
+  // The incident that restarted the supervisor recovers in this attempt.
+  if (!result_.ledger.incidents().empty() &&
+      result_.ledger.incidents().back().recovery_seconds < 0) {
+    recovering_ = result_.ledger.incidents().size() - 1;
+    detected_at_ = start_;  // the exec in between is a few milliseconds
+  }
+  // The wall time of the supervisor before the restart is the ledger's so far.
+}
+
+void Supervisor::Reap() {
+  int status = 0;
+  pid_t pid;
+  while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+    for (const auto& w : workers_) {
+      if (w.pid != pid) continue;
+      RankExit& x = result_.exits[w.rank];
+      x = {};
+      x.rank = w.rank;
+      x.seconds = Since(attempt_start_, Clock::now());
+      if (WIFSIGNALED(status)) x.signal = WTERMSIG(status);
+      if (WIFEXITED(status)) x.exit_code = WEXITSTATUS(status);
+      alive_[w.rank] = false;
+      monitor_->OnExit(w.rank);
+      --running_;
+      const bool failed = x.signal != 0 || x.exit_code != 0;
+      if (!failed || decision_ || reexec_) continue;
+      // The first failure decides. A worker that reported why it stops is
+      // believed; otherwise the exit itself is the fault. A node whose link
+      // is down explains its ranks' and their peers' failures.
+      if (report_ && x.exit_code == kFaultExitCode) {
+        Detect(*report_);
+        continue;
+      }
+      if (network_) {
+        for (int n = 0; n < o_.layout.nodes; ++n) {
+          if (network_->LinkUp(n)) continue;
+          Detect({{.kind = resilience::EventKind::kNodeLost,
+                   .rank = n * o_.layout.procs_per_node,
+                   .step = monitor_->MaxStep()},
+                  fmt::format("node {} lost its network link ({} {})", n, Where(w.rank),
+                              ExitReason(x))});
+          break;
+        }
+        if (decision_) continue;
+      }
+      store_->Set(comm::FailureKey(env_.generation), fmt::format("{} {}", w.rank, ExitReason(x)));
+      Detect({{.kind = resilience::EventKind::kCrash, .rank = w.rank, .step = monitor_->MaxStep()},
+              DescribeExit(x, o_.layout)});
+    }
+  }
+}
+
+void Supervisor::CheckHealth() {
+  if (decision_) return;
+  const auto now = Clock::now();
+  if (network_ && now >= next_link_check_) {
+    // A node's NIC: its link state, once a second (the survivors' collectives
+    // would only notice at their timeout).
+    next_link_check_ = now + std::chrono::seconds(1);
+    for (int n = 0; n < o_.layout.nodes; ++n) {
+      if (network_->LinkUp(n)) continue;
+      Detect({{.kind = resilience::EventKind::kNodeLost,
+               .rank = n * o_.layout.procs_per_node,
+               .step = monitor_->MaxStep()},
+              fmt::format("node {} lost its network link (interface eth0 is down)", n)});
+      return;
+    }
+  }
+  if (const std::optional<SilentRank> h = monitor_->Hung(now)) {
+    Detect({{.kind = resilience::EventKind::kHang, .rank = h->rank, .step = monitor_->MaxStep()},
+            fmt::format("{} hung: no heartbeat for {:.1f} s (timeout {:.0f} s), last at step {} "
+                        "in phase {}",
+                        Where(h->rank), h->silent_seconds, o_.monitor.heartbeat_timeout, h->step,
+                        h->phase)});
+    return;
+  }
+  if (const std::optional<int> r = monitor_->Straggler()) {
+    Detect({{.kind = resilience::EventKind::kStraggler, .rank = *r, .step = monitor_->MaxStep()},
+            fmt::format("{} is a straggler: computing more than {:.1f}x its peers' median for {} "
+                        "steps in a row",
+                        Where(*r), o_.monitor.straggler_factor, o_.monitor.straggler_steps)});
+  }
+}
+
+void Supervisor::FireInjections() {
+  const auto now = Clock::now();
+  if (now >= next_scan_) {
+    next_scan_ = now + std::chrono::milliseconds(200);
+    std::vector<std::string> errors;
+    for (InjectRequest& r : TakeRequests(o_.run_dir, &errors)) {
+      if (fired_.contains(r.id)) continue;
+      Note(fmt::format("fault injection: {} on rank {} after step {} requested", r.kind, r.rank,
+                       r.at_step));
+      pending_.push_back(std::move(r));
+    }
+    for (const std::string& e : errors) Note(e);
+  }
+  if (decision_) return;
+  for (size_t i = 0; i < pending_.size();) {
+    const InjectRequest& r = pending_[i];
+    if (r.rank < 0 || r.rank >= o_.layout.world()) {
+      Note(fmt::format("fault injection {}: rank {} does not exist (ranks 0..{}); ignored", r.kind,
+                       r.rank, o_.layout.world() - 1));
+      pending_.erase(pending_.begin() + static_cast<long>(i));
+      continue;
+    }
+    if (monitor_->StepOf(r.rank) < r.at_step) {
+      ++i;
+      continue;
+    }
+    const InjectRequest fire = r;
+    pending_.erase(pending_.begin() + static_cast<long>(i));
+    fired_.insert(fire.id);
+    SaveState();  // before acting: a supervisor-restart must not fire it again
+    Fire(fire);
+    if (decision_ || reexec_) return;
+  }
+}
+
+void Supervisor::Fire(const InjectRequest& r) {
+  fired_at_ = Clock::now();
+  const cluster::WorkerProcess& w = workers_.at(static_cast<size_t>(r.rank));
+  Note(fmt::format("fault injection: {} on {} at step {}", r.kind, Where(r.rank),
+                   monitor_->StepOf(r.rank)));
+  if (r.kind == "crash") {
+    ::kill(w.pid, SIGKILL);
+  } else if (r.kind == "hang") {
+    ::kill(w.pid, SIGSTOP);
+  } else if (r.kind == "corrupt-checkpoint") {
+    try {
+      Note("fault injection: flipped a byte of " + CorruptNewestShard(o_.checkpoint_dir, r.rank));
+    } catch (const std::exception& e) {
+      Note(fmt::format("fault injection corrupt-checkpoint: {}", e.what()));
+    }
+    ::kill(w.pid, SIGKILL);  // the restart must read the checkpoint back
+  } else if (r.kind == "network-cut") {
+    if (!network_) {
+      Note("fault injection network-cut: the run has no network namespaces; ignored");
+      return;
+    }
+    network_->SetLink(r.rank / o_.layout.procs_per_node, false);
+  } else if (r.kind == "notice") {
+    Detect({{.kind = resilience::EventKind::kNotice, .rank = r.rank, .step = monitor_->MaxStep()},
+            fmt::format("termination notice for node {} ({:.0f} s to save)",
+                        r.rank / o_.layout.procs_per_node, o_.notice_deadline)});
+  } else if (r.kind == "supervisor-restart") {
+    Note("supervisor-restart: stopping every worker and starting the supervisor again");
+    result_.ledger.incidents().push_back(
+        {.kind = "supervisor-restart",
+         .step = monitor_->MaxStep(),
+         .at = Since(start_, Clock::now()),
+         .decision = "restart: the new supervisor resumes from the newest checkpoint",
+         .what = "fault injection: the supervisor restarts"});
+    ++history_.restarts;
+    reexec_ = true;
+    KillAll(SIGKILL);
+  } else if (IsWorkerKind(r.kind)) {
+    if (control_fd_[r.rank] < 0 ||
+        !SendLine(control_fd_[r.rank], {{"cmd", "inject"}, {"kind", r.kind}})) {
+      Note(fmt::format("fault injection {}: {} has no control channel; ignored", r.kind,
+                       Where(r.rank)));
+    }
+  } else {
+    Note(fmt::format("fault injection: unknown kind \"{}\"; ignored", r.kind));
+  }
+}
+
+void Supervisor::Detect(const Seen& seen) {
+  if (decision_) return;
+  detected_at_ = Clock::now();
+  const int dp = o_.layout.world();
+  resilience::Decision d = resilience::Decide(
+      o_.policy, {.dp_full = dp, .dp_active = dp, .spares_ready = 0}, history_, seen.event);
+  if (seen.event.kind == resilience::EventKind::kNonFinite)
+    history_.last_nonfinite_step = seen.event.step;
+  // What the runtime cannot do yet, it says, and restores from a checkpoint.
+  if (d.verb == resilience::Verb::kRestart && d.action.restore != resilience::Restore::kCheckpoint)
+    d.reason += "; peers and shrinking are not in the runtime yet: restoring a checkpoint";
+  if (d.max_restore_step >= 0) max_restore_step_ = d.max_restore_step;
+  decision_ = d;
+  metrics::Incident inc;
+  inc.kind = std::string(resilience::EventName(seen.event.kind));
+  inc.rank = seen.event.rank;
+  inc.step = seen.event.step;
+  inc.at = Since(start_, detected_at_);
+  inc.what = seen.what;
+  inc.decision = fmt::format("{}: {}", resilience::VerbName(d.verb), d.reason);
+  if (fired_at_) {
+    inc.detect_seconds = Since(*fired_at_, detected_at_);
+    result_.ledger.Book("detection", inc.detect_seconds);
+  }
+  Note(fmt::format(
+      "fault: {}{}", seen.what,
+      inc.detect_seconds >= 0 ? fmt::format(" (detected in {:.2f} s)", inc.detect_seconds) : ""));
+  Note(fmt::format("decision: {}: {}", resilience::VerbName(d.verb), d.reason));
+  result_.ledger.incidents().push_back(inc);
+  if (d.verb == resilience::Verb::kRestart || d.verb == resilience::Verb::kSaveAndRestart)
+    recovering_ = result_.ledger.incidents().size() - 1;
+  switch (d.verb) {
+    case resilience::Verb::kStop: {
+      result_.failure = fmt::format("{}; {}", seen.what, d.reason);
+      result_.failed_rank = seen.event.rank;
+      // The run ends: the survivors get the grace period to notice the
+      // failure the store reports and to say whom they lost, in their logs.
+      const auto grace = std::chrono::milliseconds(static_cast<int64_t>(o_.grace_seconds * 1000));
+      term_at_ = Clock::now() + grace;
+      kill_at_ = term_at_ + grace;
+      if (seen.event.kind == resilience::EventKind::kHang) KillAll(SIGKILL);
+      break;
+    }
+    case resilience::Verb::kRestart:
+      KillAll(SIGKILL);
+      break;
+    case resilience::Verb::kSaveAndRestart:
+    case resilience::Verb::kSaveAndStop:
+      SendAll({{"cmd", "stop"}, {"reason", inc.kind}, {"deadline_s", o_.notice_deadline}});
+      kill_at_ =
+          Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o_.notice_deadline * 1e3));
+      break;
+  }
+  SaveState();
+}
+
+void Supervisor::KillAll(int sig) {
+  for (const auto& w : workers_) {
+    if (alive_[w.rank]) ::kill(w.pid, sig);
+  }
+}
+
+void Supervisor::SendAll(const nlohmann::json& command) {
+  for (size_t r = 0; r < control_fd_.size(); ++r) {
+    if (control_fd_[r] >= 0 && alive_[r]) SendLine(control_fd_[r], command);
+  }
+}
+
+}  // namespace fmstack::runtime::internal

@@ -1,0 +1,153 @@
+// runtime (private): the supervisor's state and the pieces of its loop,
+// shared by supervisor.cc (attempts, I/O, events) and supervisor_faults.cc
+// (detection, decisions, injection, persisted state).
+#pragma once
+
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cluster/netns.h"
+#include "comm/tcp_store.h"
+#include "runtime/control.h"
+#include "runtime/supervisor.h"
+#include "util/error.h"
+
+namespace fmstack::runtime::internal {
+
+inline double Since(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Blocks SIGCHLD/SIGINT/SIGTERM for the supervisor's lifetime and reads them
+// from a descriptor instead; the old mask comes back on destruction.
+class SignalFd {
+ public:
+  SignalFd() {
+    sigset_t set;
+    sigemptyset(&set);
+    for (int s : {SIGCHLD, SIGINT, SIGTERM}) sigaddset(&set, s);
+    sigprocmask(SIG_BLOCK, &set, &old_);
+    fd_ = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (fd_ < 0) throw Error(std::string("signalfd: ") + std::strerror(errno));
+  }
+  ~SignalFd() {
+    ::close(fd_);
+    sigprocmask(SIG_SETMASK, &old_, nullptr);
+  }
+  int fd() const { return fd_; }
+  std::vector<int> Take() {
+    std::vector<int> out;
+    signalfd_siginfo info;
+    while (::read(fd_, &info, sizeof info) == sizeof info)
+      out.push_back(static_cast<int>(info.ssi_signo));
+    return out;
+  }
+
+ private:
+  int fd_ = -1;
+  sigset_t old_;
+};
+
+// What carries a worker's bytes to the supervisor: stdout, stderr, control.
+struct Stream {
+  enum Kind { kOut, kErr, kControl } kind;
+  int rank;
+  int fd;
+  std::string pending;  // a partial line (stdout/stderr)
+  LineReader control;
+};
+
+// A fault seen during an attempt, before the decision.
+struct Seen {
+  resilience::RuntimeEvent event;
+  std::string what;
+};
+
+inline std::optional<resilience::EventKind> ReportedKind(const std::string& kind) {
+  using resilience::EventKind;
+  if (kind == "non-finite") return EventKind::kNonFinite;
+  if (kind == "silent-corruption") return EventKind::kSilentCorruption;
+  if (kind == "checkpoint-failed") return EventKind::kCheckpointFailed;
+  if (kind == "crash") return EventKind::kCrash;
+  return std::nullopt;
+}
+
+class Supervisor {
+ public:
+  Supervisor(const SuperviseOptions& o, const EventFn& on_event, const LineFn& on_line,
+             const NoteFn& on_note)
+      : o_(o), on_event_(on_event), on_line_(on_line), on_note_(on_note) {}
+
+  RunResult Run();
+
+ private:
+  void RunAttempt();
+  void Spawn();
+  void Poll();
+  void Deliver(Stream& s, std::string_view data);
+  void OnControl(int rank, const nlohmann::json& m);
+  void OnStepEvent(int rank, const nlohmann::json& e);
+  void Reap();
+  void CheckHealth();
+  void FireInjections();
+  void Fire(const InjectRequest& r);
+  void Detect(const Seen& seen);
+  void KillAll(int sig);
+  void SendAll(const nlohmann::json& command);
+  void Note(const std::string& line) const {
+    if (on_note_) on_note_(line);
+  }
+  void SaveState() const;
+  void LoadState();
+  void WriteInfo(const std::string& state) const;
+  std::string Where(int rank) const {
+    return fmt::format("rank {} (node {}, local rank {})", rank, rank / o_.layout.procs_per_node,
+                       rank % o_.layout.procs_per_node);
+  }
+
+  const SuperviseOptions& o_;
+  const EventFn& on_event_;
+  const LineFn& on_line_;
+  const NoteFn& on_note_;
+  const Clock::time_point start_ = Clock::now();
+  std::unique_ptr<SignalFd> signals_;
+  std::unique_ptr<cluster::NodeNetwork> network_;
+  std::unique_ptr<comm::TcpStoreServer> store_;
+  cluster::LaunchEnv env_;
+  RunResult result_;
+  resilience::RunHistory history_;
+  int64_t max_restore_step_ = -1;
+  std::set<std::string> fired_;
+  std::vector<InjectRequest> pending_;
+  int64_t verified_step_ = 0;  // newest step whose replicas every rank checked equal
+
+  // The current attempt.
+  std::vector<cluster::WorkerProcess> workers_;
+  std::vector<std::ofstream> logs_;
+  std::vector<Stream> streams_;
+  std::vector<int> control_fd_;  // by rank; -1 when closed
+  std::vector<bool> alive_;
+  int running_ = 0;
+  Clock::time_point attempt_start_;
+  std::unique_ptr<RankMonitor> monitor_;
+  std::optional<resilience::Decision> decision_;
+  std::optional<Seen> report_;  // a worker's own fault report, awaiting its exit
+  Clock::time_point detected_at_, term_at_ = Clock::time_point::max(),
+                                  kill_at_ = Clock::time_point::max();
+  std::optional<Clock::time_point> fired_at_;  // the newest injection of this attempt
+  std::optional<size_t> recovering_;           // incident awaiting its first step
+  bool restored_ = false;                      // rank 0 reported its restore this attempt
+  bool reexec_ = false;
+  Clock::time_point next_scan_, next_link_check_;
+};
+
+}  // namespace fmstack::runtime::internal
