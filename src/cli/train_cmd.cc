@@ -21,6 +21,7 @@
 #include "spec/job_spec.h"
 #include "train/corpus.h"
 #include "train/trainer.h"
+#include "util/dir_lock.h"
 #include "util/error.h"
 #include "util/text_table.h"
 #include "util/units.h"
@@ -167,6 +168,12 @@ int RunTrain(const TrainArgs& args) {
   const ProgressLine progress;
   const std::string out = args.out.empty() ? "runs/" + job.name : args.out;
   std::filesystem::create_directories(out);
+  // Under `fmstack run` the supervisor holds the directory for all ranks;
+  // under another launcher, rank 0 does.
+  std::optional<DirLock> lock;
+  const char* rank_env = std::getenv("RANK");
+  if (!worker && (!distributed || (rank_env != nullptr && std::string(rank_env) == "0")))
+    lock.emplace(out, "run.lock", "`fmstack train`");
   TrainCheckpointer checkpoints(job, catalog, out, trainer, [&](const std::string& line) {
     if (lead) progress.Note(line);
   });

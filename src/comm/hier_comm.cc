@@ -216,7 +216,8 @@ CommOptions OptionsFromEnv() {
   const std::string addr = Env("MASTER_ADDR");
   const auto port = EnvInt("MASTER_PORT");
   if (port == 0 || port > 65535) throw Error(fmt::format("MASTER_PORT={} is not a port", port));
-  o.store = std::make_shared<TcpStore>(addr, static_cast<uint16_t>(port));
+  o.store = std::make_shared<TcpStore>(addr, static_cast<uint16_t>(port),
+                                       Env("FMSTACK_STORE_SECRET", ""));
   return o;
 }
 

@@ -32,8 +32,8 @@ struct CommOptions {
 
 // Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
 // MASTER_PORT and FMSTACK_{JOB_ID,GENERATION,HOST,COMM_TRANSPORT,
-// COMM_TIMEOUT_MS}; connects to the store. Throws Error naming a missing or
-// malformed variable.
+// COMM_TIMEOUT_MS,STORE_SECRET}; connects to the store and authenticates. Throws Error naming a
+// missing or malformed variable.
 CommOptions OptionsFromEnv();
 
 // Collective over all ranks of options: every rank must call it.

@@ -2,12 +2,21 @@
 // over TCP; every rank connects as a client. Gloo rendezvous goes through it
 // (TcpStore implements gloo's Store interface), and so do the supervisor's
 // failure reports, so a survivor can name the rank that died.
+//
+// Every connection proves it holds the run's secret before it may ask
+// anything: the server sends a nonce, the client answers with its own nonce
+// and HMAC-SHA256(secret, "client" | server nonce | client nonce), the
+// server proves itself back the same way; the secret never crosses the
+// wire. The server never blocks on one client (non-blocking sockets, a
+// bounded output buffer per connection) and bounds what it holds: key and
+// value sizes and the total, each refused with a clear error at the client.
 #pragma once
 
 #include <gloo/rendezvous/store.h>
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -18,10 +27,24 @@
 
 namespace fmstack::comm {
 
+struct StoreLimits {
+  size_t max_key_bytes = 4096;
+  size_t max_value_bytes = 64 << 20;
+  size_t max_total_bytes = 512 << 20;  // keys + values held
+  size_t max_connections = 4096;
+  std::chrono::milliseconds handshake_timeout{std::chrono::seconds(10)};
+};
+
+// 32 random bytes, hex: a run's store secret.
+std::string NewStoreSecret();
+
 // Serves the store on host:port (port 0 picks a free one) from one thread.
 class TcpStoreServer {
  public:
-  TcpStoreServer(const std::string& host, uint16_t port);
+  using Log = std::function<void(const std::string&)>;
+  // `secret` must be non-empty; refused connections are described to `log`.
+  TcpStoreServer(const std::string& host, uint16_t port, std::string secret, Log log = {},
+                 StoreLimits limits = {});
   ~TcpStoreServer();
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
@@ -46,8 +69,8 @@ class TcpStoreServer {
 class TcpStore : public gloo::rendezvous::Store {
  public:
   // Retries the connection until `connect_timeout` so that ranks may start
-  // before the server is listening.
-  TcpStore(const std::string& host, uint16_t port,
+  // before the server is listening, then authenticates with `secret`.
+  TcpStore(const std::string& host, uint16_t port, const std::string& secret,
            std::chrono::milliseconds connect_timeout = std::chrono::seconds(30));
   ~TcpStore() override;
 
@@ -68,6 +91,8 @@ class TcpStore : public gloo::rendezvous::Store {
  private:
   std::string Request(const std::string& payload, std::chrono::milliseconds timeout,
                       bool* timed_out);
+  void Handshake(const std::string& secret, std::chrono::steady_clock::time_point deadline);
+  std::string ReadFrame(std::chrono::steady_clock::time_point deadline);
 
   std::string address_;
   int fd_ = -1;

@@ -15,6 +15,7 @@
 
 #include "runtime/supervisor_impl.h"
 #include "util/atomic_file.h"
+#include "util/dir_lock.h"
 #include "util/error.h"
 
 namespace fmstack::runtime::internal {
@@ -22,6 +23,8 @@ namespace fmstack::runtime::internal {
 RunResult Supervisor::Run() {
   std::filesystem::create_directories(o_.run_dir + "/logs");
   std::filesystem::create_directories(o_.run_dir + "/control");
+  // Two runs in one directory would mix their checkpoints' shards.
+  lock_ = std::make_unique<DirLock>(o_.run_dir, "run.lock", "`fmstack run`");
   signals_ = std::make_unique<SignalFd>();
   if (o_.netns) network_ = std::make_unique<cluster::NodeNetwork>(o_.layout.nodes);
   if (network_) {
@@ -29,10 +32,27 @@ RunResult Supervisor::Run() {
     env_.node_netns = network_->namespace_paths();
     env_.node_host = network_->node_addresses();
   }
-  store_ = std::make_unique<comm::TcpStoreServer>(env_.master_addr, 0);
+  // The store's secret: workers get it by environment (readable by this user
+  // only), tools by a 0600 file in the run directory.
+  const std::string secret = comm::NewStoreSecret();
+  {
+    const std::string path = o_.run_dir + "/store.secret";
+    std::filesystem::remove(path);
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0 || ::write(fd, secret.data(), secret.size()) != static_cast<ssize_t>(secret.size()))
+      throw Error(fmt::format("{}: cannot write the store secret: {}", path, std::strerror(errno)));
+    ::close(fd);
+  }
+  store_ = std::make_unique<comm::TcpStoreServer>(
+      env_.master_addr, 0, secret, [](const std::string& line) {
+        const std::string text = "fmstack run: " + line + "\n";
+        (void)!::write(2, text.data(), text.size());  // one write: whole lines under threads
+      });
+
   env_.master_port = store_->port();
   env_.job_id = o_.job_id;
   env_.extra = o_.extra_env;
+  env_.extra["FMSTACK_STORE_SECRET"] = secret;
   env_.extra["FMSTACK_LOG_DIR"] = o_.run_dir + "/logs";
   double wall_before = 0;
   if (o_.resume_supervisor) {

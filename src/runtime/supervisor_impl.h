@@ -19,6 +19,7 @@
 #include "comm/tcp_store.h"
 #include "runtime/control.h"
 #include "runtime/supervisor.h"
+#include "util/dir_lock.h"
 #include "util/error.h"
 
 namespace fmstack::runtime::internal {
@@ -119,6 +120,7 @@ class Supervisor {
   const LineFn& on_line_;
   const NoteFn& on_note_;
   const Clock::time_point start_ = Clock::now();
+  std::unique_ptr<DirLock> lock_;
   std::unique_ptr<SignalFd> signals_;
   std::unique_ptr<cluster::NodeNetwork> network_;
   std::unique_ptr<comm::TcpStoreServer> store_;

@@ -173,6 +173,16 @@ JobSpec ReadJob(StrictTable& root, const std::string& file, const catalog::Catal
   job.file = file;
   job.model = ReadModel(root);
   job.name = root.String("name").value_or(job.model.name);
+  // The name becomes a directory (runs/<name>) and part of shared-memory and
+  // store keys: a plain name only, never a path.
+  if (job.name.empty() || job.name.size() > 128 || job.name[0] == '.' ||
+      job.name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                 "0123456789._-") != std::string::npos) {
+    root.Fail("name",
+              fmt::format("\"{}\" is not a plain name: expected 1-128 of A-Z a-z 0-9 . _ -, "
+                          "not starting with a dot",
+                          job.name));
+  }
   job.key_pos.emplace("parallel", root.PosOf("parallel"));
   job.key_pos.emplace("train", root.PosOf("train"));
   job.train = ReadTrain(root, job.key_pos);

@@ -155,6 +155,11 @@ want_long=$(hash_of runs/long-base)
 "$FMSTACK" run long.toml --out runs/cli > cli.out 2> cli.err &
 bg=$!
 for _ in $(seq 100); do grep -q '"state": "running"' runs/cli/run.json 2>/dev/null && break; sleep 0.1; done
+# One run per directory: a second `fmstack run` there is refused, naming the first.
+"$FMSTACK" run long.toml --out runs/cli > twice.out 2>&1 && fail "two runs in one directory"
+grep -q "runs/cli is in use by another \`fmstack run\` (pid $bg)" twice.out || { cat twice.out; fail "second run not refused by pid"; }
+# Only holders of the run's secret reach its store.
+[ "$(stat -c %a runs/cli/store.secret)" = 600 ] || fail "store.secret is not 0600"
 "$FMSTACK" fault inject runs/cli --rank 4 --kind crash > bad4.out 2>&1 && fail "inject into rank 4 of 4"
 grep -q "has ranks 0..3" bad4.out || { cat bad4.out; fail "rank out of range not explained"; }
 "$FMSTACK" fault inject runs/cli --rank 3 --kind crash --at-step 50 | grep -q "requested"
@@ -194,7 +199,12 @@ grep -q "the restart budget is spent (1 of 1 restarts used" budget.err || { tail
 "$FMSTACK" ckpt ls budget.toml --out runs/budget | grep -Eq "^local +(25|30) +committed" ||
   fail "budget: committed checkpoints lost"
 
-# Bad spec keys are named.
+# Bad spec keys are named; a job name is never a path.
+job escape.toml 10
+sed -i 's|^name = "tiny"|name = "../../escape"|' escape.toml
+"$FMSTACK" run escape.toml > escape.out 2>&1 && fail "a job name with a path accepted"
+grep -q "is not a plain name" escape.out || { cat escape.out; fail "path in a job name not explained"; }
+[ ! -e ../escape ] && [ ! -e ../../escape ] || fail "something was written outside runs/"
 job badkey.toml 10 "restart_budget = 3"
 "$FMSTACK" run badkey.toml --out runs/badkey > badkey.out 2>&1 && fail "unknown resilience key accepted"
 grep -q "restart_budget" badkey.out || { cat badkey.out; fail "unknown key not named"; }

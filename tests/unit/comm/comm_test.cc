@@ -22,6 +22,7 @@ namespace fmstack::comm {
 namespace {
 
 using Body = std::function<void(Communicator&, const CommOptions&)>;
+const std::string kSecret = "0123456789abcdef-test-secret";
 
 struct Layout {
   int nodes, procs;
@@ -39,7 +40,7 @@ std::vector<int> RunRanks(const Layout& layout, const Body& body, TcpStoreServer
       int code = 0;
       try {
         CommOptions o;
-        o.store = std::make_shared<TcpStore>("127.0.0.1", server.port());
+        o.store = std::make_shared<TcpStore>("127.0.0.1", server.port(), kSecret);
         o.rank = r;
         o.size = world;
         o.local_rank = r % layout.procs;
@@ -194,7 +195,7 @@ void AllCollectives(Communicator& c, const CommOptions&) {
 class CommTest : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(CommTest, EveryCollectiveMatchesTheReference) {
-  TcpStoreServer server("127.0.0.1", 0);
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
   ExpectAllOk(RunRanks(GetParam(), AllCollectives, server));
 }
 
@@ -209,7 +210,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, CommTest,
                          });
 
 TEST(CommTest, RunToRunBitwiseIdentical) {
-  TcpStoreServer server("127.0.0.1", 0);
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
   // Each rank writes its result bits to the store; two runs must agree.
   auto body = [](Communicator& c, const CommOptions& o) {
     std::vector<float> a(50001);
@@ -222,7 +223,7 @@ TEST(CommTest, RunToRunBitwiseIdentical) {
   };
   ExpectAllOk(RunRanks({2, 2}, body, server, 0));
   ExpectAllOk(RunRanks({2, 2}, body, server, 1));
-  TcpStore check("127.0.0.1", server.port());
+  TcpStore check("127.0.0.1", server.port(), kSecret);
   const std::string h0 = check.Get("hash/g0/r0", std::chrono::seconds(1));
   for (int g : {0, 1}) {
     for (int r = 0; r < 4; ++r) {
@@ -237,7 +238,7 @@ TEST(CommTest, RunToRunBitwiseIdentical) {
 // survivor must get a CommError naming it within 2 s, then rebuild a group of
 // the survivors (generation 1) in the same process and go on.
 void KillAndRebuild(const Layout& layout, int victim, const std::string& transport_after) {
-  TcpStoreServer server("127.0.0.1", 0);
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
   auto body = [&](Communicator& c, const CommOptions& o) {
     std::vector<float> a(300000, 1.0f);
     for (int i = 0;; ++i) {
@@ -291,7 +292,7 @@ TEST(CommTest, KilledPeerIsNamedWithinTwoSecondsOverGloo) {
 }
 
 TEST(CommTest, AbortFailsPendingAndLaterCalls) {
-  TcpStoreServer server("127.0.0.1", 0);
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
   // Rank 1 never joins the allreduce; rank 0 aborts from another thread.
   auto body = [](Communicator& c, const CommOptions& o) {
     std::vector<float> a(1000, 1.0f);
@@ -326,8 +327,8 @@ TEST(CommTest, AbortFailsPendingAndLaterCalls) {
 }
 
 TEST(CommTest, StoreBlocksUntilKeyAndTimesOut) {
-  TcpStoreServer server("127.0.0.1", 0);
-  TcpStore a("127.0.0.1", server.port()), b("127.0.0.1", server.port());
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  TcpStore a("127.0.0.1", server.port(), kSecret), b("127.0.0.1", server.port(), kSecret);
   std::thread setter([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     b.Set("k", "v");

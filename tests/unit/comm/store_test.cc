@@ -1,0 +1,153 @@
+// The rendezvous store under misuse: clients without the run's secret get
+// nothing, limits give clear errors, and a client that floods requests and
+// never reads its replies does not delay the others.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "comm/store_wire.h"
+#include "comm/tcp_store.h"
+#include "util/error.h"
+
+namespace fmstack::comm {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Logged {
+  std::mutex mu;
+  std::vector<std::string> lines;
+  TcpStoreServer::Log Fn() {
+    return [this](const std::string& l) {
+      const std::lock_guard lock(mu);
+      lines.push_back(l);
+    };
+  }
+  bool Has(const std::string& part) {
+    const std::lock_guard lock(mu);
+    for (const std::string& l : lines)
+      if (l.find(part) != std::string::npos) return true;
+    return false;
+  }
+};
+
+int RawConnect(uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  return fd;
+}
+
+// Reads one frame (blocking); "" when the server closed the connection.
+std::string RawFrame(int fd) {
+  std::string in, frame;
+  size_t pos = 0;
+  char buf[4096];
+  while (!wire::TakeField(in, pos, frame)) {
+    pos = 0;
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) return "";
+    in.append(buf, static_cast<size_t>(n));
+  }
+  return frame;
+}
+
+TEST(Store, ClientsWithoutTheSecretGetNothing) {
+  Logged log;
+  TcpStoreServer server("127.0.0.1", 0, "right-secret", log.Fn());
+  server.Set("k", "v");
+  try {
+    TcpStore wrong("127.0.0.1", server.port(), "wrong-secret", 2s);
+    FAIL() << "a wrong secret was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("closed during the handshake"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(log.Has("does not hold the run's secret")) << "refusal not logged";
+  // A raw client that skips the handshake and asks at once is dropped.
+  const int fd = RawConnect(server.port());
+  ASSERT_FALSE(RawFrame(fd).empty());  // the greeting
+  std::string get(1, static_cast<char>(wire::kGet));
+  wire::PutField(get, "k");
+  wire::PutField(get, "100");
+  const std::string framed = wire::Frame(get);
+  ASSERT_EQ(::send(fd, framed.data(), framed.size(), 0), static_cast<ssize_t>(framed.size()));
+  EXPECT_EQ(RawFrame(fd), "");  // closed, "v" never sent
+  ::close(fd);
+  TcpStore right("127.0.0.1", server.port(), "right-secret", 2s);
+  EXPECT_EQ(right.Get("k", 1s), "v");
+}
+
+TEST(Store, LimitsAreClearErrorsAtTheClient) {
+  StoreLimits limits;
+  limits.max_value_bytes = 1000;
+  limits.max_total_bytes = 5000;
+  TcpStoreServer server("127.0.0.1", 0, "s", {}, limits);
+  TcpStore c("127.0.0.1", server.port(), "s", 2s);
+  try {
+    c.Set("big", std::string(1001, 'x'));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("value of 1001 bytes for 'big', the limit is 1000"),
+              std::string::npos)
+        << e.what();
+  }
+  for (int i = 0; i < 4; ++i) c.Set("k" + std::to_string(i), std::string(1000, 'x'));
+  EXPECT_THROW(c.Set("k4", std::string(1000, 'x')), Error);  // 5000 bytes would be exceeded
+  c.Set("k0", std::string(10, 'y'));                         // replacing frees room
+  c.Set("k4", std::string(900, 'x'));
+  EXPECT_THROW(c.Add("k0", 1), Error);  // not an integer: an error, not a silence
+  EXPECT_EQ(c.Get("k4", 1s).size(), 900u);
+}
+
+TEST(Store, AClientThatNeverReadsDoesNotDelayTheOthers) {
+  Logged log;
+  TcpStoreServer server("127.0.0.1", 0, "s", log.Fn());
+  {
+    TcpStore setter("127.0.0.1", server.port(), "s", 2s);
+    setter.Set("blob", std::string(8 << 20, 'b'));
+  }
+  // Authenticate by hand, then ask for the 8 MiB value again and again
+  // without ever reading a reply.
+  const int fd = RawConnect(server.port());
+  const std::string hello = RawFrame(fd);
+  const std::string server_nonce = hello.substr(8);
+  const std::string nonce = wire::RandomBytes(wire::kNonceBytes);
+  const std::string auth = wire::Frame(nonce + wire::Mac("s", "client", server_nonce, nonce));
+  ASSERT_EQ(::send(fd, auth.data(), auth.size(), 0), static_cast<ssize_t>(auth.size()));
+  ASSERT_FALSE(RawFrame(fd).empty());  // the server's proof
+  std::string get(1, static_cast<char>(wire::kGet));
+  wire::PutField(get, "blob");
+  wire::PutField(get, "1000");
+  const std::string framed = wire::Frame(get);
+  std::thread flood([&] {
+    for (int i = 0; i < 400; ++i)
+      if (::send(fd, framed.data(), framed.size(), MSG_NOSIGNAL) <= 0) break;
+  });
+  TcpStore other("127.0.0.1", server.port(), "s", 2s);
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 50; ++i) {
+    other.Set("n", std::to_string(i));
+    EXPECT_EQ(other.Get("n", 1s), std::to_string(i));
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  flood.join();
+  ::close(fd);
+  // Not a timing threshold on speed: a blocked server would never answer
+  // within the requests' own deadlines, and every Get above would throw.
+  EXPECT_LT(seconds, 60);
+  EXPECT_TRUE(log.Has("stopped reading its replies")) << "the stalled client was not dropped";
+}
+
+}  // namespace
+}  // namespace fmstack::comm
