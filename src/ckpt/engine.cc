@@ -555,9 +555,19 @@ std::optional<RestoreResult> Engine::Restore(std::span<const TensorTarget> targe
   for (Tier* tier : all) {
     for (const StepListing& s : tier->List()) {
       if (s.step <= r->step) continue;
-      tier->Remove(s.step);
-      Note(fmt::format("checkpoint: removed {} from {}: newer than the restored {} but not usable",
-                       StepDirName(s.step), tier->name(), StepDirName(r->step)));
+      // Never deleted: the run is about to write these step numbers again,
+      // so the copy moves aside, kept for whoever investigates.
+      std::string to;
+      try {
+        to = tier->Quarantine(s.step);
+      } catch (const std::exception& e) {
+        Note(fmt::format("checkpoint: {} on {} could not be quarantined: {}", StepDirName(s.step),
+                         tier->name(), e.what()));
+        continue;
+      }
+      Note(fmt::format("checkpoint: {} on {} is newer than the restored {} but not usable: {}",
+                       StepDirName(s.step), tier->name(), StepDirName(r->step),
+                       to.empty() ? "left in place" : "quarantined in " + to));
     }
   }
   return r;

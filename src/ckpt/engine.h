@@ -95,9 +95,9 @@ class Engine {
   // The newest committed step on any tier.
   std::optional<int64_t> Latest();
   std::vector<Tier*> tiers() const;
-  // Restores from the fastest valid copy (see restore.h). Rank 0 then removes
-  // committed steps newer than the one restored: they failed verification,
-  // and the run is about to write those step numbers again.
+  // Restores from the fastest valid copy (see restore.h). Rank 0 then moves
+  // committed steps newer than the one restored into quarantine (they failed
+  // verification, and the run is about to write those step numbers again).
   std::optional<RestoreResult> Restore(std::span<const TensorTarget> targets,
                                        std::optional<int64_t> max_step = std::nullopt);
   // Timings of saves whose pipeline finished, oldest first.

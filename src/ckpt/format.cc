@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <xxhash.h>
+
 #include "util/error.h"
 
 namespace fmstack::ckpt {
@@ -25,10 +27,29 @@ const DTypeInfo& Info(DType t) {
   return kDTypes[0];
 }
 
+// Elements of a shape; -1 when a dimension is negative or the product
+// overflows (a corrupt or hostile header, never a real tensor).
 int64_t Product(const std::vector<int64_t>& dims) {
   int64_t n = 1;
-  for (const int64_t d : dims) n *= d;
+  for (const int64_t d : dims) {
+    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return -1;
+  }
   return n;
+}
+
+// Shard files are named by the writer; one read back must be a plain name in
+// the step directory, never a path.
+bool PlainFileName(const std::string& name) {
+  return !name.empty() && name.size() <= 255 && name[0] != '.' &&
+         name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                "0123456789._-") == std::string::npos;
+}
+
+// XXH3-64 of the manifest's canonical text without its own checksum.
+std::string ManifestDigest(nlohmann::json j) {
+  j.erase("xxh3");
+  const std::string text = j.dump();
+  return fmt::format("{:016x}", XXH3_64bits(text.data(), text.size()));
 }
 
 std::string PieceName(const ShardPiece& p) {
@@ -85,6 +106,9 @@ nlohmann::json Manifest::ToJson() const {
                 {"checksum", "xxh3-64"},
                 {"checksums", f.checksums}};
   }
+  // Checked before anything else is read: a flipped offset would otherwise
+  // verify clean and load other bytes.
+  j["xxh3"] = ManifestDigest(j);
   return j;
 }
 
@@ -116,8 +140,16 @@ FileEntry FileFromJson(const nlohmann::json& f) {
 Manifest Manifest::FromJson(const nlohmann::json& j, const std::string& where) {
   Manifest m;
   try {
-    if (j.at("format") != "fmstack-checkpoint") {
+    if (!j.is_object() || j.value("format", "") != "fmstack-checkpoint") {
       throw Error("\"format\" is not \"fmstack-checkpoint\"");
+    }
+    if (!j.contains("xxh3") || !j["xxh3"].is_string()) {
+      throw Error("no manifest checksum (\"xxh3\"): written by an older fmstack or damaged");
+    }
+    const std::string digest = ManifestDigest(j);
+    if (j["xxh3"].get<std::string>() != digest) {
+      throw Error(fmt::format("manifest checksum mismatch: xxh3 {}, the manifest says {}", digest,
+                              j["xxh3"].get<std::string>()));
     }
     if (j.at("version").get<int>() > kFormatVersion) {
       throw Error(fmt::format("format version {} is newer than this fmstack reads ({})",
@@ -135,7 +167,10 @@ Manifest Manifest::FromJson(const nlohmann::json& j, const std::string& where) {
     for (const auto& [name, t] : j.at("tensors").items()) {
       m.tensors[name] = TensorFromJson(t, fmt::format("{}: tensor \"{}\"", where, name));
     }
-    for (const auto& [name, f] : j.at("files").items()) m.files[name] = FileFromJson(f);
+    for (const auto& [name, f] : j.at("files").items()) {
+      if (!PlainFileName(name)) throw Error(fmt::format("file name \"{}\" is not a plain name", name));
+      m.files[name] = FileFromJson(f);
+    }
   } catch (const Error& e) {
     throw Error(fmt::format("{}: {}", where, e.what()));
   } catch (const std::exception& e) {
@@ -147,6 +182,10 @@ Manifest Manifest::FromJson(const nlohmann::json& j, const std::string& where) {
 
 void Manifest::Validate(const std::string& where) const {
   for (const auto& [name, t] : tensors) {
+    if (t.elements() < 0) {
+      throw Error(fmt::format("{}: tensor \"{}\": shape has a negative or overflowing size",
+                              where, name));
+    }
     int64_t next = 0;
     for (const Piece& p : t.pieces) {
       if (p.begin != next) {
@@ -162,8 +201,10 @@ void Manifest::Validate(const std::string& where) const {
                         "does not list",
                         where, name, p.file));
       }
-      const int64_t end = f->second.data_offset + p.offset + p.count * DTypeSize(t.dtype);
-      if (p.offset < 0 || end > f->second.size) {
+      int64_t bytes = 0, end = 0;
+      if (p.offset < 0 || p.count < 0 || __builtin_mul_overflow(p.count, DTypeSize(t.dtype), &bytes) ||
+          __builtin_add_overflow(f->second.data_offset + p.offset, bytes, &end) ||
+          end > f->second.size) {
         throw Error(
             fmt::format("{}: tensor \"{}\" piece at element {} ends at byte {} of {}, "
                         "which holds {} bytes",
@@ -176,6 +217,10 @@ void Manifest::Validate(const std::string& where) const {
     }
   }
   for (const auto& [name, f] : files) {
+    if (f.size < 0 || f.data_offset < 8 || f.data_offset > f.size) {
+      throw Error(fmt::format("{}: file \"{}\": data offset {} outside its {} bytes", where, name,
+                              f.data_offset, f.size));
+    }
     const int64_t data = f.size - f.data_offset;
     const int64_t chunks = f.chunk_bytes > 0 ? (data + f.chunk_bytes - 1) / f.chunk_bytes : -1;
     if (f.chunk_bytes <= 0 || f.chunk_bytes > kMaxChunkBytes ||
@@ -266,7 +311,8 @@ int64_t SafetensorsHeaderBytes(std::string_view first8, const std::string& where
   return 8 + static_cast<int64_t>(n);
 }
 
-SafetensorsIndex ParseSafetensorsHeader(std::string_view prefix, const std::string& where) {
+SafetensorsIndex ParseSafetensorsHeader(std::string_view prefix, const std::string& where,
+                                        int64_t data_bytes) {
   const int64_t total = SafetensorsHeaderBytes(prefix, where);
   if (static_cast<int64_t>(prefix.size()) < total) {
     throw Error(fmt::format("{}: truncated in the safetensors header", where));
@@ -286,10 +332,29 @@ SafetensorsIndex ParseSafetensorsHeader(std::string_view prefix, const std::stri
       s.shape = e.at("shape").get<std::vector<int64_t>>();
       s.begin = e.at("data_offsets").at(0).get<int64_t>();
       s.end = e.at("data_offsets").at(1).get<int64_t>();
-      if (s.end - s.begin != Product(s.shape) * DTypeSize(s.dtype)) {
-        throw Error(fmt::format("\"{}\": data_offsets do not match its shape and dtype", name));
+      const int64_t n = Product(s.shape);
+      int64_t bytes = 0;
+      if (n < 0 || __builtin_mul_overflow(n, DTypeSize(s.dtype), &bytes) || s.begin < 0 ||
+          s.end - s.begin != bytes) {
+        throw Error(fmt::format("\"{}\": data_offsets [{}, {}) do not match its shape and dtype",
+                                name, s.begin, s.end));
+      }
+      if (data_bytes >= 0 && s.end > data_bytes) {
+        throw Error(fmt::format("\"{}\": data_offsets end at {}, past the {} data bytes", name,
+                                s.end, data_bytes));
       }
       idx.entries[name] = s;
+    }
+    // No two tensors may share bytes.
+    std::vector<std::pair<int64_t, std::string>> starts;
+    for (const auto& [name, e] : idx.entries) starts.emplace_back(e.begin, name);
+    std::sort(starts.begin(), starts.end());
+    for (size_t i = 1; i < starts.size(); ++i) {
+      const SafetensorsEntry& prev = idx.entries.at(starts[i - 1].second);
+      if (starts[i].first < prev.end && idx.entries.at(starts[i].second).end > starts[i].first) {
+        throw Error(fmt::format("\"{}\" and \"{}\" overlap", starts[i - 1].second,
+                                starts[i].second));
+      }
     }
   } catch (const Error& e) {
     throw Error(fmt::format("{}: {}", where, e.what()));
@@ -297,6 +362,30 @@ SafetensorsIndex ParseSafetensorsHeader(std::string_view prefix, const std::stri
     throw Error(fmt::format("{}: safetensors header is not valid: {}", where, e.what()));
   }
   return idx;
+}
+
+void CheckShardHeader(const SafetensorsIndex& header, const Manifest& m, const std::string& file,
+                      const std::string& where) {
+  const FileEntry& f = m.files.at(file);
+  if (header.data_offset != f.data_offset) {
+    throw Error(fmt::format("{}: data starts at byte {}, the manifest says {}", where,
+                            header.data_offset, f.data_offset));
+  }
+  for (const auto& [name, t] : m.tensors) {
+    for (const Piece& p : t.pieces) {
+      if (p.file != file) continue;
+      const std::string key = PieceName({name, t.dtype, t.shape, p.begin, p.count});
+      const auto it = header.entries.find(key);
+      const int64_t end = p.offset + p.count * DTypeSize(t.dtype);
+      if (it == header.entries.end() || it->second.dtype != t.dtype ||
+          it->second.begin != p.offset || it->second.end != end) {
+        throw Error(fmt::format(
+            "{}: the safetensors header {} \"{}\" as the manifest does ({} bytes {}..{})", where,
+            it == header.entries.end() ? "lacks" : "does not describe", key, DTypeName(t.dtype),
+            p.offset, end));
+      }
+    }
+  }
 }
 
 std::string StepDirName(int64_t step) {

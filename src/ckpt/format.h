@@ -80,8 +80,10 @@ struct Manifest {
   std::map<std::string, TensorEntry> tensors;
   std::map<std::string, FileEntry> files;
 
+  // With "xxh3": the XXH3-64 of its own canonical text without that key.
   nlohmann::json ToJson() const;
-  // Throws Error naming `where` (a file or object) and the bad key.
+  // Checks the checksum first; throws Error naming `where` (a file or
+  // object) and the bad key.
   static Manifest FromJson(const nlohmann::json& j, const std::string& where);
   // Throws Error when pieces overlap, leave a gap, or point outside their file.
   void Validate(const std::string& where) const;
@@ -117,8 +119,16 @@ struct SafetensorsIndex {
   std::map<std::string, SafetensorsEntry> entries;
   std::map<std::string, std::string> metadata;
 };
-// `prefix` holds at least the first 8 + header bytes of the file.
-SafetensorsIndex ParseSafetensorsHeader(std::string_view prefix, const std::string& where);
+// `prefix` holds at least the first 8 + header bytes of the file. Checks
+// every entry: a known dtype, shape x dtype = its byte length, offsets in
+// bounds (within `data_bytes` when >= 0) and no two entries overlapping.
+SafetensorsIndex ParseSafetensorsHeader(std::string_view prefix, const std::string& where,
+                                        int64_t data_bytes = -1);
+// Throws Error naming `where` unless the shard's header agrees with the
+// manifest: the same data offset, and for each of the file's pieces an entry
+// with its dtype and byte range.
+void CheckShardHeader(const SafetensorsIndex& header, const Manifest& m, const std::string& file,
+                      const std::string& where);
 // Bytes needed to parse the header, from the first 8 bytes.
 int64_t SafetensorsHeaderBytes(std::string_view first8, const std::string& where);
 

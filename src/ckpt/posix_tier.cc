@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -258,6 +259,19 @@ class PosixTier final : public Tier {
     fs::remove_all(Dir(step), ec);
     if (ec) throw Error(fmt::format("{}: cannot remove: {}", Dir(step), ec.message()));
     FsyncDir(root_);
+  }
+
+  std::string Quarantine(int64_t step) override {
+    CloseReaders(Dir(step));
+    const std::string dir = root_ + "/quarantine";
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    const std::string to =
+        fmt::format("{}/{}.{}", dir, StepDirName(step), static_cast<int64_t>(::time(nullptr)));
+    if (::rename(Dir(step).c_str(), to.c_str()) != 0)
+      throw Error(fmt::format("{}: cannot move to {}: {}", Dir(step), to, std::strerror(errno)));
+    FsyncDir(root_);
+    return to;
   }
 
   void DropCache(int64_t step, const std::string& file) override {

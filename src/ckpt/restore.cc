@@ -64,6 +64,22 @@ std::vector<std::pair<int64_t, int64_t>> PlanReads(const std::vector<Need>& need
   return spans;
 }
 
+// Reads the shard's safetensors header and checks it against the manifest:
+// restore and verify refuse exactly the same files.
+void ReadAndCheckHeader(Tier& tier, int64_t step, const Manifest& m, const std::string& file) {
+  const FileEntry& f = m.files.at(file);
+  const std::string where = tier.Where(step, file);
+  std::vector<char> head(8);
+  tier.Read(step, file, 0, head);
+  const int64_t header_bytes = SafetensorsHeaderBytes({head.data(), 8}, where);
+  if (header_bytes > f.size) throw Error(fmt::format("{}: truncated in the safetensors header", where));
+  head.resize(static_cast<size_t>(header_bytes));
+  tier.Read(step, file, 0, head);
+  const SafetensorsIndex idx =
+      ParseSafetensorsHeader({head.data(), head.size()}, where, f.size - f.data_offset);
+  CheckShardHeader(idx, m, file, where);
+}
+
 // Reads the chunks of `file` that `needs` touch, verifies them, scatters.
 int64_t ReadFile(Tier& tier, int64_t step, const Manifest& m, const std::string& file,
                  std::vector<Need> needs) {
@@ -76,6 +92,7 @@ int64_t ReadFile(Tier& tier, int64_t step, const Manifest& m, const std::string&
         "{}: {} bytes, the manifest says {} (truncated or replaced; {})", where, *size, f.size,
         Join(m.TensorsAt(file, std::max<int64_t>(0, *size - f.data_offset), f.size))));
   }
+  ReadAndCheckHeader(tier, step, m, file);
   std::sort(needs.begin(), needs.end(), [](const Need& a, const Need& b) { return a.lo < b.lo; });
   const std::vector<std::pair<int64_t, int64_t>> spans = PlanReads(needs, f);
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash(XXH3_createState(), XXH3_freeState);
@@ -217,20 +234,14 @@ std::vector<std::string> VerifyCopy(Tier& tier, int64_t step) {
     return {e.what()};
   }
   for (const auto& [file, f] : m.files) {
-    const std::string where = tier.Where(step, file);
     try {
-      std::vector<char> head(8);
-      tier.Read(step, file, 0, head);
-      head.resize(static_cast<size_t>(SafetensorsHeaderBytes({head.data(), 8}, where)));
-      tier.Read(step, file, 0, head);
-      const SafetensorsIndex idx = ParseSafetensorsHeader({head.data(), head.size()}, where);
-      if (idx.data_offset != f.data_offset) {
-        throw Error(fmt::format("{}: data starts at byte {}, the manifest says {}", where,
-                                idx.data_offset, f.data_offset));
-      }
-      // No destination: every chunk is read and checked, nothing kept.
-      if (f.size > f.data_offset)
+      // No destination: every chunk is read and checked (and the header
+      // against the manifest, as restore does), nothing kept.
+      if (f.size > f.data_offset) {
         ReadFile(tier, step, m, file, {{0, f.size - f.data_offset, nullptr}});
+      } else {
+        ReadAndCheckHeader(tier, step, m, file);
+      }
     } catch (const std::exception& e) {
       problems.push_back(e.what());
     }

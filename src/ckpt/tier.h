@@ -54,6 +54,11 @@ class Tier {
   // Removes COMMITTED first, so that a crash halfway leaves an uncommitted
   // directory (collected on the next start), never a committed partial one.
   virtual void Remove(int64_t step) = 0;
+  // Moves a copy that failed verification out of the way, keeping its bytes
+  // for a post-mortem; returns where it went, or "" when the tier cannot
+  // move it (object stores: it stays, and is overwritten if the run saves
+  // that step again).
+  virtual std::string Quarantine(int64_t /*step*/) { return ""; }
   // Drops a file from the page cache (cold-restore measurements); a no-op
   // where there is none.
   virtual void DropCache(int64_t /*step*/, const std::string& /*file*/) {}

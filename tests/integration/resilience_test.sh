@@ -133,6 +133,7 @@ at_step = 12"
   esac
   if [ "$kind" = corrupt-checkpoint ]; then
     grep -q "rejected step-00000010 on local" "runs/$kind/logs/rank0.log" || fail "corrupt shard not rejected"
+    ls -d "runs/$kind"/ckpt/quarantine/step-00000010.* > /dev/null || fail "the corrupt step was not kept in quarantine"
   fi
   if [ "$kind" = notice ] || [ "$kind" = straggler ]; then
     # Saved first: nothing is trained twice.

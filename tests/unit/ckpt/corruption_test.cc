@@ -121,6 +121,50 @@ TEST_F(CorruptionTest, GarbledManifestIsReported) {
       << log;
 }
 
+TEST_F(CorruptionTest, DamagedShardHeaderIsRefusedByRestoreAsByVerify) {
+  // A header that still parses but describes other bytes than the manifest:
+  // one digit of a data offset changed, in place, same length.
+  const std::string shard = Path("local", 2, RankFileName(0));
+  std::string bytes;
+  {
+    std::ifstream in(shard, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const size_t at = bytes.find("\"data_offsets\":[0,");
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + std::string("\"data_offsets\":[").size()] = '4';  // [0, -> [4,
+  {
+    std::ofstream out(shard, std::ios::binary | std::ios::trunc);
+    out << bytes;
+  }
+  std::vector<std::unique_ptr<Tier>> tiers = Tiers();
+  EXPECT_FALSE(VerifyCopy(*tiers[0], 2).empty());
+  const auto [step, log] = Restore();
+  EXPECT_EQ(step, 2);  // from the shared tier
+  EXPECT_NE(log.find("rejected step-00000002 on local: " + shard), std::string::npos) << log;
+}
+
+TEST_F(CorruptionTest, AFlippedManifestOffsetIsCaughtByItsChecksum) {
+  const std::string path = Path("local", 2, kManifestName);
+  std::string text;
+  {
+    std::ifstream in(path);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const size_t at = text.find("\"offset\": ");
+  ASSERT_NE(at, std::string::npos);
+  char& digit = text[at + std::string("\"offset\": ").size()];
+  digit = digit == '0' ? '1' : '0';
+  std::ofstream(path, std::ios::trunc) << text;
+  std::vector<std::unique_ptr<Tier>> tiers = Tiers();
+  const std::vector<std::string> problems = VerifyCopy(*tiers[0], 2);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("manifest checksum mismatch"), std::string::npos) << problems[0];
+  const auto [step, log] = Restore();
+  EXPECT_EQ(step, 2);
+  EXPECT_NE(log.find("manifest checksum mismatch"), std::string::npos) << log;
+}
+
 TEST_F(CorruptionTest, EverythingCorruptMeansStartOver) {
   for (const char* tier : {"local", "shared"})
     for (int64_t step : {1, 2}) FlipBit(Path(tier, step, RankFileName(0)), 4096 + 5000);

@@ -1,6 +1,8 @@
 #include "ckpt/format.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include "util/error.h"
 
@@ -39,6 +41,19 @@ TEST(FormatTest, GapsOverlapsAndBadChecksumCountsAreRefused) {
   EXPECT_THROW(m.Validate("m"), Error);
   nlohmann::json j = TwoRankManifest().ToJson();
   j["tensors"]["w"]["dtype"] = "F33";
+  // The manifest's own checksum catches the change first ...
+  try {
+    Manifest::FromJson(j, "dir/manifest.json");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("dir/manifest.json: manifest checksum mismatch"),
+              std::string::npos)
+        << e.what();
+  }
+  // ... and a manifest written that way on purpose is still refused by name.
+  j.erase("xxh3");
+  const std::string text = j.dump();
+  j["xxh3"] = fmt::format("{:016x}", XXH3_64bits(text.data(), text.size()));
   try {
     Manifest::FromJson(j, "dir/manifest.json");
     FAIL();
@@ -46,6 +61,39 @@ TEST(FormatTest, GapsOverlapsAndBadChecksumCountsAreRefused) {
     EXPECT_NE(std::string(e.what()).find("dir/manifest.json: tensor \"w\": unknown dtype \"F33\""),
               std::string::npos)
         << e.what();
+  }
+  // One flipped offset: a valid-looking manifest that would load other bytes.
+  nlohmann::json k = TwoRankManifest().ToJson();
+  k["tensors"]["w"]["pieces"][1]["offset"] = k["tensors"]["w"]["pieces"][1]["offset"].get<int64_t>() ^ 4;
+  EXPECT_THROW(Manifest::FromJson(k, "m"), Error);
+  nlohmann::json old = TwoRankManifest().ToJson();
+  old.erase("xxh3");
+  try {
+    Manifest::FromJson(old, "m");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no manifest checksum"), std::string::npos) << e.what();
+  }
+}
+
+TEST(FormatTest, HostileSafetensorsHeadersAreRefused) {
+  auto header = [](const std::string& json) {
+    std::string out(8, '\0');
+    const uint64_t n = json.size();
+    for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+    return out + json;
+  };
+  EXPECT_NO_THROW(ParseSafetensorsHeader(
+      header(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})"), "f", 8));
+  for (const char* bad : {
+           R"({"a":{"dtype":"F31","shape":[2],"data_offsets":[0,8]}})",            // dtype
+           R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})",            // size
+           R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,-8]}})",          // negative
+           R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",           // past the data
+           R"({"a":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})",
+           R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+       }) {
+    EXPECT_THROW(ParseSafetensorsHeader(header(bad), "f", 8), Error) << bad;
   }
 }
 
