@@ -1,11 +1,10 @@
 #include "ckpt/format.h"
 
 #include <fmt/format.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cstring>
-
-#include <xxhash.h>
 
 #include "util/error.h"
 
@@ -41,8 +40,9 @@ int64_t Product(const std::vector<int64_t>& dims) {
 // the step directory, never a path.
 bool PlainFileName(const std::string& name) {
   return !name.empty() && name.size() <= 255 && name[0] != '.' &&
-         name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                                "0123456789._-") == std::string::npos;
+         name.find_first_not_of(
+             "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+             "0123456789._-") == std::string::npos;
 }
 
 // XXH3-64 of the manifest's canonical text without its own checksum.
@@ -168,7 +168,8 @@ Manifest Manifest::FromJson(const nlohmann::json& j, const std::string& where) {
       m.tensors[name] = TensorFromJson(t, fmt::format("{}: tensor \"{}\"", where, name));
     }
     for (const auto& [name, f] : j.at("files").items()) {
-      if (!PlainFileName(name)) throw Error(fmt::format("file name \"{}\" is not a plain name", name));
+      if (!PlainFileName(name))
+        throw Error(fmt::format("file name \"{}\" is not a plain name", name));
       m.files[name] = FileFromJson(f);
     }
   } catch (const Error& e) {
@@ -183,8 +184,8 @@ Manifest Manifest::FromJson(const nlohmann::json& j, const std::string& where) {
 void Manifest::Validate(const std::string& where) const {
   for (const auto& [name, t] : tensors) {
     if (t.elements() < 0) {
-      throw Error(fmt::format("{}: tensor \"{}\": shape has a negative or overflowing size",
-                              where, name));
+      throw Error(
+          fmt::format("{}: tensor \"{}\": shape has a negative or overflowing size", where, name));
     }
     int64_t next = 0;
     for (const Piece& p : t.pieces) {
@@ -202,7 +203,8 @@ void Manifest::Validate(const std::string& where) const {
                         where, name, p.file));
       }
       int64_t bytes = 0, end = 0;
-      if (p.offset < 0 || p.count < 0 || __builtin_mul_overflow(p.count, DTypeSize(t.dtype), &bytes) ||
+      if (p.offset < 0 || p.count < 0 ||
+          __builtin_mul_overflow(p.count, DTypeSize(t.dtype), &bytes) ||
           __builtin_add_overflow(f->second.data_offset + p.offset, bytes, &end) ||
           end > f->second.size) {
         throw Error(
@@ -352,8 +354,8 @@ SafetensorsIndex ParseSafetensorsHeader(std::string_view prefix, const std::stri
     for (size_t i = 1; i < starts.size(); ++i) {
       const SafetensorsEntry& prev = idx.entries.at(starts[i - 1].second);
       if (starts[i].first < prev.end && idx.entries.at(starts[i].second).end > starts[i].first) {
-        throw Error(fmt::format("\"{}\" and \"{}\" overlap", starts[i - 1].second,
-                                starts[i].second));
+        throw Error(
+            fmt::format("\"{}\" and \"{}\" overlap", starts[i - 1].second, starts[i].second));
       }
     }
   } catch (const Error& e) {

@@ -72,7 +72,8 @@ void ReadAndCheckHeader(Tier& tier, int64_t step, const Manifest& m, const std::
   std::vector<char> head(8);
   tier.Read(step, file, 0, head);
   const int64_t header_bytes = SafetensorsHeaderBytes({head.data(), 8}, where);
-  if (header_bytes > f.size) throw Error(fmt::format("{}: truncated in the safetensors header", where));
+  if (header_bytes > f.size)
+    throw Error(fmt::format("{}: truncated in the safetensors header", where));
   head.resize(static_cast<size_t>(header_bytes));
   tier.Read(step, file, 0, head);
   const SafetensorsIndex idx =

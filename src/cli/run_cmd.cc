@@ -13,6 +13,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <span>
+#include <thread>
 
 #include "catalog/catalog.h"
 #include "cli/commands.h"
@@ -37,6 +38,7 @@ struct RunArgs {
   double grace = 5;
   bool netns = false;
   int max_restarts = -1;  // -1 = resilience.max_restarts (jobs) / 0 (commands)
+  int max_procs = 0;      // 0 = from the cores
   double heartbeat_timeout = 30;
 };
 
@@ -123,6 +125,21 @@ int Finish(const runtime::RunResult& r, const cluster::LocalLayout& layout,
   return 1;
 }
 
+// The local backend forks every rank on this machine: a typo of a few
+// zeros must not fork-bomb it.
+void CheckProcessLimit(const cluster::LocalLayout& layout, int max_procs) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int limit = max_procs > 0 ? max_procs : std::max(16, 8 * cores);
+  if (static_cast<int64_t>(layout.nodes) * layout.procs_per_node > limit) {
+    throw Error(fmt::format(
+        "the local backend would start {} nodes x {} processes = {} processes on this machine; "
+        "the limit is {} ({}): lower cluster.nodes / procs_per_node, or raise --max-procs",
+        layout.nodes, layout.procs_per_node,
+        static_cast<int64_t>(layout.nodes) * layout.procs_per_node, limit,
+        max_procs > 0 ? "--max-procs" : fmt::format("8 x {} cores, at least 16", cores)));
+  }
+}
+
 void ApplyResilience(const spec::JobSpec& job, runtime::SuperviseOptions& o) {
   const spec::ResilienceSpec& r = job.resilience;
   o.policy.strategy =
@@ -145,6 +162,7 @@ void ApplyResilience(const spec::JobSpec& job, runtime::SuperviseOptions& o) {
 
 int RunCommand(const RunArgs& args, std::span<char* const> argv) {
   const cluster::LocalLayout layout{std::max(1, args.nodes), std::max(1, args.procs_per_node)};
+  CheckProcessLimit(layout, args.max_procs);
   const std::string out = args.out.empty() ? "runs/command" : args.out;
   runtime::SuperviseOptions o;
   o.layout = layout;
@@ -180,6 +198,7 @@ int RunJob(const RunArgs& args, std::span<char* const> argv) {
   }
   if (args.nodes > 0) layout.nodes = args.nodes;
   if (args.procs_per_node > 0) layout.procs_per_node = args.procs_per_node;
+  CheckProcessLimit(layout, args.max_procs);
   const std::string out = args.out.empty() ? "runs/" + job.name : args.out;
   runtime::SuperviseOptions o;
   o.layout = layout;
@@ -307,6 +326,10 @@ Runner AddRunCommand(CLI::App& app, std::span<char* const> argv) {
                   "automatic restarts after a fault (default: resilience.max_restarts for a job, "
                   "0 for a command, as torchrun)")
       ->check(CLI::Range(0, 1000));
+  cmd->add_option("--max-procs", args->max_procs,
+                  "most worker processes the local backend may start (default 8 x cores, at "
+                  "least 16)")
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--heartbeat-timeout", args->heartbeat_timeout,
                   "a command's rank that sent heartbeats and then none for this long is hung "
                   "(jobs: resilience.heartbeat_timeout)")

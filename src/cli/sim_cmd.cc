@@ -197,10 +197,11 @@ Runner AddSimCommand(CLI::App& app) {
       ->check(CLI::Range(1, 1000000));
   cmd->add_option("--seed", args->seed, "seed of the fault traces");
   cmd->add_option("--days", args->days,
-                  "simulate a fixed window of D days (default: until the job's tokens are trained)")
-      ->check(CLI::PositiveNumber);
+                  "simulate a fixed window of D days, at most 36500 (default: until the job's "
+                  "tokens are trained)")
+      ->check(CLI::Range(1e-6, 36500.0));
   cmd->add_option("--spares", args->spares, "spare nodes (default: cluster.spares)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--threads", args->threads, "worker threads (default: all cores)");
   cmd->add_flag("--tcp", args->tcp, "no EFA/InfiniBand: TCP over the instance network");
   cmd->add_option("--efficiency", args->efficiency,

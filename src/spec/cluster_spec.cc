@@ -31,7 +31,7 @@ StorageSpec ReadStorage(StrictTable& parent, std::string_view key, catalog::Stor
   s.price_per_gb_month = tier->price_per_gb_month;
   if (t) {
     s.capacity_bytes = t->Bytes("capacity").value_or(0);
-    s.price_per_gb_month = t->Number("price_per_gb_month", 0).value_or(s.price_per_gb_month);
+    s.price_per_gb_month = t->Number("price_per_gb_month", 0, 1e6).value_or(s.price_per_gb_month);
     if (auto bw = t->Bandwidth("write_bandwidth")) s.write_bandwidth = *bw;
     t->Finish();
   }
@@ -83,11 +83,18 @@ ClusterSpec ReadClusterSpec(StrictTable& t, const catalog::Catalog& catalog) {
     c.netns = t.Bool("netns").value_or(false);
     c.instance.accelerators = c.procs_per_node;
   }
-  c.nodes = t.Int("nodes", 1).value_or(1);
-  c.spares = t.Int("spares", 0).value_or(0);
-  c.nodes_per_rack = t.Int("nodes_per_rack", 1).value_or(0);
-  c.scaleup_domain = t.Int("scaleup_domain", 1).value_or(instance->scaleup_domain);
-  c.instance.price_per_hour = t.Number("price_per_hour", 0).value_or(instance->price_per_hour);
+  // Up to a million accelerators, with room for spares: counts stay far
+  // from overflow in every product downstream.
+  constexpr int64_t kMaxNodes = int64_t{1} << 20;
+  c.nodes = t.Int("nodes", 1, kMaxNodes).value_or(1);
+  c.spares = t.Int("spares", 0, kMaxNodes).value_or(0);
+  c.nodes_per_rack = t.Int("nodes_per_rack", 1, kMaxNodes).value_or(0);
+  c.scaleup_domain = t.Int("scaleup_domain", 1, 1 << 16).value_or(instance->scaleup_domain);
+  if (c.nodes * std::max<int64_t>(1, instance->accelerators) > (int64_t{1} << 24)) {
+    t.Fail("nodes", fmt::format("{} nodes x {} accelerators is more than 16,777,216 accelerators",
+                                c.nodes, instance->accelerators));
+  }
+  c.instance.price_per_hour = t.Number("price_per_hour", 0, 1e6).value_or(instance->price_per_hour);
   c.spot_fraction = t.Number("spot_fraction", 0, 1).value_or(0);
   c.spot_discount = t.Number("spot_discount", 0, 1).value_or(0);
   if (c.spot_fraction > 0 && !t.Has("spot_discount")) {
@@ -95,10 +102,15 @@ ClusterSpec ReadClusterSpec(StrictTable& t, const catalog::Catalog& catalog) {
   }
 
   const std::optional<double> mtbf = t.Seconds("node_mtbf");
-  const std::optional<double> per_day = t.Number("node_failures_per_day", 0);
+  const std::optional<double> per_day = t.Number("node_failures_per_day", 0, 1e6);
   const std::optional<double> mtti = t.Seconds("job_mtti");
   if (mtbf && per_day)
     t.Fail("node_failures_per_day", "give node_mtbf or node_failures_per_day, not both");
+  // A mean time between failures of zero would mean failing all the time.
+  if (mtbf && *mtbf < 1)
+    t.Fail("node_mtbf", fmt::format("expected at least 1 s, got {:g} s", *mtbf));
+  if (mtti && *mtti < 1)
+    t.Fail("job_mtti", fmt::format("expected at least 1 s, got {:g} s", *mtti));
   if (mtbf) c.node_mtbf_seconds = *mtbf;
   if (per_day && *per_day > 0) c.node_mtbf_seconds = units::kDay / *per_day;
   if (mtti) c.job_mtti_seconds = *mtti;

@@ -42,14 +42,14 @@ TrainSpec ReadTrain(StrictTable& root, KeyPositions& positions) {
                 : recompute == "full" ? workload::Recompute::kFull
                                       : workload::Recompute::kSelective;
   s.flash_attention = t->Bool("flash_attention").value_or(true);
-  s.micro_batch = t->Int("micro_batch", 1).value_or(1);
-  s.global_batch = t->Int("global_batch", 1).value_or(0);
-  s.tokens = t->Number("tokens", 0).value_or(0);
+  s.micro_batch = t->Int("micro_batch", 1, 1 << 20).value_or(1);
+  s.global_batch = t->Int("global_batch", 1, int64_t{1} << 30).value_or(0);
+  s.tokens = t->Number("tokens", 0, 1e18).value_or(0);
   s.target_mfu = t->Number("target_mfu", 0.001, 1).value_or(0.4);
-  s.steps = t->Int("steps", 1).value_or(0);
+  s.steps = t->Int("steps", 1, int64_t{1} << 40).value_or(0);
   s.seed = t->Int("seed", 0).value_or(1337);
-  s.eval_interval = t->Int("eval_interval", 0).value_or(0);
-  s.eval_batches = t->Int("eval_batches", 1).value_or(8);
+  s.eval_interval = t->Int("eval_interval", 0, int64_t{1} << 40).value_or(0);
+  s.eval_batches = t->Int("eval_batches", 1, 1 << 20).value_or(8);
   s.threads = t->Int("threads", 0, 1024).value_or(0);
   s.backend = t->Choice("backend", std::vector<std::string>{"cpu"}).value_or("cpu");
   RecordPositions(*t, "train", {"global_batch"}, positions);
@@ -63,12 +63,12 @@ OptimSpec ReadOptim(StrictTable& root) {
   if (!t) return o;
   o.lr = t->Number("lr", 0, 10).value_or(o.lr);
   o.min_lr = t->Number("min_lr", 0, 10).value_or(o.lr / 10);
-  o.warmup_steps = t->Int("warmup_steps", 0).value_or(o.warmup_steps);
+  o.warmup_steps = t->Int("warmup_steps", 0, int64_t{1} << 40).value_or(o.warmup_steps);
   o.weight_decay = t->Number("weight_decay", 0, 10).value_or(o.weight_decay);
   o.beta1 = t->Number("beta1", 0, 0.999999).value_or(o.beta1);
   o.beta2 = t->Number("beta2", 0, 0.999999).value_or(o.beta2);
   o.eps = t->Number("eps", 0, 1).value_or(o.eps);
-  o.grad_clip = t->Number("grad_clip", 0).value_or(o.grad_clip);
+  o.grad_clip = t->Number("grad_clip", 0, 1e9).value_or(o.grad_clip);
   if (o.min_lr > o.lr) t->Fail("min_lr", fmt::format("min_lr {} exceeds lr {}", o.min_lr, o.lr));
   t->Finish();
   return o;
@@ -85,14 +85,14 @@ workload::Layout ReadParallel(StrictTable& root, KeyPositions& positions) {
       t->Fail("dp", "expected a positive integer or \"auto\"");
     l.dp = 0;
   } else {
-    l.dp = t->Int("dp", 1).value_or(0);
+    l.dp = t->Int("dp", 1, 1 << 24).value_or(0);
   }
-  l.tp = t->Int("tp", 1).value_or(1);
-  l.pp = t->Int("pp", 1).value_or(1);
-  l.ep = t->Int("ep", 1).value_or(1);
-  l.cp = t->Int("cp", 1).value_or(1);
+  l.tp = t->Int("tp", 1, 1 << 16).value_or(1);
+  l.pp = t->Int("pp", 1, 1 << 16).value_or(1);
+  l.ep = t->Int("ep", 1, 1 << 16).value_or(1);
+  l.cp = t->Int("cp", 1, 1 << 16).value_or(1);
   l.zero_stage = static_cast<int>(t->Int("zero_stage", 0, 3).value_or(0));
-  l.virtual_stages = t->Int("virtual_stages", 1).value_or(1);
+  l.virtual_stages = t->Int("virtual_stages", 1, 1024).value_or(1);
   RecordPositions(*t, "parallel", {"dp", "ep"}, positions);
   t->Finish();
   return l;
@@ -111,7 +111,7 @@ CheckpointSpec ReadCheckpoint(StrictTable& root, const std::filesystem::path& ba
     c.interval_seconds = *t->Seconds("interval");
     if (c.interval_seconds <= 0) t->Fail("interval", "expected a positive duration or \"auto\"");
   }
-  c.keep = t->Int("keep", 1).value_or(3);
+  c.keep = t->Int("keep", 1, 100000).value_or(3);
   c.tier = t->Choice("tier", kTiers).value_or("local");
   c.overhead_budget = t->Number("overhead_budget", 1e-6, 0.99).value_or(0.1);
   c.milestone_seconds = t->Seconds("milestone").value_or(c.milestone_seconds);
@@ -130,7 +130,7 @@ CheckpointSpec ReadCheckpoint(StrictTable& root, const std::filesystem::path& ba
   c.object_endpoint = t->String("object_endpoint").value_or("https://s3.amazonaws.com");
   c.object_region = t->String("object_region").value_or("");
   c.pool_bytes = t->Bytes("pool").value_or(0);
-  c.every_steps = t->Int("every", 1).value_or(0);
+  c.every_steps = t->Int("every", 1, int64_t{1} << 40).value_or(0);
   t->Finish();
   return c;
 }

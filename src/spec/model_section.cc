@@ -25,14 +25,14 @@ void Override(StrictTable& t, workload::TransformerShape& s) {
   static const std::vector<std::string> kNorm = {"layernorm", "rmsnorm"};
   static const std::vector<std::string> kPosition = {"learned", "rope"};
   s.name = t.String("name").value_or(s.name);
-  s.layers = t.Int("layers", 1).value_or(s.layers);
-  s.hidden = t.Int("hidden", 1).value_or(s.hidden);
-  s.heads = t.Int("heads", 1).value_or(s.heads);
+  s.layers = t.Int("layers", 1, 100000).value_or(s.layers);
+  s.hidden = t.Int("hidden", 1, 1 << 20).value_or(s.hidden);
+  s.heads = t.Int("heads", 1, 1 << 16).value_or(s.heads);
   // Overriding heads alone means plain multi-head attention.
-  s.kv_heads = t.Int("kv_heads", 1).value_or(t.Has("heads") ? s.heads : s.kv_heads);
-  s.ffn_hidden = t.Int("ffn_hidden", 1).value_or(s.ffn_hidden);
-  s.vocab = t.Int("vocab", 1).value_or(s.vocab);
-  s.seq_len = t.Int("seq_len", 1).value_or(s.seq_len);
+  s.kv_heads = t.Int("kv_heads", 1, 1 << 16).value_or(t.Has("heads") ? s.heads : s.kv_heads);
+  s.ffn_hidden = t.Int("ffn_hidden", 1, 1 << 24).value_or(s.ffn_hidden);
+  s.vocab = t.Int("vocab", 1, 1 << 24).value_or(s.vocab);
+  s.seq_len = t.Int("seq_len", 1, 1 << 24).value_or(s.seq_len);
   if (auto v = t.Choice("mlp", kMlp))
     s.mlp = *v == "gelu" ? workload::MlpKind::kGelu : workload::MlpKind::kSwiGlu;
   if (auto v = t.Choice("norm", kNorm)) {
@@ -43,8 +43,8 @@ void Override(StrictTable& t, workload::TransformerShape& s) {
   }
   s.tied_embeddings = t.Bool("tied_embeddings").value_or(s.tied_embeddings);
   s.bias = t.Bool("bias").value_or(s.bias);
-  s.experts = t.Int("experts", 1).value_or(s.experts);
-  s.active_experts = t.Int("active_experts", 1).value_or(s.active_experts);
+  s.experts = t.Int("experts", 1, 1 << 16).value_or(s.experts);
+  s.active_experts = t.Int("active_experts", 1, 1 << 16).value_or(s.active_experts);
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ FaultsSpec ReadFaults(StrictTable& root, const catalog::Catalog& catalog) {
       i.Fail("kind", "missing: the fault to inject, one of " + list);
     }
     in.rank = i.Int("rank", 0, 1 << 20).value_or(0);
-    in.at_step = i.Int("at_step", 0).value_or(0);
+    in.at_step = i.Int("at_step", 0, int64_t{1} << 40).value_or(0);
     i.Finish();
     f.inject.push_back(in);
   }
@@ -55,7 +55,7 @@ ResilienceSpec ReadResilience(StrictTable& root) {
   r.collective_timeout = t->Seconds("collective_timeout").value_or(r.collective_timeout);
   r.straggler_factor = t->Number("straggler_factor", 1.1, 1000).value_or(r.straggler_factor);
   r.straggler_steps = t->Int("straggler_steps", 1, 1000000).value_or(r.straggler_steps);
-  r.replica_check_every = t->Int("replica_check_every", 0).value_or(r.replica_check_every);
+  r.replica_check_every = t->Int("replica_check_every", 0, 1 << 30).value_or(r.replica_check_every);
   r.notice_deadline = t->Seconds("notice_deadline").value_or(r.notice_deadline);
   for (auto [key, v] : {std::pair{"restart_backoff", r.restart_backoff},
                         {"heartbeat_interval", r.heartbeat_interval},

@@ -98,10 +98,9 @@ bool StrictTable::Has(std::string_view key) {
 std::optional<int64_t> StrictTable::Int(std::string_view key, int64_t min, int64_t max) {
   const toml::node* node = Lookup(key);
   if (node == nullptr) return std::nullopt;
-  const std::string range =
-      min == 0 && max == std::numeric_limits<int64_t>::max()   ? "a non-negative integer"
-      : min == 1 && max == std::numeric_limits<int64_t>::max() ? "a positive integer"
-                                                               : "an integer";
+  const std::string range = min == 0   ? "a non-negative integer"
+                            : min == 1 ? "a positive integer"
+                                       : "an integer";
   std::optional<int64_t> value = node->value_exact<int64_t>();
   if (!value) {
     // 2e12 is a float in TOML; accept it when it is a whole number.
@@ -116,6 +115,7 @@ std::optional<int64_t> StrictTable::Int(std::string_view key, int64_t min, int64
     if (max == std::numeric_limits<int64_t>::max()) {
       Fail(key, fmt::format("expected {} (>= {}), got {}", range, min, *value));
     }
+    if (*value < min) Fail(key, fmt::format("expected {} (>= {}), got {}", range, min, *value));
     Fail(key, fmt::format("expected an integer in [{}, {}], got {}", min, max, *value));
   }
   return value;
@@ -176,6 +176,14 @@ std::optional<double> UnitValue(StrictTable& t, const toml::node* node, std::str
                             TomlTypeName(*node)));
   }
   if (!(value >= 0)) t.Fail(key, fmt::format("expected a non-negative {}, got {}", what, value));
+  // Finite and physical: nothing a job describes is larger (and the
+  // arithmetic downstream stays far from overflow).
+  const double max = what == "duration" ? 100 * 365.25 * 86400.0  // a century
+                     : what == "size"   ? 1e21                    // a zettabyte
+                                        : 1e15;                     // a petabyte per second
+  if (!(value <= max)) {
+    t.Fail(key, fmt::format("expected a {} of at most {:g}, got {:g}", what, max, value));
+  }
   return value;
 }
 }  // namespace

@@ -64,7 +64,8 @@ TEST(FormatTest, GapsOverlapsAndBadChecksumCountsAreRefused) {
   }
   // One flipped offset: a valid-looking manifest that would load other bytes.
   nlohmann::json k = TwoRankManifest().ToJson();
-  k["tensors"]["w"]["pieces"][1]["offset"] = k["tensors"]["w"]["pieces"][1]["offset"].get<int64_t>() ^ 4;
+  k["tensors"]["w"]["pieces"][1]["offset"] =
+      k["tensors"]["w"]["pieces"][1]["offset"].get<int64_t>() ^ 4;
   EXPECT_THROW(Manifest::FromJson(k, "m"), Error);
   nlohmann::json old = TwoRankManifest().ToJson();
   old.erase("xxh3");
@@ -85,14 +86,15 @@ TEST(FormatTest, HostileSafetensorsHeadersAreRefused) {
   };
   EXPECT_NO_THROW(ParseSafetensorsHeader(
       header(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})"), "f", 8));
-  for (const char* bad : {
-           R"({"a":{"dtype":"F31","shape":[2],"data_offsets":[0,8]}})",            // dtype
-           R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})",            // size
-           R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,-8]}})",          // negative
-           R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",           // past the data
-           R"({"a":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})",
-           R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
-       }) {
+  for (
+      const char* bad : {
+          R"({"a":{"dtype":"F31","shape":[2],"data_offsets":[0,8]}})",    // dtype
+          R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})",    // size
+          R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,-8]}})",  // negative
+          R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",   // past the data
+          R"({"a":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})",
+          R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+      }) {
     EXPECT_THROW(ParseSafetensorsHeader(header(bad), "f", 8), Error) << bad;
   }
 }

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Hostile and careless input, as the hardening issue lists it: each case must
+# end in a clear error that names the file, key or limit, in under 5 s, with
+# a non-zero exit code that is not a crash signal, and must lose nothing
+# committed. The store's secret, its limits and the stalled client are in
+# tests/unit/comm/store_test.cc; corrupt manifests and shard headers in
+# tests/unit/ckpt/corruption_test.cc; two runs in one directory and a job
+# name that is a path in tests/integration/resilience_test.sh.
+set -euo pipefail
+: "${FMSTACK:?path to the fmstack binary}" "${SRC:?source root}"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+
+# expect NAME WANT CMD...: CMD fails (1..127) within 5 s and prints WANT.
+expect() {
+  local name=$1 want=$2
+  shift 2
+  local start rc
+  start=$(date +%s.%N)
+  set +e
+  timeout 10 "$@" > "$name.out" 2>&1
+  rc=$?
+  set -e
+  local took
+  took=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$start" "$(date +%s.%N)")
+  [ "$rc" -ne 0 ] || { cat "$name.out"; fail "$name: accepted"; }
+  [ "$rc" -lt 124 ] || { cat "$name.out"; fail "$name: exit $rc (a timeout or a crash signal)"; }
+  grep -qF -- "$want" "$name.out" || { cat "$name.out"; fail "$name: the error does not say '$want'"; }
+  python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < 5 else 1)" "$took" || fail "$name: took $took s"
+  printf '%-28s exit %3d  %5s s  %s\n' "$name" "$rc" "$took" "$(grep -F -- "$want" "$name.out" | head -1 | cut -c1-110)"
+}
+
+cluster() {  # file nodes [extra]
+  printf '[cluster]\ninstance = "p5.48xlarge"\nnodes = %s\n%s\n' "$2" "${3:-}" > "$1"
+}
+job() {  # file cluster-file [extra]
+  printf 'model = "llama3-8b"\ncluster = "%s"\n[train]\ntokens = 1e12\nglobal_batch = 1024\n%s\n' "$2" "${3:-}" > "$1"
+}
+
+cluster huge.toml 9223372036854775807
+job huge-job.toml huge.toml
+expect nodes-2^63 "key 'cluster.nodes': expected an integer in [1, 1048576]" "$FMSTACK" plan huge-job.toml
+cluster big.toml 2305843009213693952
+job big-job.toml big.toml
+expect nodes-2^61-sim "key 'cluster.nodes'" "$FMSTACK" sim big-job.toml --trials 1
+cluster ok.toml 64
+printf 'model = "llama3-8b"\ncluster = "ok.toml"\n[train]\ntokens = inf\nglobal_batch = 1024\n' > inf.toml
+expect tokens-inf "key 'train.tokens': expected a number in [0, 1e+18]" "$FMSTACK" plan inf.toml
+cluster zero.toml 64 'job_mtti = 0'
+job zero-job.toml zero.toml
+expect job-mtti-0 "key 'cluster.job_mtti': expected at least 1 s" "$FMSTACK" plan zero-job.toml
+cluster forever.toml 64 'node_mtbf = "1e300h"'
+job forever-job.toml forever.toml
+expect mtbf-1e300h "key 'cluster.node_mtbf': expected a duration of at most" "$FMSTACK" plan forever-job.toml
+job days.toml ok.toml
+expect sim-days-1e300 "--days: Value 1e300 not in range" "$FMSTACK" sim days.toml --days 1e300
+printf 'name = "fork"\nmodel = "gpt-mini"\n[cluster]\nbackend = "local"\nnodes = 100000\nprocs_per_node = 1\n[data]\ndir = "data"\n' > fork.toml
+expect local-100000-nodes "the limit is" "$FMSTACK" run fork.toml
+pgrep -f "fmstack train $work/fork.toml" > /dev/null && fail "workers were started"
+printf 'name = "../../x"\nmodel = "gpt-mini"\n' > escape.toml
+expect name-is-a-path "is not a plain name" "$FMSTACK" plan escape.toml
+printf 'name = ".hidden"\nmodel = "gpt-mini"\n' > dot.toml
+expect name-starts-with-dot "is not a plain name" "$FMSTACK" plan dot.toml
+expect generate-not-a-ckpt "no committed checkpoint" "$FMSTACK" generate --ckpt "$work" --tokens 1
+echo "PASS"
