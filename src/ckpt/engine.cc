@@ -145,14 +145,28 @@ Engine::Engine(std::vector<std::unique_ptr<Tier>> tiers, EngineOptions options)
     throw Error(fmt::format("checkpoint: chunk of {} bytes: expected a multiple of 4096 up to {}",
                             options_.chunk_bytes, kMaxChunkBytes));
   }
-  if (options_.collect_garbage && options_.rank == 0) CollectGarbage();
+  // The fast tier now; the slower ones from the drain thread, so that an
+  // object store that hangs cannot hold up the start.
+  if (options_.collect_garbage && options_.rank == 0) CollectGarbage(0, 1);
   writer_ = std::thread([this] { Writer(); });
   drainer_ = std::thread([this] { Drainer(); });
 }
 
 Engine::~Engine() {
   {
+    // The first tier is always finished; a drain still running is told to
+    // give up at its next chunk (Wait() already reported it left behind).
     std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return writing_ == 0; });
+    abandon_ = true;
+    if (busy_ > 0) {
+      for (size_t t = 1; t < tiers_.size(); ++t) tiers_[t]->Cancel();
+    }
+    for (const auto& job : drain_queue_) {
+      pinned_.erase(job->step());
+      --busy_;
+    }
+    drain_queue_.clear();
     cv_.wait(lock, [&] { return busy_ == 0; });
     stop_ = true;
   }
@@ -171,10 +185,19 @@ void Engine::Point(std::string_view point, size_t tier) const {
 
 void Engine::Fail(size_t tier, const std::string& what) {
   const std::string line = fmt::format("checkpoint: {} tier: {}", tiers_[tier]->name(), what);
-  Note(line);
-  const std::lock_guard lock(mu_);
-  errors_.push_back(line);
-  if (tier == 0 && !first_tier_error_) first_tier_error_ = std::make_exception_ptr(Error(line));
+  {
+    const std::lock_guard lock(mu_);
+    if (tier == 0 && !first_tier_error_) first_tier_error_ = std::make_exception_ptr(Error(line));
+    // A slower tier that is down fails every save the same way: say it once
+    // (the fast tier carries the run), and keep the list bounded.
+    const bool repeat = tier > 0 && !failed_tiers_.insert(tier).second;
+    if (errors_.size() < 16 && !repeat) errors_.push_back(line);
+    if (repeat) return;
+  }
+  Note(tier == 0 ? line
+                 : line +
+                       " (training goes on with the faster tiers; later failures of "
+                       "this tier are not repeated)");
 }
 
 void Engine::Reserve(int64_t state_bytes) {
@@ -240,6 +263,7 @@ SaveTiming Engine::Save(const Snapshot& snap) {
     const std::lock_guard lock(mu_);
     write_queue_.push_back(job);
     ++busy_;
+    ++writing_;
   }
   cv_.notify_all();
 
@@ -299,6 +323,7 @@ void Engine::Writer() {
     const bool drain = job->first_tier_ok && tiers_.size() > 1;
     {
       const std::lock_guard lock(mu_);
+      --writing_;
       if (drain) {
         pinned_.insert(job->step());
         drain_queue_.push_back(job);
@@ -366,6 +391,7 @@ void Engine::WriteFirstTier(Job& job) {
 }
 
 void Engine::Drainer() {
+  if (options_.collect_garbage && options_.rank == 0) CollectGarbage(1, tiers_.size());
   for (;;) {
     std::vector<std::shared_ptr<Job>> skipped;
     std::shared_ptr<Job> job;
@@ -415,6 +441,10 @@ void Engine::DrainTo(size_t t, Job& job) {
   const int64_t data = job.entry.size - job.entry.data_offset;
   std::vector<char> buf(static_cast<size_t>(std::min(data, job.entry.chunk_bytes)));
   for (int64_t c = 0; c * job.entry.chunk_bytes < data; ++c) {
+    {
+      const std::lock_guard lock(mu_);
+      if (abandon_) throw Error("abandoned at exit (the run did not wait any longer)");
+    }
     const int64_t lo = c * job.entry.chunk_bytes;
     const std::span<char> chunk(buf.data(),
                                 static_cast<size_t>(std::min(job.entry.chunk_bytes, data - lo)));
@@ -502,8 +532,9 @@ void Engine::Retain(size_t t) {
   }
 }
 
-void Engine::CollectGarbage() {
-  for (const auto& tier : tiers_) {
+void Engine::CollectGarbage(size_t first, size_t last) {
+  for (size_t t = first; t < last; ++t) {
+    Tier* tier = tiers_[t].get();
     try {
       for (const StepListing& s : tier->List()) {
         if (s.committed) continue;
@@ -512,30 +543,52 @@ void Engine::CollectGarbage() {
                          StepDirName(s.step), tier->name()));
       }
     } catch (const std::exception& e) {
-      Note(fmt::format("checkpoint: {} tier: cannot collect incomplete steps: {}", tier->name(),
-                       e.what()));
+      Fail(t, fmt::format("cannot collect incomplete steps: {}", e.what()));
     }
   }
 }
 
-void Engine::Wait() {
+std::vector<std::string> Engine::Wait(double drain_seconds) {
   std::vector<std::string> errors;
+  std::exception_ptr first;
+  bool behind = false;
   {
     std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return busy_ == 0; });
+    cv_.wait(lock, [&] { return writing_ == 0; });
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(std::min(drain_seconds, 1e9)));
+    behind = !cv_.wait_until(lock, deadline, [&] { return busy_ == 0; });
     errors.swap(errors_);
-    first_tier_error_ = nullptr;
+    first = std::exchange(first_tier_error_, nullptr);
   }
-  if (errors.empty()) return;
-  std::string all;
-  for (const std::string& e : errors) all += (all.empty() ? "" : "\n") + e;
-  throw Error(all);
+  if (first) {
+    std::string all;
+    for (const std::string& e : errors) all += (all.empty() ? "" : "\n") + e;
+    throw Error(all);
+  }
+  if (behind) {
+    errors.push_back(fmt::format(
+        "checkpoint: the slower tiers did not finish draining within {:g} s; the newest "
+        "step is committed on {} and left behind on the others",
+        drain_seconds, tiers_[0]->name()));
+  }
+  return errors;
 }
 
 std::optional<int64_t> Engine::Latest() {
   std::optional<int64_t> best;
-  for (const auto& tier : tiers_) {
-    for (const StepListing& s : tier->List())
+  for (size_t t = 0; t < tiers_.size(); ++t) {
+    if (TierDown(t)) continue;
+    std::vector<StepListing> listing;
+    try {
+      listing = tiers_[t]->List();
+    } catch (const std::exception& e) {
+      if (t == 0) throw;  // the fast tier is where the run lives
+      Fail(t, fmt::format("unreachable, skipped: {}", e.what()));
+      continue;
+    }
+    for (const StepListing& s : listing)
       if (s.committed && (!best || s.step > *best)) best = s.step;
   }
   return best;
@@ -547,13 +600,28 @@ std::vector<Tier*> Engine::tiers() const {
   return out;
 }
 
+bool Engine::TierDown(size_t t) {
+  const std::lock_guard lock(mu_);
+  return failed_tiers_.contains(t);
+}
+
 std::optional<RestoreResult> Engine::Restore(std::span<const TensorTarget> targets,
                                              std::optional<int64_t> max_step) {
-  const std::vector<Tier*> all = tiers();
+  // A slower tier that already failed in this process is not asked again:
+  // each question to a hung store costs its timeouts.
+  std::vector<Tier*> all;
+  for (size_t t = 0; t < tiers_.size(); ++t)
+    if (t == 0 || !TierDown(t)) all.push_back(tiers_[t].get());
   std::optional<RestoreResult> r = ckpt::Restore(all, targets, options_.log, max_step);
   if (!r || options_.rank != 0 || max_step) return r;
   for (Tier* tier : all) {
-    for (const StepListing& s : tier->List()) {
+    std::vector<StepListing> listing;
+    try {
+      listing = tier->List();
+    } catch (const std::exception&) {
+      continue;  // the restore already said it is unreachable
+    }
+    for (const StepListing& s : listing) {
       if (s.step <= r->step) continue;
       // Never deleted: the run is about to write these step numbers again,
       // so the copy moves aside, kept for whoever investigates.

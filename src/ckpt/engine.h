@@ -88,9 +88,13 @@ class Engine {
   // error of an earlier save's first tier, if any (the fast copy failing
   // must stop the run; slower tiers only log).
   SaveTiming Save(const Snapshot& snapshot);
-  // Waits until every queued save is committed on every tier. Throws the
-  // first error since the last Wait(), naming the tier and file.
-  void Wait();
+  // Waits until every queued save is committed on the first tier, and on the
+  // slower tiers for at most `drain_seconds` more. Throws the first tier's
+  // error (naming the tier and file); returns the slower tiers' problems
+  // since the last Wait() — failures, and steps left behind at the deadline
+  // — as lines for the log: a slow or dead object store never stops a run
+  // whose fast copy is safe.
+  std::vector<std::string> Wait(double drain_seconds = 1e18);
 
   // The newest committed step on any tier.
   std::optional<int64_t> Latest();
@@ -121,7 +125,8 @@ class Engine {
   // Rank 0: waits for every rank's index on `tier`, writes manifest, commits.
   void CommitStep(size_t tier, const Job& job);
   void Retain(size_t tier);
-  void CollectGarbage();
+  void CollectGarbage(size_t first, size_t last);
+  bool TierDown(size_t tier);
   void Note(const std::string& line) const;
   void Point(std::string_view point, size_t tier) const;
   void Fail(size_t tier, const std::string& what);
@@ -135,9 +140,12 @@ class Engine {
   std::deque<std::shared_ptr<Job>> write_queue_, drain_queue_;
   std::set<int64_t> pinned_;  // steps the drain still reads from tier 0
   int busy_ = 0;              // jobs not yet through every tier
+  int writing_ = 0;           // jobs not yet through the first tier
+  bool abandon_ = false;      // the destructor gave up on a slow drain
   bool stop_ = false;
   std::exception_ptr first_tier_error_;
   std::vector<std::string> errors_;
+  std::set<size_t> failed_tiers_;  // slower tiers that failed once: not logged or listed again
   std::vector<SaveTiming> timings_;
   std::thread writer_, drainer_;
 };

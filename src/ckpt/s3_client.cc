@@ -55,7 +55,13 @@ std::string AmzDate() {
   return buf;
 }
 
+// A listing or a HEAD moves no data: a store that does not answer one
+// quickly is down, and asking again and again only delays the run.
+constexpr double kMetadataTimeoutSeconds = 10;
+constexpr int kMetadataAttempts = 2;
+
 struct Transfer {
+  const std::atomic<bool>* cancelled = nullptr;
   std::string* body = nullptr;
   std::span<char> into;  // GetRange: write straight into the caller's buffer
   size_t filled = 0;
@@ -76,6 +82,11 @@ size_t OnData(char* p, size_t size, size_t n, void* user) {
     return 0;
   }
   return bytes;
+}
+
+// Called about once a second during a transfer: non-zero aborts it.
+int OnProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  return static_cast<Transfer*>(user)->cancelled->load() ? 1 : 0;
 }
 
 size_t OnHeader(char* p, size_t size, size_t n, void* user) {
@@ -210,7 +221,11 @@ S3Response S3Client::Request(const std::string& method, const std::string& key,
 
   std::string last_error;
   double backoff = config_.backoff_seconds;
-  for (int attempt = 1; attempt <= config_.max_attempts; ++attempt) {
+  const bool bulk = body.size() > (1u << 20) || (method == "GET" && !key.empty());
+  const int attempts =
+      bulk ? config_.max_attempts : std::min(config_.max_attempts, kMetadataAttempts);
+  for (int attempt = 1; attempt <= attempts; ++attempt) {
+    if (cancelled_) throw Error(fmt::format("{}: cancelled", what));
     const std::string date = AmzDate();
     SignedRequest signed_r = r;
     signed_r.headers["host"] = host_;
@@ -242,7 +257,19 @@ S3Response S3Client::Request(const std::string& method, const std::string& key,
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, OnHeader);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, &t);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
+    t.cancelled = &cancelled_;
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, OnProgress);
+    curl_easy_setopt(c, CURLOPT_XFERINFODATA, &t);
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    // Every wait has a deadline: connecting, the whole request, and a stall.
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
+                     static_cast<long>(config_.connect_timeout_seconds * 1000));
+    const double limit = bulk ? config_.request_timeout_seconds
+                              : std::min(config_.request_timeout_seconds, kMetadataTimeoutSeconds);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(limit * 1000));
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1024L);
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME,
+                     std::max(1L, static_cast<long>(std::min(limit, config_.stall_seconds))));
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     if (method == "HEAD") curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
     if (method == "PUT" || method == "POST") {
@@ -269,13 +296,12 @@ S3Response S3Client::Request(const std::string& method, const std::string& key,
     } else {
       last_error = curl_easy_strerror(rc);
     }
-    if (attempt < config_.max_attempts) {
+    if (attempt < attempts) {
       std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
       backoff = std::min(backoff * 2, 10.0);
     }
   }
-  throw Error(
-      fmt::format("{}: failed after {} attempts: {}", what, config_.max_attempts, last_error));
+  throw Error(fmt::format("{}: failed after {} attempts: {}", what, attempts, last_error));
 }
 
 void S3Client::Put(const std::string& key, std::span<const char> body) {

@@ -5,6 +5,7 @@
 // S3 error code and what to check.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -64,10 +65,13 @@ class S3Client {
 
   std::string Url(const std::string& key) const;  // "s3://bucket/key", for messages
   const S3Config& config() const { return config_; }
+  // Thread-safe: requests in flight abort within a second, later ones fail at once.
+  void Cancel() { cancelled_ = true; }
 
  private:
   S3Config config_;
   std::string host_;  // host[:port] of the endpoint, as signed
+  std::atomic<bool> cancelled_{false};
 };
 
 // Values of every <tag>...</tag> in an XML document, entities decoded.

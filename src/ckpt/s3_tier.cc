@@ -75,6 +75,7 @@ class S3Tier final : public Tier {
   std::string Where(int64_t step, const std::string& file) const override {
     return s3_.Url(Key(step, file));
   }
+  void Cancel() override { s3_.Cancel(); }
 
   std::unique_ptr<Sink> Create(int64_t step, const std::string& file) override {
     return std::make_unique<S3Sink>(s3_, Key(step, file));

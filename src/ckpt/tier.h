@@ -59,6 +59,9 @@ class Tier {
   // move it (object stores: it stays, and is overwritten if the run saves
   // that step again).
   virtual std::string Quarantine(int64_t /*step*/) { return ""; }
+  // Thread-safe: makes the tier's I/O in flight give up soon (a hung object
+  // store at exit); a no-op where I/O cannot hang.
+  virtual void Cancel() {}
   // Drops a file from the page cache (cold-restore measurements); a no-op
   // where there is none.
   virtual void DropCache(int64_t /*step*/, const std::string& /*file*/) {}
@@ -85,6 +88,9 @@ struct S3Config {
   int64_t part_bytes = 16 << 20;  // multipart part size (S3 needs >= 5 MiB but the last)
   int max_attempts = 5;           // per request, with exponential backoff on 5xx / network
   double backoff_seconds = 0.2;
+  double connect_timeout_seconds = 10;
+  double request_timeout_seconds = 120;  // one request, transfer included
+  double stall_seconds = 30;             // a transfer below 1 KiB/s this long is dropped
 };
 // Reads AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_DEFAULT_REGION when
 // the config leaves them empty.

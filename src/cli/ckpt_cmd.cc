@@ -219,8 +219,10 @@ std::vector<std::unique_ptr<ckpt::Tier>> MakeCheckpointTiers(const spec::Checkpo
   tiers.push_back(ckpt::MakePosixTier("local", c.local_dir.empty() ? default_local : c.local_dir));
   if (!c.shared_dir.empty()) tiers.push_back(ckpt::MakePosixTier("shared", c.shared_dir));
   if (!c.object_url.empty()) {
-    tiers.push_back(
-        ckpt::MakeS3Tier("object", S3FromUrl(c.object_url, c.object_endpoint, c.object_region)));
+    ckpt::S3Config s3 = S3FromUrl(c.object_url, c.object_endpoint, c.object_region);
+    s3.request_timeout_seconds = c.object_timeout;
+    s3.max_attempts = static_cast<int>(c.object_retries);
+    tiers.push_back(ckpt::MakeS3Tier("object", s3));
   }
   return tiers;
 }

@@ -171,11 +171,14 @@ std::optional<ckpt::SaveTiming> TrainCheckpointer::AfterStep(double step_seconds
 }
 
 void TrainCheckpointer::Finish() {
+  std::vector<std::string> problems;
   try {
-    engine_->Wait();
+    problems = engine_->Wait(job_.checkpoint.drain_timeout);
   } catch (const std::exception& e) {
     throw CheckpointFailed(e.what());
   }
+  // The fast tier holds the step: the slower ones are warned about, once.
+  for (const std::string& p : problems) note_("warning: " + p);
 }
 
 }  // namespace fmstack::cli

@@ -157,6 +157,10 @@ int RunTrain(const TrainArgs& args) {
     threads = std::atoi(std::getenv("OMP_NUM_THREADS"));
   }
   gpt::SetCpuThreads(threads);
+  // Under `fmstack run`: heartbeats, fault reports and the supervisor's commands.
+  const std::unique_ptr<runtime::Worker> control = runtime::Worker::FromEnv(
+      std::chrono::milliseconds(static_cast<int64_t>(job.resilience.heartbeat_interval * 1000)));
+  control->Progress(0, "start");
   const train::TrainConfig config = ConfigFromSpec(job, args.steps);
   const train::TokenFile train_tokens = train::TokenFile::Load(job.data.dir + "/train.bin");
   const train::TokenFile val_tokens = train::TokenFile::Load(job.data.dir + "/val.bin");
@@ -174,13 +178,10 @@ int RunTrain(const TrainArgs& args) {
   const char* rank_env = std::getenv("RANK");
   if (!worker && (!distributed || (rank_env != nullptr && std::string(rank_env) == "0")))
     lock.emplace(out, "run.lock", "`fmstack train`");
+  control->Progress(0, "restore");
   TrainCheckpointer checkpoints(job, catalog, out, trainer, [&](const std::string& line) {
     if (lead) progress.Note(line);
   });
-  // Under `fmstack run`: heartbeats, fault reports and the supervisor's commands.
-  const std::unique_ptr<runtime::Worker> control = runtime::Worker::FromEnv(
-      std::chrono::milliseconds(static_cast<int64_t>(job.resilience.heartbeat_interval * 1000)));
-  control->Progress(0, "restore");
   // The run's own newest checkpoint wins (a restarted worker continues its
   // run); --resume starts a run that has none from another run's checkpoint.
   // Either no newer than the supervisor allows after a silent corruption.

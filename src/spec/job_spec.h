@@ -64,6 +64,9 @@ struct CheckpointSpec {
   double pool_bytes = 0;  // staging pool; 0 = one state
   int64_t every_steps =
       0;  // `fmstack train`: save every N steps (overrides interval); 0 = by interval
+  double drain_timeout = 60;    // at the end, wait this long for the slower tiers
+  double object_timeout = 120;  // one object-store request, transfer included
+  int64_t object_retries = 5;   // attempts per object-store request
 };
 
 // Faults `fmstack run` can inject into its own workers (`fmstack fault

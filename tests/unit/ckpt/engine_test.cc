@@ -218,3 +218,81 @@ TEST_F(EngineTest, WrongShapeIsAClearError) {
 
 }  // namespace
 }  // namespace fmstack::ckpt
+
+namespace fmstack::ckpt {
+namespace {
+
+// A slower tier that stalls on every write, as an object store that stopped
+// answering does (within its request timeouts).
+class StallingTier : public Tier {
+ public:
+  explicit StallingTier(std::unique_ptr<Tier> inner) : inner_(std::move(inner)) {}
+  const std::string& name() const override { return name_; }
+  std::string Where(int64_t step, const std::string& file) const override {
+    return inner_->Where(step, file);
+  }
+  std::unique_ptr<Sink> Create(int64_t step, const std::string& file) override {
+    struct Slow : Sink {
+      std::unique_ptr<Sink> inner;
+      void Write(std::span<const char> d) override {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        inner->Write(d);
+      }
+      void Finish() override { inner->Finish(); }
+    };
+    auto s = std::make_unique<Slow>();
+    s->inner = inner_->Create(step, file);
+    return s;
+  }
+  void PutSmall(int64_t step, const std::string& f, const std::string& t) override {
+    inner_->PutSmall(step, f, t);
+  }
+  void Commit(int64_t step) override { inner_->Commit(step); }
+  std::vector<StepListing> List() override { return inner_->List(); }
+  std::optional<std::string> ReadSmall(int64_t step, const std::string& f) override {
+    return inner_->ReadSmall(step, f);
+  }
+  std::optional<int64_t> Size(int64_t step, const std::string& f) override {
+    return inner_->Size(step, f);
+  }
+  void Read(int64_t step, const std::string& f, int64_t o, std::span<char> out) override {
+    inner_->Read(step, f, o, out);
+  }
+  void Remove(int64_t step) override { inner_->Remove(step); }
+
+ private:
+  std::unique_ptr<Tier> inner_;
+  std::string name_ = "object";
+};
+
+TEST(EngineDrain, ASlowTierIsLeftBehindAtTheDeadlineAndNeverStopsTheRun) {
+  const auto root =
+      std::filesystem::temp_directory_path() / ("fmstack-stall-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(root);
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> problems;
+  {
+    EngineOptions o;
+    o.chunk_bytes = 65536;  // ~50 chunks: 15 s to drain at 0.3 s a chunk
+    std::vector<std::unique_ptr<Tier>> tiers;
+    tiers.push_back(MakePosixTier("local", (root / "local").string()));
+    tiers.push_back(std::make_unique<StallingTier>(MakePosixTier("o", (root / "object").string())));
+    Engine engine(std::move(tiers), o);
+    engine.Save(testing::SliceFor(testing::MakeState(3, 200), 1, 0, 1));
+    problems = engine.Wait(0.5);
+    // The fast copy is committed whatever the slow tier does.
+    EXPECT_EQ(engine.tiers()[0]->List().back().committed, true);
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("did not finish draining within 0.5 s"), std::string::npos)
+      << problems[0];
+  // Not a speed threshold: without abandoning, the destructor would wait for
+  // the whole 15 s drain.
+  EXPECT_LT(seconds, 10);
+  std::filesystem::remove_all(root);
+}
+
+}  // namespace
+}  // namespace fmstack::ckpt
