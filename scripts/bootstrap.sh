@@ -11,6 +11,7 @@ packages=(
   python3 python3-jsonschema
   libopenblas-openmp-dev bible-kjv libxxhash-dev libgloo-dev iproute2
   libcurl4-openssl-dev libssl-dev
+  clang libclang-rt-14-dev
 )
 
 if [ "${1:-}" = "--bench" ]; then

@@ -50,10 +50,10 @@ void FsyncDir(const std::string& dir) {
 class PosixSink final : public Sink {
  public:
   explicit PosixSink(std::string path) : path_(std::move(path)) {
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644);
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_DIRECT, 0644);
     direct_ = fd_ >= 0;
     if (fd_ < 0 && errno == EINVAL) {  // tmpfs and some others refuse O_DIRECT
-      fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
     }
     if (fd_ < 0) Fail("cannot create", path_);
   }
@@ -214,7 +214,7 @@ class PosixTier final : public Tier {
 
   std::optional<std::string> ReadSmall(int64_t step, const std::string& file) override {
     const std::string path = Where(step, file);
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
       if (errno == ENOENT) return std::nullopt;
       Fail("cannot open", path);
@@ -276,7 +276,7 @@ class PosixTier final : public Tier {
 
   void DropCache(int64_t step, const std::string& file) override {
     CloseReaders(Where(step, file));
-    const int fd = ::open(Where(step, file).c_str(), O_RDONLY | O_CLOEXEC);
+    const int fd = ::open(Where(step, file).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) return;
     ::fdatasync(fd);
     ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
@@ -294,7 +294,7 @@ class PosixTier final : public Tier {
   int Reader(const std::string& path) {
     const std::lock_guard lock(mu_);
     if (const auto it = readers_.find(path); it != readers_.end()) return it->second;
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) Fail("cannot open", path);
     ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     readers_[path] = fd;

@@ -14,7 +14,7 @@ namespace fmstack {
 
 AtomicFileWriter::AtomicFileWriter(std::string path)
     : path_(std::move(path)), tmp_(path_ + ".tmp") {
-  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd_ < 0) Fail("cannot create");
 }
 
