@@ -11,7 +11,7 @@ packages=(
   python3 python3-jsonschema
   libopenblas-openmp-dev bible-kjv libxxhash-dev libgloo-dev iproute2
   libcurl4-openssl-dev libssl-dev
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev libomp-dev
 )
 
 if [ "${1:-}" = "--bench" ]; then
