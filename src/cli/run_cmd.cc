@@ -215,6 +215,8 @@ int RunJob(const RunArgs& args, std::span<char* const> argv) {
   o.extra_env["FMSTACK_COMM_TRANSPORT"] = args.transport;
   o.netns = args.netns || (job.cluster && job.cluster->netns);
   o.checkpoint_dir = job.checkpoint.local_dir.empty() ? out + "/ckpt" : job.checkpoint.local_dir;
+  if (job.cluster && job.cluster->backend == "local")
+    o.spares = static_cast<int>(std::min<int64_t>(job.cluster->spares, 64));
   o.resume_supervisor = std::getenv("FMSTACK_SUPERVISOR_RESUME") != nullptr;
   ApplyResilience(job, o);
   if (args.max_restarts >= 0) o.policy.max_restarts = args.max_restarts;

@@ -26,12 +26,10 @@ RunResult Supervisor::Run() {
   // Two runs in one directory would mix their checkpoints' shards.
   lock_ = std::make_unique<DirLock>(o_.run_dir, "run.lock", "`fmstack run`");
   signals_ = std::make_unique<SignalFd>();
-  if (o_.netns) network_ = std::make_unique<cluster::NodeNetwork>(o_.layout.nodes);
-  if (network_) {
-    env_.master_addr = network_->bridge_address();
-    env_.node_netns = network_->namespace_paths();
-    env_.node_host = network_->node_addresses();
-  }
+  if (o_.netns) network_ = std::make_unique<cluster::NodeNetwork>(o_.layout.nodes + o_.spares);
+  if (network_) env_.master_addr = network_->bridge_address();
+  for (int n = 0; n < o_.layout.nodes; ++n) slot_.push_back(n);
+  for (int s = 0; s < o_.spares; ++s) spares_.push_back(o_.layout.nodes + s);
   // The store's secret: workers get it by environment (readable by this user
   // only), tools by a 0600 file in the run directory.
   const std::string secret = comm::NewStoreSecret();
@@ -134,6 +132,14 @@ void Supervisor::Spawn() {
   env_.extra["TORCHELASTIC_RESTART_COUNT"] = std::to_string(history_.restarts);
   env_.extra["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(o_.policy.max_restarts);
   env_.extra["FMSTACK_RUN_DIR"] = o_.run_dir;
+  if (network_) {
+    env_.node_netns.clear();
+    env_.node_host.clear();
+    for (int n = 0; n < o_.layout.nodes; ++n) {
+      env_.node_netns.push_back(network_->namespace_paths().at(static_cast<size_t>(slot_[n])));
+      env_.node_host.push_back(network_->node_addresses().at(static_cast<size_t>(slot_[n])));
+    }
+  }
   if (max_restore_step_ >= 0) {
     env_.extra["FMSTACK_RESTORE_MAX_STEP"] = std::to_string(max_restore_step_);
   } else {
@@ -215,9 +221,9 @@ void Supervisor::RunAttempt() {
   // A fault recorded after the decision's kill (a survivor's report) is noise.
   if (decision_ && network_) {
     for (int n = 0; n < o_.layout.nodes; ++n) {
-      if (!network_->LinkUp(n)) {
-        Note(fmt::format("node {}: link restored (the node is replaced)", n));
-        network_->SetLink(n, true);
+      if (!network_->LinkUp(slot_[n])) {
+        Note(fmt::format("node {}: link restored (the node is rebooted in place)", n));
+        network_->SetLink(slot_[n], true);
       }
     }
   }

@@ -30,6 +30,7 @@ struct SuperviseOptions {
   std::map<std::string, std::string> extra_env;
   double grace_seconds = 5;  // SIGTERM -> SIGKILL for workers that ignore a stop
   bool netns = false;        // every node in its own network namespace (root only)
+  int spares = 0;            // idle node slots a failed node's ranks can move to
   // Resilience: the policy (with its restart budget), health thresholds,
   // the deadline an emergency checkpoint gets, faults to inject.
   resilience::Policy policy{.max_restarts = 0};

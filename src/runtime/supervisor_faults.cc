@@ -91,7 +91,7 @@ void Supervisor::Reap() {
       }
       if (network_) {
         for (int n = 0; n < o_.layout.nodes; ++n) {
-          if (network_->LinkUp(n)) continue;
+          if (network_->LinkUp(slot_[n])) continue;
           Detect({{.kind = resilience::EventKind::kNodeLost,
                    .rank = n * o_.layout.procs_per_node,
                    .step = monitor_->MaxStep()},
@@ -116,7 +116,7 @@ void Supervisor::CheckHealth() {
     // would only notice at their timeout).
     next_link_check_ = now + std::chrono::seconds(1);
     for (int n = 0; n < o_.layout.nodes; ++n) {
-      if (network_->LinkUp(n)) continue;
+      if (network_->LinkUp(slot_[n])) continue;
       Detect({{.kind = resilience::EventKind::kNodeLost,
                .rank = n * o_.layout.procs_per_node,
                .step = monitor_->MaxStep()},
@@ -196,7 +196,7 @@ void Supervisor::Fire(const InjectRequest& r) {
       Note("fault injection network-cut: the run has no network namespaces; ignored");
       return;
     }
-    network_->SetLink(r.rank / o_.layout.procs_per_node, false);
+    network_->SetLink(slot_[r.rank / o_.layout.procs_per_node], false);
   } else if (r.kind == "notice") {
     Detect({{.kind = resilience::EventKind::kNotice, .rank = r.rank, .step = monitor_->MaxStep()},
             fmt::format("termination notice for node {} ({:.0f} s to save)",
@@ -228,7 +228,10 @@ void Supervisor::Detect(const Seen& seen) {
   detected_at_ = Clock::now();
   const int dp = o_.layout.world();
   resilience::Decision d = resilience::Decide(
-      o_.policy, {.dp_full = dp, .dp_active = dp, .spares_ready = 0}, history_, seen.event);
+      o_.policy,
+      {.dp_full = dp, .dp_active = dp, .spares_ready = static_cast<int64_t>(spares_.size())},
+      history_, seen.event);
+
   if (seen.event.kind == resilience::EventKind::kNonFinite)
     history_.last_nonfinite_step = seen.event.step;
   // What the runtime cannot do yet, it says, and restores from a checkpoint.
@@ -251,6 +254,16 @@ void Supervisor::Detect(const Seen& seen) {
       "fault: {}{}", seen.what,
       inc.detect_seconds >= 0 ? fmt::format(" (detected in {:.2f} s)", inc.detect_seconds) : ""));
   Note(fmt::format("decision: {}: {}", resilience::VerbName(d.verb), d.reason));
+  if ((d.verb == resilience::Verb::kRestart || d.verb == resilience::Verb::kSaveAndRestart) &&
+      d.action.placement == resilience::Placement::kSpare && seen.event.rank >= 0) {
+    const int node = seen.event.rank / o_.layout.procs_per_node;
+    if (MoveToSpare(node)) {
+      inc.decision += fmt::format("; node {} moved to spare slot {}", node, slot_[node]);
+    } else {
+      Note("no healthy spare after all: the node is rebooted in place");
+      inc.decision += "; no healthy spare: rebooted in place";
+    }
+  }
   result_.ledger.incidents().push_back(inc);
   if (d.verb == resilience::Verb::kRestart || d.verb == resilience::Verb::kSaveAndRestart)
     recovering_ = result_.ledger.incidents().size() - 1;
@@ -277,6 +290,26 @@ void Supervisor::Detect(const Seen& seen) {
       break;
   }
   SaveState();
+}
+
+bool Supervisor::MoveToSpare(int node) {
+  while (!spares_.empty()) {
+    const int spare = spares_.front();
+    spares_.erase(spares_.begin());
+    // A spare is checked before it is trusted: one that cannot reach the
+    // network is skipped, and stays out of the pool.
+    if (network_ && !network_->LinkUp(spare)) {
+      Note(fmt::format("spare slot {} failed its check (its link is down): skipped", spare));
+      continue;
+    }
+    Note(
+        fmt::format("node {}: its ranks move from slot {} to spare slot {} ({} spare(s) left); "
+                    "slot {} is out of service",
+                    node, slot_[node], spare, spares_.size(), slot_[node]));
+    slot_[node] = spare;
+    return true;
+  }
+  return false;
 }
 
 void Supervisor::KillAll(int sig) {

@@ -108,6 +108,8 @@ class Supervisor {
     if (on_note_) on_note_(line);
   }
   void SaveState() const;
+  // Moves `node`'s ranks to the first healthy spare slot; false when none is.
+  bool MoveToSpare(int node);
   void LoadState();
   void WriteInfo(const std::string& state) const;
   std::string Where(int rank) const {
@@ -131,6 +133,9 @@ class Supervisor {
   std::set<std::string> fired_;
   std::vector<InjectRequest> pending_;
   int64_t verified_step_ = 0;  // newest step whose replicas every rank checked equal
+  // Node slots: the job's nodes run on slot_[node]; spares_ are idle slots a
+  // failed node's ranks can move to (with --netns, each slot is a namespace).
+  std::vector<int> slot_, spares_;
 
   // The current attempt.
   std::vector<cluster::WorkerProcess> workers_;

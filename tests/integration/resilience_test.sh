@@ -143,6 +143,26 @@ at_step = 12"
 done
 cat table.txt
 
+# Spares: a node that loses its link, or hangs, hands its ranks to a spare
+# slot (its own network namespace with --netns) instead of being repaired,
+# and the result is still bit-identical.
+for kind in network-cut hang; do
+  flags=()
+  [ "$kind" = network-cut ] && flags=(--netns)
+  HB_TIMEOUT=4s job "spare-$kind.toml" 80 "[[faults.inject]]
+kind = \"$kind\"
+rank = 2
+at_step = 12"
+  sed -i 's/^procs_per_node = 2$/procs_per_node = 2\nspares = 1/' "spare-$kind.toml"
+  "$FMSTACK" run "spare-$kind.toml" "${flags[@]}" --out "runs/spare-$kind" > /dev/null 2> "spare-$kind.err" ||
+    { tail -20 "spare-$kind.err"; fail "spare $kind: the run did not finish"; }
+  grep -q "node 1: its ranks move from slot 1 to spare slot 2" "spare-$kind.err" ||
+    { tail -20 "spare-$kind.err"; fail "spare $kind: the spare was not used"; }
+  [ "$(hash_of "runs/spare-$kind")" = "$want" ] || fail "spare $kind: hash differs"
+done
+! ip netns list | grep -q "fmstack-" || fail "spares: namespaces left behind"
+echo "spares: network-cut and hang moved node 1 to spare slot 2, hash $want"
+
 # Injection from the CLI into a live run, with bad input first.
 "$FMSTACK" fault inject runs/nowhere --rank 0 --kind crash > bad1.out 2>&1 && fail "inject into a missing run"
 grep -q "not a run directory" bad1.out || { cat bad1.out; fail "missing run not explained"; }
