@@ -271,6 +271,11 @@ TcpStoreServer::TcpStoreServer(const std::string& host, uint16_t port, std::stri
   ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
   port_ = ntohs(addr.sin_port);
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  // OpenSSL initialises itself, and caches its digests, under global write
+  // locks on first use. Do it here, before the serving thread exists: a
+  // process that forks while that thread held such a lock would hand its
+  // children a lock no thread will ever release (their first HMAC hangs).
+  (void)Mac(state_->secret, "warm-up", "", "");
   thread_ = std::thread([this] { Serve(); });
 }
 

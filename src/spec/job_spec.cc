@@ -210,8 +210,10 @@ JobSpec ReadJob(StrictTable& root, const std::string& file, const catalog::Catal
     // A path relative to the job file.
     const std::filesystem::path base = std::filesystem::path(file).parent_path();
     const std::string path = (base / *root.String("cluster")).string();
-    if (!std::filesystem::exists(path)) {
-      root.Fail("cluster", "cluster file \"" + path + "\" does not exist");
+    std::error_code ec;  // a name too long for the file system is an error, not an exception
+    if (!std::filesystem::is_regular_file(path, ec)) {
+      root.Fail("cluster", "cluster file \"" + path + "\" does not exist" +
+                               (ec ? " (" + ec.message() + ")" : ""));
     }
     job.cluster = LoadClusterSpec(path, catalog);
   } else if (cluster != nullptr) {
