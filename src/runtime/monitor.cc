@@ -64,10 +64,4 @@ int64_t RankMonitor::MaxStep() const {
   return m;
 }
 
-int64_t RankMonitor::MinStep() const {
-  int64_t m = std::numeric_limits<int64_t>::max();
-  for (const Rank& r : ranks_) m = std::min(m, r.step);
-  return ranks_.empty() ? 0 : m;
-}
-
 }  // namespace fmstack::runtime

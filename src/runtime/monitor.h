@@ -47,8 +47,6 @@ class RankMonitor {
   std::optional<int> Straggler() const { return straggler_; }
   int64_t StepOf(int rank) const { return ranks_[rank].step; }
   int64_t MaxStep() const;
-  int64_t MinStep() const;
-  const std::string& PhaseOf(int rank) const { return ranks_[rank].phase; }
 
  private:
   struct Rank {

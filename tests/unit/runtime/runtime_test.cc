@@ -86,7 +86,12 @@ TEST(Ledger, RollBackMovesStepsToLostAndEverySecondIsBooked) {
   for (const std::string& b : metrics::Ledger::Buckets()) sum += l.Get(b);
   EXPECT_DOUBLE_EQ(sum, 10);
   EXPECT_DOUBLE_EQ(l.Goodput(), 0.5);
-  l.incidents().push_back({.kind = "crash", .rank = 2, .step = 10, .detect_seconds = 0.01});
+  l.incidents().push_back({.kind = "crash",
+                           .rank = 2,
+                           .step = 10,
+                           .detect_seconds = 0.01,
+                           .decision = "restart",
+                           .what = "rank 2 was killed"});
   const metrics::Ledger back = metrics::Ledger::FromJson(l.ToJson());
   EXPECT_DOUBLE_EQ(back.Get("lost"), 1.5);
   EXPECT_DOUBLE_EQ(back.Get("productive"), 5);
