@@ -19,9 +19,11 @@
 namespace fmstack::cli {
 
 TrainCheckpointer::TrainCheckpointer(const spec::JobSpec& job, const catalog::Catalog& catalog,
-                                     const std::string& out, train::Trainer& trainer, Note note)
+                                     const std::string& out, train::Trainer& trainer, Note note,
+                                     bool joining)
     : job_(job), catalog_(catalog), trainer_(trainer), note_(std::move(note)) {
   ckpt::EngineOptions o;
+  o.collect_garbage = !joining;
   o.rank = trainer.rank();
   o.world = trainer.world();
   o.keep = static_cast<int>(job.checkpoint.keep);
@@ -149,6 +151,7 @@ ckpt::SaveTiming TrainCheckpointer::Save() {
   } catch (const std::exception& e) {
     throw CheckpointFailed(e.what());
   }
+  saved_through_ = trainer_.step();
   if (every_ == 0) ChooseCadence(t.blocking_seconds);
   return t;
 }
@@ -166,8 +169,14 @@ std::optional<ckpt::SaveTiming> TrainCheckpointer::AfterStep(double step_seconds
   // a fixed interval needs a step time first.
   if (every_ == 0 && (!job_.checkpoint.interval_auto || job_.checkpoint.every_steps > 0))
     ChooseCadence(0);
+  if (step <= saved_through_) return std::nullopt;  // saved before a peer recovery went back
   if (every_ == 0 || step % every_ == 0 || step == last_step) return Save();
   return std::nullopt;
+}
+
+void TrainCheckpointer::Rejoined(int64_t every, int64_t newest_saved) {
+  every_ = every;
+  if (saved_through_ < newest_saved && trainer_.step() == newest_saved && every_ > 0) Save();
 }
 
 void TrainCheckpointer::Finish() {

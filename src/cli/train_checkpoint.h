@@ -26,8 +26,11 @@ class CheckpointFailed : public Error {
 class TrainCheckpointer {
  public:
   using Note = std::function<void(const std::string&)>;
+  // A `joining` rank replaces a lost one in a running job: it must not
+  // clean up the steps its peers are still writing.
   TrainCheckpointer(const spec::JobSpec& job, const catalog::Catalog& catalog,
-                    const std::string& out, train::Trainer& trainer, Note note);
+                    const std::string& out, train::Trainer& trainer, Note note,
+                    bool joining = false);
 
   // Restores the newest checkpoint that every rank loaded (collective),
   // no newer than `max_step` when given, from the job's own tiers or, with
@@ -53,6 +56,15 @@ class TrainCheckpointer {
   void DieDuringNextSave() { die_during_save_ = true; }
 
   int64_t every_steps() const { return every_; }
+  // The newest step this rank saved; -1 when none.
+  int64_t saved_through() const { return saved_through_; }
+  // After a checkpointless recovery (every rank, the same values): the
+  // cadence the ranks agreed on, and the newest step any of them began to
+  // save. A rank that saved a step does not save it again when the restored
+  // job reaches it once more; one that did not (a replacement) writes its
+  // part then, or now when the job stands at that step, so that the step
+  // commits.
+  void Rejoined(int64_t every, int64_t newest_saved);
 
  private:
   ckpt::SaveTiming Save();
@@ -65,6 +77,7 @@ class TrainCheckpointer {
   Note note_;
   std::unique_ptr<ckpt::Engine> engine_;
   int64_t every_ = 0;  // steps between saves; 0 = not chosen yet
+  int64_t saved_through_ = -1;
   double step_seconds_sum_ = 0;
   int64_t steps_seen_ = 0;
   double restore_seconds_ = 0;

@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "cli/train_checkpoint.h"
+#include "cli/train_peers.h"
 #include "comm/hier_comm.h"
 #include "gpt/sgemm_peak.h"
 #include "runtime/supervisor.h"
@@ -124,7 +125,7 @@ struct Rehearsal {
   bool exit_now = false;
 
   void Take(runtime::Worker& control, train::Trainer& trainer, TrainCheckpointer& checkpoints,
-            double mean_step_seconds) {
+            TrainPeers& peers, double mean_step_seconds) {
     for (const nlohmann::json& c : control.TakeCommands()) {
       const std::string cmd = c.value("cmd", "");
       if (cmd == "stop") stop = true;
@@ -135,6 +136,7 @@ struct Rehearsal {
       if (kind == "exit") exit_now = true;
       if (kind == "disk-full") checkpoints.FailNextWrite();
       if (kind == "kill-during-save") checkpoints.DieDuringNextSave();
+      if (kind == "corrupt-replica") peers.CorruptHeldCopies();
       // Slow enough that its peers' median is well under straggler_factor.
       if (kind == "straggler") trainer.SlowDown(3 * mean_step_seconds + 0.05);
       std::cerr << fmt::format("fault injection: {} on rank {}\n", kind, trainer.rank());
@@ -179,19 +181,28 @@ int RunTrain(const TrainArgs& args) {
   if (!worker && (!distributed || (rank_env != nullptr && std::string(rank_env) == "0")))
     lock.emplace(out, "run.lock", "`fmstack train`");
   control->Progress(0, "restore");
-  TrainCheckpointer checkpoints(job, catalog, out, trainer, [&](const std::string& line) {
-    if (lead) progress.Note(line);
-  });
+  TrainCheckpointer checkpoints(
+      job, catalog, out, trainer,
+      [&](const std::string& line) {
+        if (lead) progress.Note(line);
+      },
+      TrainPeers::Joining());
   // The run's own newest checkpoint wins (a restarted worker continues its
   // run); --resume starts a run that has none from another run's checkpoint.
   // Either no newer than the supervisor allows after a silent corruption.
-  if (!args.resume.empty() && !checkpoints.HasOwn()) {
-    checkpoints.Resume(RestoreLimit(), args.resume);
+  // A replacement for a lost rank takes its state from its peers' memory.
+  TrainPeers peers(job, *control, trainer, checkpoints, comm);
+  if (peers.replacement()) {
+    if (!peers.Join()) return runtime::kFaultExitCode;
   } else {
-    checkpoints.Resume(RestoreLimit());
+    if (!args.resume.empty() && !checkpoints.HasOwn()) {
+      checkpoints.Resume(RestoreLimit(), args.resume);
+    } else {
+      checkpoints.Resume(RestoreLimit());
+    }
+    control->Send(
+        {{"ev", "restore"}, {"step", trainer.step()}, {"seconds", checkpoints.restore_seconds()}});
   }
-  control->Send(
-      {{"ev", "restore"}, {"step", trainer.step()}, {"seconds", checkpoints.restore_seconds()}});
 
   const int64_t T = config.shape.seq_len;
   const double flops_per_token = workload::TrainingFlopsPerToken(config.shape).detailed;
@@ -221,95 +232,107 @@ int RunTrain(const TrainArgs& args) {
   int64_t verified = trainer.step();  // newest step whose replicas were checked equal
   try {
     while (trainer.step() < last) {
-      control->Progress(trainer.step(), "train");
-      rehearsal.Take(*control, trainer, checkpoints,
-                     seconds / static_cast<double>(std::max<int64_t>(1, trainer.step() - first)));
-      if (rehearsal.exit_now) return 3;
-      const train::StepStats s = trainer.Step();
-      seconds += s.seconds;
-      comm_exposed += s.comm.exposed;
-      last_loss = s.loss;
-      if (std::exchange(rehearsal.flip, false))
-        trainer.FlipParameterBit(trainer.model().params().size() / 3, 22);
-      // One small all-gather per step carries every rank's stop request and
-      // its replica's hash: all ranks stop at the same step, and a replica
-      // that differs is caught before it can be checkpointed.
-      if (control->active() && distributed) {
-        const int64_t every = job.resilience.replica_check_every;
-        const bool check = every > 0 && s.step % every == 0;
-        const std::vector<uint64_t> words = trainer.AllWords(
-            std::array<uint64_t, 2>{rehearsal.stop ? 1u : 0u, check ? trainer.ParamHash() : 0});
-        if (check) {
-          if (const std::optional<std::string> bad = CompareReplicas(words, trainer.world())) {
-            control->Send({{"ev", "fault"},
-                           {"kind", "silent-corruption"},
-                           {"rank", BlamedReplica(words, trainer.world())},
-                           {"step", s.step},
-                           {"verified_step", verified},
-                           {"what", fmt::format("step {}: {}", s.step, *bad)}});
-            std::cerr << fmt::format("step {}: {}\n", s.step, *bad);
-            return runtime::kFaultExitCode;
+      try {
+        control->Progress(trainer.step(), "train");
+        rehearsal.Take(*control, trainer, checkpoints, peers,
+                       seconds / static_cast<double>(std::max<int64_t>(1, trainer.step() - first)));
+        if (rehearsal.exit_now) return 3;
+        const train::StepStats s = trainer.Step();
+        seconds += s.seconds;
+        comm_exposed += s.comm.exposed;
+        last_loss = s.loss;
+        if (std::exchange(rehearsal.flip, false))
+          trainer.FlipParameterBit(trainer.model().params().size() / 3, 22);
+        // One small all-gather per step carries every rank's stop request and
+        // its replica's hash: all ranks stop at the same step, and a replica
+        // that differs is caught before it can be checkpointed.
+        if (control->active() && distributed) {
+          const int64_t every = job.resilience.replica_check_every;
+          const bool check = every > 0 && s.step % every == 0;
+          const std::vector<uint64_t> words = trainer.AllWords(
+              std::array<uint64_t, 2>{rehearsal.stop ? 1u : 0u, check ? trainer.ParamHash() : 0});
+          if (check) {
+            if (const std::optional<std::string> bad = CompareReplicas(words, trainer.world())) {
+              control->Send({{"ev", "fault"},
+                             {"kind", "silent-corruption"},
+                             {"rank", BlamedReplica(words, trainer.world())},
+                             {"step", s.step},
+                             {"verified_step", verified},
+                             {"what", fmt::format("step {}: {}", s.step, *bad)}});
+              std::cerr << fmt::format("step {}: {}\n", s.step, *bad);
+              return runtime::kFaultExitCode;
+            }
+            verified = s.step;
           }
+          bool stop = false;
+          for (size_t r = 0; r < words.size(); r += 2) stop = stop || words[r] != 0;
+          if (stop) {
+            control->Progress(s.step, "checkpoint");
+            const ckpt::SaveTiming t = checkpoints.SaveNow();
+            checkpoints.Finish();
+            control->Send(
+                {{"ev", "stopped"}, {"step", s.step}, {"blocking_s", t.blocking_seconds}});
+            if (lead) progress.Note(fmt::format("step {}: saved and stopped on request", s.step));
+            return 0;
+          }
+        } else if (!distributed) {
           verified = s.step;
         }
-        bool stop = false;
-        for (size_t r = 0; r < words.size(); r += 2) stop = stop || words[r] != 0;
-        if (stop) {
-          control->Progress(s.step, "checkpoint");
-          const ckpt::SaveTiming t = checkpoints.SaveNow();
-          checkpoints.Finish();
-          control->Send({{"ev", "stopped"}, {"step", s.step}, {"blocking_s", t.blocking_seconds}});
-          if (lead) progress.Note(fmt::format("step {}: saved and stopped on request", s.step));
-          return 0;
+        const double replica_s = peers.AfterStep();
+        seconds += replica_s;
+        control->Progress(s.step, "checkpoint");
+        if (const std::optional<ckpt::SaveTiming> t = checkpoints.AfterStep(s.seconds, last)) {
+          control->Send({{"ev", "ckpt"}, {"step", t->step}, {"blocking_s", t->blocking_seconds}});
         }
-      } else if (!distributed) {
-        verified = s.step;
-      }
-      control->Progress(s.step, "checkpoint");
-      if (const std::optional<ckpt::SaveTiming> t = checkpoints.AfterStep(s.seconds, last)) {
-        control->Send({{"ev", "ckpt"}, {"step", t->step}, {"blocking_s", t->blocking_seconds}});
-      }
-      control->Progress(s.step, "train");
-      const double tok_s =
-          static_cast<double>((s.step - first) * config.tokens_per_step()) / seconds;
-      const double mfu = peak > 0 ? tok_s * flops_per_token / (peak * 1e9) : 0;
-      if (worker) {
-        EmitEvent({{"ev", "step"},
-                   {"rank", trainer.rank()},
-                   {"step", s.step},
-                   {"steps", config.steps},
-                   {"loss", s.loss},
-                   {"lr", s.lr},
-                   {"grad_norm", s.grad_norm},
-                   {"step_s", s.seconds},
-                   {"comm_busy_s", s.comm.busy},
-                   {"comm_exposed_s", s.comm.exposed},
-                   {"verified", verified},
-                   {"tokens", config.tokens_per_step()}});
-      } else if (lead)
-        progress.Show(
-            s.step, config.steps,
-            fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | |g| {:.2f} | {:.0f} tok/s | "
-                        "MFU {:.0f}% | ETA {}",
-                        s.step, config.steps, s.loss, s.lr, s.grad_norm, tok_s, 100 * mfu,
-                        units::FormatSeconds(static_cast<double>(config.steps - s.step) * seconds /
-                                             static_cast<double>(s.step - first))));
-      const int64_t every = job.train.eval_interval;
-      if ((every > 0 && s.step % every == 0) || s.step == last) {
-        if (!lead) continue;
-        val_loss = trainer.Evaluate(val_tokens, job.train.eval_batches);
+        control->Progress(s.step, "train");
+        const double tok_s =
+            static_cast<double>((s.step - first) * config.tokens_per_step()) / seconds;
+        const double mfu = peak > 0 ? tok_s * flops_per_token / (peak * 1e9) : 0;
         if (worker) {
-          EmitEvent({{"ev", "eval"},
+          EmitEvent({{"ev", "step"},
+                     {"rank", trainer.rank()},
                      {"step", s.step},
+                     {"steps", config.steps},
                      {"loss", s.loss},
-                     {"val_loss", val_loss},
-                     {"unigram", unigram},
-                     {"state", state_path()}});
-        } else {
-          progress.Note(
-              fmt::format("step {}: train loss {:.4f}, held-out loss {:.4f} (unigram {:.3f})",
-                          s.step, s.loss, val_loss, unigram));
+                     {"lr", s.lr},
+                     {"grad_norm", s.grad_norm},
+                     {"step_s", s.seconds},
+                     {"comm_busy_s", s.comm.busy},
+                     {"comm_exposed_s", s.comm.exposed},
+                     {"replica_s", replica_s},
+                     {"verified", verified},
+                     {"tokens", config.tokens_per_step()}});
+        } else if (lead)
+          progress.Show(
+              s.step, config.steps,
+              fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | |g| {:.2f} | {:.0f} tok/s | "
+                          "MFU {:.0f}% | ETA {}",
+                          s.step, config.steps, s.loss, s.lr, s.grad_norm, tok_s, 100 * mfu,
+                          units::FormatSeconds(static_cast<double>(config.steps - s.step) *
+                                               seconds / static_cast<double>(s.step - first))));
+        const int64_t every = job.train.eval_interval;
+        if ((every > 0 && s.step % every == 0) || s.step == last) {
+          if (!lead) continue;
+          val_loss = trainer.Evaluate(val_tokens, job.train.eval_batches);
+          if (worker) {
+            EmitEvent({{"ev", "eval"},
+                       {"step", s.step},
+                       {"loss", s.loss},
+                       {"val_loss", val_loss},
+                       {"unigram", unigram},
+                       {"state", state_path()}});
+          } else {
+            progress.Note(
+                fmt::format("step {}: train loss {:.4f}, held-out loss {:.4f} (unigram {:.3f})",
+                            s.step, s.loss, val_loss, unigram));
+          }
         }
+      } catch (const comm::CommError& e) {
+        // A peer was lost: under a checkpointless policy this rank keeps
+        // its process and memory and goes on with the replacement.
+        if (!peers.enabled()) throw;
+        if (!peers.Recover(e)) return runtime::kFaultExitCode;
+        verified = std::min(verified, trainer.step());
       }
     }
     control->Progress(trainer.step(), "checkpoint");

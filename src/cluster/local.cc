@@ -52,8 +52,13 @@ std::vector<std::string> WorkerEnvironment(const LocalLayout& layout, const Laun
 
 std::vector<WorkerProcess> SpawnWorkers(const LocalLayout& layout, const LaunchEnv& env,
                                         const std::vector<std::string>& argv,
-                                        const std::vector<int>& control_fds) {
+                                        const std::vector<int>& control_fds,
+                                        const std::vector<int>& only) {
   if (argv.empty()) throw Error("no worker command to run");
+  std::vector<int> ranks = only;
+  if (ranks.empty()) {
+    for (int r = 0; r < layout.world(); ++r) ranks.push_back(r);
+  }
   std::vector<WorkerProcess> workers;
   auto kill_started = [&] {
     for (const WorkerProcess& w : workers) {
@@ -62,7 +67,10 @@ std::vector<WorkerProcess> SpawnWorkers(const LocalLayout& layout, const LaunchE
       ::close(w.err_fd);
     }
   };
-  for (int rank = 0; rank < layout.world(); ++rank) {
+  for (const int rank : ranks) {
+    if (rank < 0 || rank >= layout.world())
+      throw Error(
+          fmt::format("cannot start rank {}: the job has ranks 0..{}", rank, layout.world() - 1));
     std::vector<std::string> envs = WorkerEnvironment(layout, env, rank);
     const int control = control_fds.empty() ? -1 : control_fds.at(static_cast<size_t>(rank));
     if (control >= 0) envs.push_back("FMSTACK_CONTROL_FD=3");

@@ -43,10 +43,12 @@ std::vector<std::string> WorkerEnvironment(const LocalLayout& layout, const Laun
 // Forks and execs argv for every rank (node-major), each in its own process
 // group (a Ctrl-C at the terminal reaches the supervisor only, which decides
 // how the workers stop). With `control_fds` (one per rank), rank r's
-// descriptor becomes its fd 3 and FMSTACK_CONTROL_FD=3. Throws Error when a
+// descriptor becomes its fd 3 and FMSTACK_CONTROL_FD=3. With `only`, just
+// those ranks start (replacements for lost ones). Throws Error when a
 // process cannot be started (after killing those already started).
 std::vector<WorkerProcess> SpawnWorkers(const LocalLayout& layout, const LaunchEnv& env,
                                         const std::vector<std::string>& argv,
-                                        const std::vector<int>& control_fds = {});
+                                        const std::vector<int>& control_fds = {},
+                                        const std::vector<int>& only = {});
 
 }  // namespace fmstack::cluster

@@ -95,6 +95,11 @@ class Communicator {
   // and block j of `out` comes from rank j.
   virtual void AllToAll(View in, View out) = 0;
   virtual void Barrier() = 0;
+  // Point to point, for peer replicas: sends `send` to rank `to` and receives
+  // `recv` from rank `from` (-1: none; the peer's sizes must match). Every
+  // rank of the group calls it once per round, with its own pair or none,
+  // so a permutation of sends completes without deadlock.
+  virtual void SendRecv(View send, int to, View recv, int from) = 0;
 
   // Thread-safe. Makes pending calls fail as soon as their transport notices
   // and every later call fail at once with `reason`, and tells the peers.

@@ -283,6 +283,30 @@ void GlooCommunicator::AllToAll(View in, View out) {
   if (size() <= 1 && out.data != in.data) std::memmove(out.data, in.data, in.bytes());
 }
 
+void GlooCommunicator::SendRecv(View send, int to, View recv, int from) {
+  const int n = size();
+  if (to >= n || from >= n || to == rank() || from == rank()) {
+    throw CommError(fmt::format("sendrecv on rank {}: to {} / from {} outside the group of {} "
+                                "(or this rank itself)",
+                                JobRank(rank()), to, from, n),
+                    -1);
+  }
+  Guarded("sendrecv", [&] {
+    const uint64_t slot = context_->nextSlot();
+    std::unique_ptr<gloo::transport::UnboundBuffer> out, in;
+    if (to >= 0 && send.bytes() > 0) {
+      out = context_->createUnboundBuffer(send.data, send.bytes());
+      out->send(to, slot);
+    }
+    if (from >= 0 && recv.bytes() > 0) {
+      in = context_->createUnboundBuffer(recv.data, recv.bytes());
+      in->recv(from, slot);
+    }
+    if (in && !in->waitRecv(options_.timeout)) throw Error("receive aborted");
+    if (out && !out->waitSend(options_.timeout)) throw Error("send aborted");
+  });
+}
+
 void GlooCommunicator::Barrier() {
   Guarded("barrier", [&] {
     gloo::BarrierOptions opts(context_);

@@ -50,6 +50,7 @@ class GlooCommunicator final : public Communicator {
   void Broadcast(View buf, int root) override;
   void AllToAll(View in, View out) override;
   void Barrier() override;
+  void SendRecv(View send, int to, View recv, int from) override;
   void Abort(const std::string& reason) override;
 
   // Gathers variable-sized blocks: rank r contributes `in` = ranges[r] of out.

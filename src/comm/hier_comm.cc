@@ -129,6 +129,15 @@ class HierarchicalCommunicator final : public Communicator {
     });
   }
 
+  // Point to point over the flat Gloo mesh too (a peer replica goes to
+  // another node, and inside a node the segment has no pairs).
+  void SendRecv(View send, int to, View recv, int from) override {
+    Guarded([&] {
+      if (!world_) world_ = std::make_unique<GlooCommunicator>(WorldGloo(options_));
+      world_->SendRecv(send, to, recv, from);
+    });
+  }
+
   void Barrier() override {
     Guarded([&] {
       shm_->Barrier();

@@ -453,6 +453,13 @@ void ShmCommunicator::Broadcast(View buf, int root) {
   }
 }
 
+void ShmCommunicator::SendRecv(View, int, View, int) {
+  throw CommError(fmt::format("sendrecv on rank {}: a node's shared-memory group has no "
+                              "point-to-point; use the job's (hierarchical) communicator",
+                              JobRank(options_.rank)),
+                  -1);
+}
+
 void ShmCommunicator::AllToAll(View in, View out) {
   CheckSameType(in, out, "alltoall");
   const int P = options_.size, me = options_.rank;

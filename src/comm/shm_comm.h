@@ -45,6 +45,9 @@ class ShmCommunicator final : public Communicator {
   void Broadcast(View buf, int root) override;
   void AllToAll(View in, View out) override;
   void Barrier() override;
+  // Not carried by the segment: throws CommError. The hierarchical
+  // communicator, which owns the node segments, sends point to point over Gloo.
+  void SendRecv(View send, int to, View recv, int from) override;
   void Abort(const std::string& reason) override;
   // Aborts with a message for the peers as is, blaming failed_rank.
   void Abort(const std::string& message, int failed_rank);

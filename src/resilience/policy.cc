@@ -152,6 +152,8 @@ std::string_view EventName(EventKind k) {
       return "signal";
     case EventKind::kSupervisorRestart:
       return "supervisor-restart";
+    case EventKind::kPeerRestoreFailed:
+      return "peer-restore-failed";
   }
   return "?";
 }
@@ -227,6 +229,23 @@ Decision Decide(const Policy& policy, const JobView& job, const RunHistory& hist
   const bool silent = event.kind == EventKind::kSilentCorruption;
   d.action = OnFault(policy, job, {.recovery = RecoveryOf(event.kind), .silent = silent});
   if (silent) d.max_restore_step = std::max<int64_t>(event.verified_step, 0);
+  if (d.action.restore == Restore::kPeers) {
+    // Peers hold state, not health: they replace ranks that were lost. A
+    // failed checkpoint tier or diverging numbers are not fixed by them,
+    // and a peer restore that failed falls back to the checkpoint.
+    const bool lost_ranks = event.kind == EventKind::kCrash || event.kind == EventKind::kHang ||
+                            event.kind == EventKind::kNodeLost;
+    if (event.kind == EventKind::kPeerRestoreFailed) {
+      d.action.restore = Restore::kCheckpoint;
+      d.action.reason = "the peer copies could not serve: relaunch and load the newest checkpoint";
+    } else if (!lost_ranks) {
+      d.action.restore = Restore::kCheckpoint;
+      d.action.reason = fmt::format(
+          "no rank was lost, so peers cannot help with a {}: relaunch and load the newest "
+          "checkpoint",
+          EventName(event.kind));
+    }
+  }
   if (!budget_left) {
     d.verb = Verb::kStop;
     d.reason = policy.max_restarts == 0

@@ -102,6 +102,7 @@ enum class EventKind {
   kNotice,             // the node will be taken (spot notice, maintenance): save first
   kSignal,             // SIGINT/SIGTERM to the supervisor: save and stop
   kSupervisorRestart,  // the supervisor itself restarted
+  kPeerRestoreFailed,  // checkpointless recovery found no usable peer copy
 };
 std::string_view EventName(EventKind k);
 

@@ -44,8 +44,8 @@ nlohmann::json ReadBoundedJson(const std::string& path, size_t max_bytes) {
 }  // namespace
 
 bool IsWorkerKind(const std::string& kind) {
-  static const std::vector<std::string> kinds = {"exit",    "straggler", "nan",
-                                                 "bitflip", "disk-full", "kill-during-save"};
+  static const std::vector<std::string> kinds = {
+      "exit", "straggler", "nan", "bitflip", "disk-full", "kill-during-save", "corrupt-replica"};
   return std::find(kinds.begin(), kinds.end(), kind) != kinds.end();
 }
 

@@ -38,6 +38,11 @@ class RankMonitor {
   void OnStep(int rank, int64_t step, double compute_seconds);
   // The rank's process ended: silence from it is no longer news.
   void OnExit(int rank) { ranks_.at(static_cast<size_t>(rank)).exited = true; }
+  // A replacement process took the rank over: its silence counts from now.
+  void OnReplaced(int rank, Clock::time_point now) {
+    Rank& r = ranks_.at(static_cast<size_t>(rank));
+    r = Rank{.last = now, .heard = true, .step = r.step};
+  }
 
   // The rank silent longest beyond the timeout. A rank that never sent a
   // heartbeat is judged from `start` only once another rank has sent one,

@@ -119,12 +119,29 @@ RunResult Supervisor::Run() {
 
 void Supervisor::Spawn() {
   const int world = o_.layout.world();
-  std::vector<int> child_ends(static_cast<size_t>(world), -1);
   control_fd_.assign(static_cast<size_t>(world), -1);
-  for (int r = 0; r < world; ++r) {
+  logs_.clear();
+  logs_.resize(static_cast<size_t>(world));
+  streams_.clear();
+  workers_.assign(static_cast<size_t>(world), {});
+  alive_.assign(static_cast<size_t>(world), false);
+  result_.exits.assign(static_cast<size_t>(world), {});
+  running_ = 0;
+  std::vector<int> all(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) all[static_cast<size_t>(r)] = r;
+  const bool first = history_.restarts == 0 && !o_.resume_supervisor;
+  SpawnRanks(all, first ? "" : fmt::format("---- restart {} ----", history_.restarts));
+}
+
+void Supervisor::SpawnRanks(const std::vector<int>& ranks, const std::string& banner) {
+  const int world = o_.layout.world();
+  std::vector<int> child_ends(static_cast<size_t>(world), -1);
+  for (const int r : ranks) {
     int sv[2];
-    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+      for (const int fd : child_ends) ::close(fd);
       throw Error(fmt::format("socketpair for rank {}: {}", r, std::strerror(errno)));
+    }
     control_fd_[r] = sv[0];
     child_ends[r] = sv[1];
   }
@@ -145,30 +162,36 @@ void Supervisor::Spawn() {
   } else {
     env_.extra.erase("FMSTACK_RESTORE_MAX_STEP");
   }
+  std::vector<cluster::WorkerProcess> started;
   try {
-    workers_ = cluster::SpawnWorkers(o_.layout, env_, o_.argv, child_ends);
+    started = cluster::SpawnWorkers(o_.layout, env_, o_.argv, child_ends, ranks);
   } catch (...) {
-    for (int fd : child_ends) ::close(fd);
-    for (int fd : control_fd_) ::close(fd);
+    for (const int r : ranks) {
+      ::close(child_ends[r]);
+      ::close(control_fd_[r]);
+      control_fd_[r] = -1;
+    }
     throw;
   }
-  for (int fd : child_ends) ::close(fd);
-  const bool first = history_.restarts == 0 && !o_.resume_supervisor;
-  logs_.clear();
-  logs_.resize(static_cast<size_t>(world));
-  streams_.clear();
-  for (const auto& w : workers_) {
-    // A restarted attempt appends, so a rank's log tells its whole story.
-    logs_[w.rank].open(fmt::format("{}/logs/rank{}.log", o_.run_dir, w.rank),
-                       first ? std::ios::trunc : std::ios::app);
-    if (!first) logs_[w.rank] << fmt::format("---- restart {} ----\n", history_.restarts);
+  for (const int fd : child_ends) {
+    if (fd >= 0) ::close(fd);
+  }
+  for (const auto& w : started) {
+    // A restarted rank appends, so a rank's log tells its whole story.
+    std::ofstream& log = logs_[w.rank];
+    if (!log.is_open()) {
+      log.open(fmt::format("{}/logs/rank{}.log", o_.run_dir, w.rank),
+               banner.empty() ? std::ios::trunc : std::ios::app);
+    }
+    if (!banner.empty()) log << banner << "\n";
+    workers_[w.rank] = w;
     streams_.push_back({Stream::kOut, w.rank, w.out_fd, {}, {}});
     streams_.push_back({Stream::kErr, w.rank, w.err_fd, {}, {}});
     streams_.push_back({Stream::kControl, w.rank, control_fd_[w.rank], {}, {}});
+    alive_[w.rank] = true;
+    result_.exits[w.rank] = {};
+    ++running_;
   }
-  alive_.assign(static_cast<size_t>(world), true);
-  result_.exits.assign(static_cast<size_t>(world), {});
-  running_ = world;
 }
 
 void Supervisor::RunAttempt() {
@@ -176,8 +199,9 @@ void Supervisor::RunAttempt() {
   report_.reset();
   fired_at_.reset();
   restored_ = false;
+  rejoin_.reset();
   term_at_ = kill_at_ = Clock::time_point::max();
-  attempt_start_ = Clock::now();
+  attempt_start_ = relaunch_at_ = Clock::now();
   monitor_ = std::make_unique<RankMonitor>(o_.layout.world(), o_.monitor, attempt_start_);
   Spawn();
   Clock::time_point drain_until = Clock::time_point::max();
@@ -185,6 +209,7 @@ void Supervisor::RunAttempt() {
     Poll();
     Reap();
     const auto now = Clock::now();
+    if (rejoin_) AdvanceRejoin();
     if (running_ > 0) {
       CheckHealth();
       FireInjections();
@@ -335,12 +360,15 @@ void Supervisor::OnControl(int rank, const nlohmann::json& m) {
     result_.ledger.Book("restore", seconds);
     if (history_.restarts > 0 || o_.resume_supervisor) {
       // From the decision (or the supervisor's start) to the restore: relaunch.
-      const double since = Since(attempt_start_, now) - seconds;
+      const double since = Since(relaunch_at_, now) - seconds;
       result_.ledger.Book("restart", since);
     }
     const int64_t lost = result_.ledger.RollBack(step);
     if (recovering_) result_.ledger.incidents()[*recovering_].lost_steps += lost;
     if (lost > 0) Note(fmt::format("restored step {}: {} step(s) to train again", step, lost));
+    if (m.value("source", "") == "peers")
+      Note(fmt::format("checkpointless: step {} restored from peer memory in {:.3f} s: {}", step,
+                       seconds, m.value("what", "")));
     return;
   }
   if (ev == "ckpt" && rank == 0 && !decision_) {

@@ -235,8 +235,8 @@ void Supervisor::Detect(const Seen& seen) {
   if (seen.event.kind == resilience::EventKind::kNonFinite)
     history_.last_nonfinite_step = seen.event.step;
   // What the runtime cannot do yet, it says, and restores from a checkpoint.
-  if (d.verb == resilience::Verb::kRestart && d.action.restore != resilience::Restore::kCheckpoint)
-    d.reason += "; peers and shrinking are not in the runtime yet: restoring a checkpoint";
+  if (d.verb == resilience::Verb::kRestart && d.action.restore == resilience::Restore::kNone)
+    d.reason += "; shrinking is not in the runtime yet: restoring a checkpoint";
   if (d.max_restore_step >= 0) max_restore_step_ = d.max_restore_step;
   decision_ = d;
   metrics::Incident inc;
@@ -254,10 +254,12 @@ void Supervisor::Detect(const Seen& seen) {
       "fault: {}{}", seen.what,
       inc.detect_seconds >= 0 ? fmt::format(" (detected in {:.2f} s)", inc.detect_seconds) : ""));
   Note(fmt::format("decision: {}: {}", resilience::VerbName(d.verb), d.reason));
+  bool moved = false;
   if ((d.verb == resilience::Verb::kRestart || d.verb == resilience::Verb::kSaveAndRestart) &&
       d.action.placement == resilience::Placement::kSpare && seen.event.rank >= 0) {
     const int node = seen.event.rank / o_.layout.procs_per_node;
     if (MoveToSpare(node)) {
+      moved = true;
       inc.decision += fmt::format("; node {} moved to spare slot {}", node, slot_[node]);
     } else {
       Note("no healthy spare after all: the node is rebooted in place");
@@ -280,6 +282,11 @@ void Supervisor::Detect(const Seen& seen) {
       break;
     }
     case resilience::Verb::kRestart:
+      if (d.action.restore == resilience::Restore::kPeers) {
+        if (BeginRejoin(seen, moved)) break;
+        inc.decision += "; no rank to replace in place: restoring a checkpoint";
+        result_.ledger.incidents().back().decision = inc.decision;
+      }
       KillAll(SIGKILL);
       break;
     case resilience::Verb::kSaveAndRestart:

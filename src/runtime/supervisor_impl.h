@@ -79,6 +79,7 @@ inline std::optional<resilience::EventKind> ReportedKind(const std::string& kind
   if (kind == "silent-corruption") return EventKind::kSilentCorruption;
   if (kind == "checkpoint-failed") return EventKind::kCheckpointFailed;
   if (kind == "crash") return EventKind::kCrash;
+  if (kind == "peer-restore-failed") return EventKind::kPeerRestoreFailed;
   return std::nullopt;
 }
 
@@ -93,6 +94,14 @@ class Supervisor {
  private:
   void RunAttempt();
   void Spawn();
+  // Starts `ranks` (every rank of an attempt, or replacements); `banner`
+  // opens their part of the log ("" on a run's first start: logs restart).
+  void SpawnRanks(const std::vector<int>& ranks, const std::string& banner);
+  // Checkpointless recovery in place: the lost ranks are replaced and the
+  // survivors rebuild their groups without restarting. False when the
+  // fault cannot be handled so (the caller restarts everything).
+  bool BeginRejoin(const Seen& seen, bool moved_to_spare);
+  void AdvanceRejoin();
   void Poll();
   void Deliver(Stream& s, std::string_view data);
   void OnControl(int rank, const nlohmann::json& m);
@@ -155,6 +164,15 @@ class Supervisor {
   bool restored_ = false;                      // rank 0 reported its restore this attempt
   bool reexec_ = false;
   Clock::time_point next_scan_, next_link_check_;
+  // From here the ledger counts a relaunch: the attempt's start, or the
+  // detection of a fault recovered in place.
+  Clock::time_point relaunch_at_;
+  struct Rejoin {
+    std::vector<int> ranks;      // lost ranks, replaced once they are gone
+    Clock::time_point spawn_at;  // after the policy's backoff
+    Clock::time_point gone_by;   // the lost ranks must have exited by then
+  };
+  std::optional<Rejoin> rejoin_;
 };
 
 }  // namespace fmstack::runtime::internal

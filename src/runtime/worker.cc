@@ -54,7 +54,37 @@ void Worker::Send(nlohmann::json event) {
 
 std::vector<nlohmann::json> Worker::TakeCommands() {
   const std::lock_guard lock(mu_);
-  return std::exchange(commands_, {});
+  std::vector<nlohmann::json> taken, kept;
+  for (nlohmann::json& c : commands_)
+    (hooks_.contains(c.value("cmd", "")) ? kept : taken).push_back(std::move(c));
+  commands_ = std::move(kept);
+  return taken;
+}
+
+std::optional<nlohmann::json> Worker::WaitCommand(std::string_view cmd,
+                                                  std::chrono::milliseconds timeout) {
+  if (!active()) return std::nullopt;
+  std::unique_lock lock(mu_);
+  std::optional<nlohmann::json> found;
+  arrived_.wait_for(lock, timeout, [&] {
+    for (auto it = commands_.begin(); it != commands_.end(); ++it) {
+      if (it->value("cmd", "") != cmd) continue;
+      found = std::move(*it);
+      commands_.erase(it);
+      return true;
+    }
+    return closed_;
+  });
+  return found;
+}
+
+void Worker::OnArrival(std::string cmd, std::function<void(const nlohmann::json&)> fn) {
+  const std::lock_guard lock(mu_);
+  if (fn) {
+    hooks_[std::move(cmd)] = std::move(fn);
+  } else {
+    hooks_.erase(cmd);
+  }
 }
 
 void Worker::Loop() {
@@ -79,16 +109,32 @@ void Worker::Loop() {
     pollfd p{fd_, POLLIN, 0};
     if (::poll(&p, 1, static_cast<int>(std::max<int64_t>(wait.count(), 1))) <= 0) continue;
     const ssize_t n = ::read(fd_, buf, sizeof buf);
-    if (n <= 0) return;  // the supervisor is gone; PDEATHSIG ends this process
+    if (n <= 0) {  // the supervisor is gone; PDEATHSIG ends this process
+      const std::lock_guard lock(mu_);
+      closed_ = true;
+      arrived_.notify_all();
+      return;
+    }
     try {
       for (const std::string& line : reader.Feed(buf, static_cast<size_t>(n))) {
-        if (std::optional<nlohmann::json> cmd = ParseLine(line)) {
+        std::optional<nlohmann::json> cmd = ParseLine(line);
+        if (!cmd) continue;
+        std::function<void(const nlohmann::json&)> hook;
+        {
           const std::lock_guard lock(mu_);
-          commands_.push_back(std::move(*cmd));
+          if (auto it = hooks_.find(cmd->value("cmd", "")); it != hooks_.end()) hook = it->second;
         }
+        if (hook) hook(*cmd);  // outside the lock: it may take the caller's locks
+        const std::lock_guard lock(mu_);
+        commands_.push_back(std::move(*cmd));
+        arrived_.notify_all();
       }
     } catch (const std::exception&) {
-      return;  // a supervisor that breaks the protocol gets no more heartbeats
+      // A supervisor that breaks the protocol gets no more heartbeats.
+      const std::lock_guard lock(mu_);
+      closed_ = true;
+      arrived_.notify_all();
+      return;
     }
   }
 }

@@ -8,9 +8,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -32,8 +36,19 @@ class Worker {
   void Progress(int64_t step, std::string_view phase);
   // An event for the supervisor (a fault report, a result).
   void Send(nlohmann::json event);
-  // Commands received since the last call, oldest first.
+  // Commands received since the last call, oldest first; those with an
+  // OnArrival hook stay for WaitCommand.
   std::vector<nlohmann::json> TakeCommands();
+  // Waits up to `timeout` for a command named `cmd` and takes it (older
+  // commands of other names stay queued); nullopt on timeout or when the
+  // channel is closed or inactive.
+  std::optional<nlohmann::json> WaitCommand(std::string_view cmd,
+                                            std::chrono::milliseconds timeout);
+  // Calls `fn` on the worker's own thread as soon as a command named `cmd`
+  // arrives (it is queued as well), while the training thread may be
+  // blocked: for what must interrupt it, such as aborting a collective.
+  // An empty `fn` removes the hook.
+  void OnArrival(std::string cmd, std::function<void(const nlohmann::json&)> fn);
 
  private:
   void Loop();
@@ -44,6 +59,9 @@ class Worker {
   std::string phase_ = "start";
   std::atomic<int64_t> step_{0};
   std::vector<nlohmann::json> commands_;
+  std::condition_variable arrived_;
+  std::map<std::string, std::function<void(const nlohmann::json&)>, std::less<>> hooks_;
+  bool closed_ = false;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

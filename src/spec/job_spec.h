@@ -83,7 +83,8 @@ inline const std::vector<std::string>& InjectKinds() {
                                                  "kill-during-save",
                                                  "corrupt-checkpoint",
                                                  "supervisor-restart",
-                                                 "notice"};
+                                                 "notice",
+                                                 "corrupt-replica"};
   return kinds;
 }
 
@@ -125,6 +126,8 @@ struct ResilienceSpec {
   int64_t straggler_steps = 5;      // ... for this many steps in a row: a straggler
   int64_t replica_check_every = 1;  // compare parameter replicas every N steps (0 = never)
   double notice_deadline = 120;     // a termination notice gives this long to save
+  // checkpointless/elastic: refresh the in-memory peer replicas every N steps
+  int64_t peer_replica_every = 1;
 };
 
 struct DataSpec {

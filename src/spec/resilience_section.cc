@@ -57,6 +57,7 @@ ResilienceSpec ReadResilience(StrictTable& root) {
   r.straggler_steps = t->Int("straggler_steps", 1, 1000000).value_or(r.straggler_steps);
   r.replica_check_every = t->Int("replica_check_every", 0, 1 << 30).value_or(r.replica_check_every);
   r.notice_deadline = t->Seconds("notice_deadline").value_or(r.notice_deadline);
+  r.peer_replica_every = t->Int("peer_replica_every", 1, 1 << 30).value_or(r.peer_replica_every);
   for (auto [key, v] : {std::pair{"restart_backoff", r.restart_backoff},
                         {"heartbeat_interval", r.heartbeat_interval},
                         {"heartbeat_timeout", r.heartbeat_timeout},

@@ -26,6 +26,7 @@ Trainer::Trainer(const TrainConfig& config, const TokenFile& data, comm::Communi
     throw Error(fmt::format("{}: tokenized with vocabulary {}, larger than the model's {}",
                             data.path, data.vocab, config.shape.vocab));
   }
+  dp_config_ = dp;
   if (comm != nullptr && comm->size() > 1) {
     if (config.grad_accum % comm->size() != 0) {
       throw Error(
@@ -34,6 +35,7 @@ Trainer::Trainer(const TrainConfig& config, const TokenFile& data, comm::Communi
                       config.grad_accum, config.micro_batch, comm->size()));
     }
     dp_ = std::make_unique<DataParallel>(*comm, model_->params_layout(), config.optim, dp);
+    dp_world_ = comm->size();
   }
   if (!dp_ || !dp_->sharded()) {
     optimizer_ = std::make_unique<AdamW>(config.optim, model_->params_layout());
@@ -115,6 +117,20 @@ std::vector<Trainer::MomentRun> Trainer::MomentRuns() {
                     dp_->shard_v().subspan(s.shard, s.count)});
   }
   return runs;
+}
+
+void Trainer::Detach() {
+  if (!dp_) return;
+  dp_->comm().Abort("the trainer left this group");  // an operation in flight fails now
+  dp_.reset();
+}
+
+void Trainer::Attach(comm::Communicator* comm) {
+  if (comm == nullptr || comm->size() != dp_world_) {
+    throw Error(fmt::format("rejoin: a communicator of {} ranks for a trainer built for {}",
+                            comm ? comm->size() : 0, dp_world_));
+  }
+  dp_ = std::make_unique<DataParallel>(*comm, model_->params_layout(), config_.optim, dp_config_);
 }
 
 std::vector<uint64_t> Trainer::AllWords(std::span<const uint64_t> mine) {

@@ -90,6 +90,14 @@ class Trainer {
   // Every rank's words, rank-major (collective): agreement on flags, hashes.
   std::vector<uint64_t> AllWords(std::span<const uint64_t> mine);
 
+  // Checkpointless recovery: after a collective failed, the survivors drop
+  // the broken communicator (Detach, before destroying it) and continue on
+  // a new one of the same size (Attach). The ZeRO shards keep their layout,
+  // so the moments must be restored after Attach (train/peer_replica.h).
+  void Detach();
+  void Attach(comm::Communicator* comm);
+  comm::Communicator* communicator() { return dp_ ? &dp_->comm() : nullptr; }
+
   // Fault rehearsal (`fmstack fault inject`): a NaN in this rank's gradient
   // of the next step; one flipped bit in this rank's parameter replica; a
   // delay added to every step from now on (a slow node).
@@ -101,6 +109,8 @@ class Trainer {
   TrainConfig config_;
   std::unique_ptr<gpt::Model> model_;
   std::unique_ptr<DataParallel> dp_;
+  DpConfig dp_config_;
+  int dp_world_ = 1;                  // the data-parallel width the trainer was built for
   std::unique_ptr<AdamW> optimizer_;  // replicated: single process and DDP
   BatchSampler sampler_;
   TrainCounters counters_;

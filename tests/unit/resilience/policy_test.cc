@@ -115,6 +115,28 @@ TEST(Decide, HealthyJobsSaveBeforeTheyStopOrMove) {
             Verb::kSaveAndStop);
 }
 
+TEST(Decide, CheckpointlessReplacesLostRanksFromPeersAndNothingElse) {
+  const Policy p{.strategy = Strategy::kCheckpointless, .max_restarts = 3};
+  for (EventKind k : {EventKind::kCrash, EventKind::kHang, EventKind::kNodeLost}) {
+    const Decision d = Decide(p, {4, 4, 0}, {}, Ev(k));
+    EXPECT_EQ(d.verb, Verb::kRestart) << EventName(k);
+    EXPECT_EQ(d.action.restore, Restore::kPeers) << EventName(k);
+  }
+  // No rank was lost: peers cannot fix a full disk or diverging numbers.
+  for (EventKind k :
+       {EventKind::kCheckpointFailed, EventKind::kNonFinite, EventKind::kSilentCorruption}) {
+    EXPECT_EQ(Decide(p, {4, 4, 0}, {}, Ev(k)).action.restore, Restore::kCheckpoint) << EventName(k);
+  }
+  // A peer restore that failed falls back to the checkpoint, within the budget.
+  const Decision fallback =
+      Decide(p, {4, 4, 0}, {.restarts = 1}, Ev(EventKind::kPeerRestoreFailed));
+  EXPECT_EQ(fallback.verb, Verb::kRestart);
+  EXPECT_EQ(fallback.action.restore, Restore::kCheckpoint);
+  EXPECT_NE(fallback.reason.find("newest checkpoint"), std::string::npos) << fallback.reason;
+  // One replica: nobody to restore from.
+  EXPECT_EQ(Decide(p, {1, 1, 0}, {}, Ev(EventKind::kCrash)).action.restore, Restore::kCheckpoint);
+}
+
 TEST(Decide, TheSameNonFiniteStepTwiceIsDivergenceNotAFault) {
   const Decision d =
       Decide({.max_restarts = 3}, {4, 4, 0}, {.restarts = 1, .last_nonfinite_step = 10},

@@ -1,0 +1,119 @@
+// The supervisor's checkpointless recovery: the lost ranks are replaced in
+// place while the survivors keep their processes and their memory. The
+// survivors are told at once (their pending collectives abort, instead of
+// waiting for a timeout on a peer that cannot answer); the replacements
+// start once the lost processes are gone, and every rank meets in a new
+// generation of the communicator, where the peers' copies are restored
+// (train/peer_replica.h). When that fails, the workers report it and the
+// policy falls back to a full restart from the newest checkpoint.
+#include <fmt/format.h>
+#include <signal.h>
+
+#include <algorithm>
+
+#include "runtime/supervisor_impl.h"
+
+namespace fmstack::runtime::internal {
+
+bool Supervisor::BeginRejoin(const Seen& seen, bool moved_to_spare) {
+  const int per_node = o_.layout.procs_per_node;
+  if (seen.event.rank < 0 || o_.layout.world() < 2) return false;
+  std::vector<int> lost;
+  const int node = seen.event.rank / per_node;
+  if (moved_to_spare || seen.event.kind == resilience::EventKind::kNodeLost) {
+    for (int l = 0; l < per_node; ++l) lost.push_back(node * per_node + l);
+  } else {
+    lost.push_back(seen.event.rank);
+  }
+  if (static_cast<int>(lost.size()) >= o_.layout.world()) return false;  // nobody survives
+  for (const int r : lost) {
+    if (alive_[r]) ::kill(workers_[r].pid, SIGKILL);
+  }
+  // Survivors whose collectives fail ask the store whom they lost (a crash
+  // has said so already; a hang or a lost node has not).
+  store_->Set(comm::FailureKey(env_.generation), fmt::format("{} {}", lost.front(), seen.what));
+  ++history_.restarts;
+  ++env_.generation;
+  const auto now = Clock::now();
+  const auto backoff =
+      std::chrono::milliseconds(static_cast<int64_t>(decision_->backoff_seconds * 1e3));
+  rejoin_ = Rejoin{lost, now + backoff, now + std::chrono::seconds(10)};
+  relaunch_at_ = detected_at_;
+  restored_ = false;
+  std::string names;
+  for (const int r : lost) names += fmt::format("{}{}", names.empty() ? "" : ", ", r);
+  Note(fmt::format(
+      "checkpointless: replacing rank(s) {}{}; the other ranks keep their processes "
+      "and meet them in generation {}",
+      names, moved_to_spare ? fmt::format(" on spare slot {}", slot_[node]) : "", env_.generation));
+  // Survivors abort what they wait on now and wait for the replacements in
+  // the new generation's rendezvous.
+  for (int r = 0; r < o_.layout.world(); ++r) {
+    if (std::find(lost.begin(), lost.end(), r) != lost.end()) continue;
+    if (control_fd_[r] >= 0 && alive_[r])
+      SendLine(control_fd_[r], {{"cmd", "rejoin"}, {"generation", env_.generation}});
+  }
+  return true;
+}
+
+void Supervisor::AdvanceRejoin() {
+  const auto now = Clock::now();
+  for (const int r : rejoin_->ranks) {
+    if (!alive_[r]) continue;
+    if (now < rejoin_->gone_by) return;
+    Note(fmt::format("{} did not exit within 10 s of SIGKILL: restarting every rank", Where(r)));
+    rejoin_.reset();
+    --history_.restarts;  // the full restart counts instead
+    decision_->action.restore = resilience::Restore::kCheckpoint;
+    KillAll(SIGKILL);
+    return;
+  }
+  if (now < rejoin_->spawn_at) return;
+  // A survivor that ended meanwhile (the job's last step, or a failure of
+  // its own) cannot meet the replacements: everyone starts again.
+  for (int r = 0; r < o_.layout.world(); ++r) {
+    if (alive_[r] ||
+        std::find(rejoin_->ranks.begin(), rejoin_->ranks.end(), r) != rejoin_->ranks.end())
+      continue;
+    Note(fmt::format("checkpointless: {} {} before it could rejoin: restarting every rank",
+                     Where(r), ExitReason(result_.exits[r])));
+    rejoin_.reset();
+    --history_.restarts;  // the full restart counts instead
+    decision_->action.restore = resilience::Restore::kCheckpoint;
+    KillAll(SIGKILL);
+    return;
+  }
+  const int per_node = o_.layout.procs_per_node;
+  if (network_) {
+    for (const int r : rejoin_->ranks) {
+      const int slot = slot_[r / per_node];
+      if (network_->LinkUp(slot)) continue;
+      Note(fmt::format("node {}: link restored (the node is rebooted in place)", r / per_node));
+      network_->SetLink(slot, true);
+    }
+  }
+  resilience::Decision& d = *decision_;
+  env_.extra["FMSTACK_PEER_RESTORE"] = "1";
+  try {
+    SpawnRanks(rejoin_->ranks, fmt::format("---- replaced (generation {}) ----", env_.generation));
+  } catch (const std::exception& e) {
+    env_.extra.erase("FMSTACK_PEER_RESTORE");
+    Note(fmt::format("checkpointless: the replacement did not start ({}): restarting every rank",
+                     e.what()));
+    rejoin_.reset();
+    --history_.restarts;  // the full restart counts instead
+    d.action.restore = resilience::Restore::kCheckpoint;
+    KillAll(SIGKILL);
+    return;
+  }
+  env_.extra.erase("FMSTACK_PEER_RESTORE");
+  for (const int r : rejoin_->ranks) monitor_->OnReplaced(r, now);
+  rejoin_.reset();
+  // From here a failure is a new fault: a replacement that cannot restore
+  // reports it, and the policy falls back to the checkpoint.
+  decision_.reset();
+  report_.reset();
+  SaveState();
+}
+
+}  // namespace fmstack::runtime::internal

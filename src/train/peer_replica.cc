@@ -1,0 +1,298 @@
+#include "train/peer_replica.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <optional>
+
+#include "util/error.h"
+
+namespace fmstack::train {
+namespace {
+
+double Since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// Raw 64-bit words through a float View: point to point moves bytes as they are.
+comm::View Words(std::span<uint64_t> w) {
+  return comm::View(reinterpret_cast<std::byte*>(w.data()), w.size() * 2, comm::DType::kF32);
+}
+
+// What a holder sends a replacement before the payload.
+enum Header : size_t {
+  kStep,
+  kTokens,
+  kSeed,
+  kRng,
+  kParams,
+  kParamsHash,
+  kMoments,
+  kMomentsHash,
+  kHeaderWords
+};
+
+// Why a rank could not restore, as a code every rank can put into words.
+enum Failure : uint64_t { kOk, kHeader, kParamsChecksum, kMomentsChecksum, kOwnChecksum };
+
+std::string Describe(uint64_t failure, int rank, int holder) {
+  switch (failure) {
+    case kHeader:
+      return fmt::format("rank {}: the copy from rank {} does not fit this model or step", rank,
+                         holder);
+    case kParamsChecksum:
+      return fmt::format("rank {}: the parameter copy from rank {} failed its checksum", rank,
+                         holder);
+    case kMomentsChecksum:
+      return fmt::format("rank {}: the optimizer copy held by rank {} failed its checksum", rank,
+                         holder);
+    default:
+      return fmt::format("rank {}: its own in-memory copy failed its checksum", rank);
+  }
+}
+
+}  // namespace
+
+PeerReplicas::PeerReplicas(int64_t every, int procs_per_node)
+    : every_(std::max<int64_t>(1, every)), procs_per_node_(std::max(1, procs_per_node)) {}
+
+int PeerReplicas::HolderOf(int rank, int world) const {
+  const int shift = world / procs_per_node_ >= 2 ? procs_per_node_ : 1;
+  return (rank + shift) % world;
+}
+
+int PeerReplicas::HeldBy(int rank, int world) const {
+  const int shift = world / procs_per_node_ >= 2 ? procs_per_node_ : 1;
+  return (rank - shift % world + world) % world;
+}
+
+int64_t PeerReplicas::newest_step() const {
+  return std::max(copies_[0].step, copies_[1].step);
+}
+
+const PeerReplicas::Copy* PeerReplicas::Find(int64_t step) const {
+  for (const Copy& c : copies_) {
+    if (c.step == step && step >= 0) return &c;
+  }
+  return nullptr;
+}
+
+std::vector<float> PeerReplicas::PackMoments(Trainer& trainer) {
+  const std::vector<Trainer::MomentRun> runs = trainer.MomentRuns();
+  size_t n = 0;
+  for (const auto& r : runs) n += r.m.size();
+  std::vector<float> out;
+  out.reserve(2 * n);
+  for (const auto& r : runs) out.insert(out.end(), r.m.begin(), r.m.end());
+  for (const auto& r : runs) out.insert(out.end(), r.v.begin(), r.v.end());
+  return out;
+}
+
+void PeerReplicas::UnpackMoments(Trainer& trainer, std::span<const float> packed) {
+  const std::vector<Trainer::MomentRun> runs = trainer.MomentRuns();
+  size_t at = 0;
+  for (const auto& r : runs) {
+    std::copy_n(packed.begin() + static_cast<long>(at), r.m.size(), r.m.begin());
+    at += r.m.size();
+  }
+  for (const auto& r : runs) {
+    std::copy_n(packed.begin() + static_cast<long>(at), r.v.size(), r.v.begin());
+    at += r.v.size();
+  }
+}
+
+double PeerReplicas::AfterStep(Trainer& trainer) {
+  if (trainer.world() < 2 || trainer.step() % every_ != 0) return 0;
+  const auto start = std::chrono::steady_clock::now();
+  // The older copy is overwritten; the newer stays whole until this one is.
+  Copy& c = copies_[0].step <= copies_[1].step ? copies_[0] : copies_[1];
+  Refresh(trainer, c);
+  return Since(start);
+}
+
+void PeerReplicas::Refresh(Trainer& trainer, Copy& c) {
+  c.step = -1;
+  c.counters = trainer.counters();
+  const std::span<const float> params = trainer.model().params();
+  c.params.assign(params.begin(), params.end());
+  std::vector<float> moments = PackMoments(trainer);
+  c.moments.swap(moments);
+  c.params_hash = HashFloats(c.params);
+  c.moments_hash = HashFloats(c.moments);
+  if (trainer.sharded()) {
+    comm::Communicator& comm = *trainer.communicator();
+    const int w = trainer.world(), r = trainer.rank();
+    std::array<uint64_t, 2> mine{c.moments.size(), c.moments_hash}, theirs{};
+    comm.SendRecv(Words(mine), HolderOf(r, w), Words(theirs), HeldBy(r, w));
+    // A shard is a fraction of the model: anything larger is not a shard.
+    if (theirs[0] > 2 * c.params.size()) {
+      throw Error(
+          fmt::format("peer replica: rank {} announced {} moments for a model of {} "
+                      "parameters",
+                      HeldBy(r, w), theirs[0], c.params.size()));
+    }
+    c.held.resize(theirs[0]);
+    comm.SendRecv(comm::View(std::span<float>(c.moments)), HolderOf(r, w),
+                  comm::View(std::span<float>(c.held)), HeldBy(r, w));
+    c.held_hash = theirs[1];
+  }
+  if (corrupt_) Corrupt(c);
+  c.step = c.counters.step;
+}
+
+PeerReplicas::Outcome PeerReplicas::Restore(Trainer& trainer, bool fresh) {
+  const auto start = std::chrono::steady_clock::now();
+  Outcome out;
+  const int w = trainer.world(), r = trainer.rank();
+  // Rank-major words: (fresh, copy 0's step + 1, copy 1's step + 1).
+  const std::array<uint64_t, 3> mine{fresh ? 1u : 0u,
+                                     fresh ? 0 : static_cast<uint64_t>(copies_[0].step + 1),
+                                     fresh ? 0 : static_cast<uint64_t>(copies_[1].step + 1)};
+  const std::vector<uint64_t> all = trainer.AllWords(mine);
+  auto is_fresh = [&](int k) { return all[3 * static_cast<size_t>(k)] != 0; };
+  auto holds = [&](int k, int64_t step) {
+    return all[3 * static_cast<size_t>(k) + 1] == static_cast<uint64_t>(step + 1) ||
+           all[3 * static_cast<size_t>(k) + 2] == static_cast<uint64_t>(step + 1);
+  };
+  // The newest step that every survivor holds a copy of.
+  std::optional<int64_t> step;
+  std::string held;
+  for (int k = 0; k < w; ++k) {
+    if (is_fresh(k)) continue;
+    held += fmt::format("{}rank {}: {} {}", held.empty() ? "" : ", ", k,
+                        static_cast<int64_t>(all[3 * static_cast<size_t>(k) + 1]) - 1,
+                        static_cast<int64_t>(all[3 * static_cast<size_t>(k) + 2]) - 1);
+    for (int slot = 1; slot <= 2; ++slot) {
+      const int64_t s = static_cast<int64_t>(all[3 * static_cast<size_t>(k) + slot]) - 1;
+      if (s < 0 || (step && s <= *step)) continue;
+      bool everyone = true;
+      for (int o = 0; o < w && everyone; ++o) everyone = is_fresh(o) || holds(o, s);
+      if (everyone) step = s;
+    }
+  }
+  if (held.empty()) {
+    out.source = "no rank survived with a copy";
+    return out;
+  }
+  if (!step) {
+    out.source = fmt::format("the surviving copies share no step ({})", held);
+    return out;
+  }
+  for (int d = 0; d < w; ++d) {
+    if (is_fresh(d) && is_fresh(HolderOf(d, w))) {
+      out.source = fmt::format(
+          "both copies of rank {} were lost (its holder, rank {}, was "
+          "replaced too)",
+          d, HolderOf(d, w));
+      return out;
+    }
+  }
+
+  // Holders send the replacements what they hold; the rest take part in
+  // the rounds with nothing to move.
+  const Copy* own = fresh ? nullptr : Find(*step);
+  const int serve = !fresh && is_fresh(HeldBy(r, w)) ? HeldBy(r, w) : -1;
+  const int from = fresh ? HolderOf(r, w) : -1;
+  comm::Communicator& comm = *trainer.communicator();
+  const std::vector<float>* moments = nullptr;
+  std::array<uint64_t, kHeaderWords> send{}, got{};
+  if (serve >= 0) {
+    moments = trainer.sharded() ? &own->held : &own->moments;
+    send = {static_cast<uint64_t>(own->step),
+            static_cast<uint64_t>(own->counters.tokens),
+            own->counters.seed,
+            own->counters.rng,
+            own->params.size(),
+            own->params_hash,
+            moments->size(),
+            trainer.sharded() ? own->held_hash : own->moments_hash};
+  }
+  comm.SendRecv(Words(send), serve, Words(got), from);
+  const std::span<float> params = trainer.model().params();
+  std::vector<float> received;
+  Failure failure = kOk;
+  if (fresh) {
+    const size_t expect = PackMoments(trainer).size();
+    if (got[kStep] != static_cast<uint64_t>(*step) || got[kParams] != params.size() ||
+        got[kMoments] != expect)
+      failure = kHeader;
+    received.resize(expect);
+  }
+  // Header agreement first: a replacement that cannot take the payload
+  // must not be sent one of a size it does not expect.
+  const std::vector<uint64_t> fits = trainer.AllWords(std::array<uint64_t, 1>{failure});
+  for (int k = 0; k < w; ++k) {
+    if (fits[static_cast<size_t>(k)] != kOk) {
+      out.source = Describe(fits[static_cast<size_t>(k)], k, HolderOf(k, w));
+      return out;
+    }
+  }
+  comm.SendRecv(serve >= 0 ? comm::View(std::span<float>(const_cast<float*>(own->params.data()),
+                                                         own->params.size()))
+                           : comm::View(),
+                serve, fresh ? comm::View(params) : comm::View(), from);
+  comm.SendRecv(serve >= 0 ? comm::View(std::span<float>(const_cast<float*>(moments->data()),
+                                                         moments->size()))
+                           : comm::View(),
+                serve, fresh ? comm::View(std::span<float>(received)) : comm::View(), from);
+  if (fresh) {
+    out.bytes = static_cast<int64_t>((params.size() + received.size()) * sizeof(float));
+    if (HashFloats(params) != got[kParamsHash]) {
+      failure = kParamsChecksum;
+    } else if (HashFloats(received) != got[kMomentsHash]) {
+      failure = kMomentsChecksum;
+    }
+  } else if (HashFloats(own->params) != own->params_hash ||
+             HashFloats(own->moments) != own->moments_hash) {
+    failure = kOwnChecksum;
+  }
+  const std::vector<uint64_t> verdict = trainer.AllWords(std::array<uint64_t, 1>{failure});
+  for (int k = 0; k < w; ++k) {
+    if (verdict[static_cast<size_t>(k)] != kOk) {
+      out.source = Describe(verdict[static_cast<size_t>(k)], k, HolderOf(k, w));
+      return out;
+    }
+  }
+  if (fresh) {
+    UnpackMoments(trainer, received);
+    trainer.set_counters({static_cast<int64_t>(got[kStep]), static_cast<int64_t>(got[kTokens]),
+                          got[kSeed], got[kRng]});
+  } else {
+    std::copy(own->params.begin(), own->params.end(), params.begin());
+    UnpackMoments(trainer, own->moments);
+    trainer.set_counters(own->counters);
+  }
+  std::string replaced;
+  for (int d = 0; d < w; ++d) {
+    if (is_fresh(d))
+      replaced +=
+          fmt::format("{}rank {} from rank {}", replaced.empty() ? "" : ", ", d, HolderOf(d, w));
+  }
+  out.step = *step;
+  out.source = replaced.empty() ? "every rank from its own copy"
+                                : replaced + " (the others from their own copies)";
+  // The replacements hold nothing yet: refresh now, so a second failure
+  // before the next refresh step still finds two copies of every rank.
+  Copy& older = copies_[0].step <= copies_[1].step ? copies_[0] : copies_[1];
+  Refresh(trainer, older);
+  out.seconds = Since(start);
+  return out;
+}
+
+void PeerReplicas::CorruptHeldCopies() {
+  corrupt_ = true;
+  for (Copy& c : copies_) Corrupt(c);
+}
+
+void PeerReplicas::Corrupt(Copy& c) {
+  std::vector<float>& v = c.held.empty() ? c.moments : c.held;
+  if (v.empty()) return;
+  uint32_t word;
+  std::memcpy(&word, &v[v.size() / 2], sizeof word);
+  word ^= 1u << 20;
+  std::memcpy(&v[v.size() / 2], &word, sizeof word);
+}
+
+}  // namespace fmstack::train
