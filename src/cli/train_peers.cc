@@ -68,6 +68,7 @@ bool TrainPeers::Recover(const comm::CommError& error) {
     const std::lock_guard lock(mu_);
     live_ = nullptr;
   }
+  peers_.Wait();  // an exchange in flight uses the communicator
   trainer_.Detach();
   comm_.reset();
   const auto timeout =

@@ -259,14 +259,18 @@ double DataParallel::Step(std::span<float> params, std::span<float> grads, AdamW
   const auto start = std::chrono::steady_clock::now();
   const double norm = std::sqrt(SumAcrossRanks(local * local));
   ClipByGlobalNorm(shard_grads_, norm, optim_.grad_clip);
-  for (const Bucket& b : buckets_) {
-    ForEachSpan(b, b.shard.begin, b.shard.end(), [&](size_t flat, size_t packed, size_t n) {
-      std::memcpy(shard_params_.data() + b.shard_offset + (packed - b.shard.begin),
-                  params.data() + flat, n * sizeof(float));
-    });
-  }
+  LoadShard(params);
   AdamWKernel(optim_, shard_params_.data(), shard_grads_.data(), shard_m_.data(), shard_v_.data(),
               shard_decay_.data(), static_cast<int64_t>(shard_params_.size()), step, lr);
+  GatherShards(params);
+  std::fill(shard_grads_.begin(), shard_grads_.end(), 0.0f);
+  const double s = Since(start);
+  busy_ += s;
+  exposed_ += s;
+  return norm;
+}
+
+void DataParallel::GatherShards(std::span<float> params) {
   for (Bucket& b : buckets_) {
     std::span<float> mine(shard_params_.data() + b.shard_offset, b.shard.count);
     comm_.AllGather(mine, std::span<float>(b.packed));
@@ -274,11 +278,21 @@ double DataParallel::Step(std::span<float> params, std::span<float> grads, AdamW
       std::memcpy(params.data() + flat, b.packed.data() + packed, n * sizeof(float));
     });
   }
-  std::fill(shard_grads_.begin(), shard_grads_.end(), 0.0f);
-  const double s = Since(start);
-  busy_ += s;
-  exposed_ += s;
-  return norm;
+}
+
+void DataParallel::LoadShard(std::span<const float> params) {
+  for (const Bucket& b : buckets_) {
+    ForEachSpan(b, b.shard.begin, b.shard.end(), [&](size_t flat, size_t packed, size_t n) {
+      std::memcpy(shard_params_.data() + b.shard_offset + (packed - b.shard.begin),
+                  params.data() + flat, n * sizeof(float));
+    });
+  }
+}
+
+void DataParallel::GatherParams(std::span<float> params) {
+  if (!sharded()) return;
+  LoadShard(params);
+  GatherShards(params);
 }
 
 std::vector<DataParallel::OwnedSpan> DataParallel::OwnedSpans() const {

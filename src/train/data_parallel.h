@@ -63,6 +63,10 @@ class DataParallel {
   // params. `full` is the replicated optimizer (DDP only). Returns the norm.
   double Step(std::span<float> params, std::span<float> grads, AdamW* full, int64_t step,
               double lr);
+  // ZeRO: every rank's owned parameter spans, as they are in its `params`,
+  // gathered into every rank's `params` (collective; bytes are copied, so
+  // the result is exact). No-op under DDP.
+  void GatherParams(std::span<float> params);
   // Sum of a scalar over ranks.
   double SumAcrossRanks(double x);
   // Every rank's x, in rank order.
@@ -97,6 +101,10 @@ class DataParallel {
   void Drain();
   void Worker();
   void Launch(Bucket& b, std::span<float> grads);
+  // The owned spans of `params` into shard_params_, and every rank's
+  // shard_params_ back into `params`.
+  void LoadShard(std::span<const float> params);
+  void GatherShards(std::span<float> params);
   // fn(flat offset, packed offset, count) over the part [lo, hi) of a bucket.
   template <typename Fn>
   static void ForEachSpan(const Bucket& b, size_t lo, size_t hi, Fn&& fn);

@@ -22,32 +22,18 @@ comm::View Words(std::span<uint64_t> w) {
 }
 
 // What a holder sends a replacement before the payload.
-enum Header : size_t {
-  kStep,
-  kTokens,
-  kSeed,
-  kRng,
-  kParams,
-  kParamsHash,
-  kMoments,
-  kMomentsHash,
-  kHeaderWords
-};
+enum Header : size_t { kStep, kTokens, kSeed, kRng, kState, kStateHash, kHeaderWords };
 
 // Why a rank could not restore, as a code every rank can put into words.
-enum Failure : uint64_t { kOk, kHeader, kParamsChecksum, kMomentsChecksum, kOwnChecksum };
+enum Failure : uint64_t { kOk, kHeader, kChecksum, kOwnChecksum };
 
 std::string Describe(uint64_t failure, int rank, int holder) {
   switch (failure) {
     case kHeader:
       return fmt::format("rank {}: the copy from rank {} does not fit this model or step", rank,
                          holder);
-    case kParamsChecksum:
-      return fmt::format("rank {}: the parameter copy from rank {} failed its checksum", rank,
-                         holder);
-    case kMomentsChecksum:
-      return fmt::format("rank {}: the optimizer copy held by rank {} failed its checksum", rank,
-                         holder);
+    case kChecksum:
+      return fmt::format("rank {}: its copy held by rank {} failed its checksum", rank, holder);
     default:
       return fmt::format("rank {}: its own in-memory copy failed its checksum", rank);
   }
@@ -79,26 +65,35 @@ const PeerReplicas::Copy* PeerReplicas::Find(int64_t step) const {
   return nullptr;
 }
 
-std::vector<float> PeerReplicas::PackMoments(Trainer& trainer) {
-  const std::vector<Trainer::MomentRun> runs = trainer.MomentRuns();
+size_t PeerReplicas::StateSize(Trainer& trainer) {
   size_t n = 0;
-  for (const auto& r : runs) n += r.m.size();
-  std::vector<float> out;
-  out.reserve(2 * n);
-  for (const auto& r : runs) out.insert(out.end(), r.m.begin(), r.m.end());
-  for (const auto& r : runs) out.insert(out.end(), r.v.begin(), r.v.end());
-  return out;
+  for (const Trainer::MomentRun& r : trainer.MomentRuns()) n += 3 * r.m.size();
+  return n;
 }
 
-void PeerReplicas::UnpackMoments(Trainer& trainer, std::span<const float> packed) {
+void PeerReplicas::Pack(Trainer& trainer, std::span<float> out) {
   const std::vector<Trainer::MomentRun> runs = trainer.MomentRuns();
-  size_t at = 0;
+  const std::span<const float> params = trainer.model().params();
+  float* at = out.data();
+  for (const auto& r : runs) at = std::copy_n(params.data() + r.flat, r.m.size(), at);
+  for (const auto& r : runs) at = std::copy(r.m.begin(), r.m.end(), at);
+  for (const auto& r : runs) at = std::copy(r.v.begin(), r.v.end(), at);
+}
+
+void PeerReplicas::Unpack(Trainer& trainer, std::span<const float> in) {
+  const std::vector<Trainer::MomentRun> runs = trainer.MomentRuns();
+  const std::span<float> params = trainer.model().params();
+  const float* at = in.data();
   for (const auto& r : runs) {
-    std::copy_n(packed.begin() + static_cast<long>(at), r.m.size(), r.m.begin());
+    std::copy_n(at, r.m.size(), params.data() + r.flat);
     at += r.m.size();
   }
   for (const auto& r : runs) {
-    std::copy_n(packed.begin() + static_cast<long>(at), r.v.size(), r.v.begin());
+    std::copy_n(at, r.m.size(), r.m.begin());
+    at += r.m.size();
+  }
+  for (const auto& r : runs) {
+    std::copy_n(at, r.v.size(), r.v.begin());
     at += r.v.size();
   }
 }
@@ -106,44 +101,66 @@ void PeerReplicas::UnpackMoments(Trainer& trainer, std::span<const float> packed
 double PeerReplicas::AfterStep(Trainer& trainer) {
   if (trainer.world() < 2 || trainer.step() % every_ != 0) return 0;
   const auto start = std::chrono::steady_clock::now();
+  Wait();
   // The older copy is overwritten; the newer stays whole until this one is.
   Copy& c = copies_[0].step <= copies_[1].step ? copies_[0] : copies_[1];
-  Refresh(trainer, c);
+  std::function<void()> exchange = Refresh(trainer, c);
+  if (exchange && connected_) {
+    exchange_ = std::thread(std::move(exchange));
+  } else if (exchange) {
+    exchange();
+    connected_ = true;
+  }
   return Since(start);
 }
 
-void PeerReplicas::Refresh(Trainer& trainer, Copy& c) {
+void PeerReplicas::Wait() {
+  if (exchange_.joinable()) exchange_.join();
+}
+
+std::function<void()> PeerReplicas::Refresh(Trainer& trainer, Copy& c) {
   c.step = -1;
   c.counters = trainer.counters();
-  const std::span<const float> params = trainer.model().params();
-  c.params.assign(params.begin(), params.end());
-  std::vector<float> moments = PackMoments(trainer);
-  c.moments.swap(moments);
-  c.params_hash = HashFloats(c.params);
-  c.moments_hash = HashFloats(c.moments);
-  if (trainer.sharded()) {
-    comm::Communicator& comm = *trainer.communicator();
-    const int w = trainer.world(), r = trainer.rank();
-    std::array<uint64_t, 2> mine{c.moments.size(), c.moments_hash}, theirs{};
-    comm.SendRecv(Words(mine), HolderOf(r, w), Words(theirs), HeldBy(r, w));
-    // A shard is a fraction of the model: anything larger is not a shard.
-    if (theirs[0] > 2 * c.params.size()) {
-      throw Error(
-          fmt::format("peer replica: rank {} announced {} moments for a model of {} "
-                      "parameters",
-                      HeldBy(r, w), theirs[0], c.params.size()));
-    }
-    c.held.resize(theirs[0]);
-    comm.SendRecv(comm::View(std::span<float>(c.moments)), HolderOf(r, w),
-                  comm::View(std::span<float>(c.held)), HeldBy(r, w));
-    c.held_hash = theirs[1];
+  c.state.resize(StateSize(trainer));  // the same size every time: no new pages
+  Pack(trainer, c.state);
+  if (!trainer.sharded()) {
+    c.hash = HashFloats(c.state);
+    if (corrupt_) Corrupt(c);
+    c.step = c.counters.step;
+    return {};
   }
-  if (corrupt_) Corrupt(c);
-  c.step = c.counters.step;
+  comm::Communicator* comm = trainer.communicator();
+  const int w = trainer.world(), r = trainer.rank();
+  // A shard is a fraction of the model: anything larger is not a shard.
+  const size_t limit = 3 * trainer.model().params().size();
+  return [this, &c, comm, to = HolderOf(r, w), from = HeldBy(r, w), limit] {
+    try {
+      c.hash = HashFloats(c.state);
+      std::array<uint64_t, 2> mine{c.state.size(), c.hash}, theirs{};
+      comm->SendRecv(Words(mine), to, Words(theirs), from);
+      if (theirs[0] > limit) {
+        throw Error(
+            fmt::format("peer replica: rank {} announced a state of {} values for a "
+                        "model of {} parameters",
+                        from, theirs[0], limit / 3));
+      }
+      c.held.resize(theirs[0]);
+      comm->SendRecv(comm::View(std::span<float>(c.state)), to,
+                     comm::View(std::span<float>(c.held)), from);
+      c.held_hash = theirs[1];
+      if (corrupt_) Corrupt(c);
+      c.step = c.counters.step;
+    } catch (const std::exception& e) {
+      // The copy stays incomplete (step -1); the training thread meets the
+      // same failure in its next collective and recovers from the other.
+      exchange_error_ = e.what();
+    }
+  };
 }
 
 PeerReplicas::Outcome PeerReplicas::Restore(Trainer& trainer, bool fresh) {
   const auto start = std::chrono::steady_clock::now();
+  Wait();
   Outcome out;
   const int w = trainer.world(), r = trainer.rank();
   // Rank-major words: (fresh, copy 0's step + 1, copy 1's step + 1).
@@ -196,32 +213,28 @@ PeerReplicas::Outcome PeerReplicas::Restore(Trainer& trainer, bool fresh) {
   const int serve = !fresh && is_fresh(HeldBy(r, w)) ? HeldBy(r, w) : -1;
   const int from = fresh ? HolderOf(r, w) : -1;
   comm::Communicator& comm = *trainer.communicator();
-  const std::vector<float>* moments = nullptr;
+  // Under DDP every rank's state is the same: the holder's own copy serves.
+  const std::vector<float>* served = nullptr;
   std::array<uint64_t, kHeaderWords> send{}, got{};
   if (serve >= 0) {
-    moments = trainer.sharded() ? &own->held : &own->moments;
+    served = trainer.sharded() ? &own->held : &own->state;
     send = {static_cast<uint64_t>(own->step),
             static_cast<uint64_t>(own->counters.tokens),
             own->counters.seed,
             own->counters.rng,
-            own->params.size(),
-            own->params_hash,
-            moments->size(),
-            trainer.sharded() ? own->held_hash : own->moments_hash};
+            served->size(),
+            trainer.sharded() ? own->held_hash : own->hash};
   }
   comm.SendRecv(Words(send), serve, Words(got), from);
-  const std::span<float> params = trainer.model().params();
   std::vector<float> received;
   Failure failure = kOk;
   if (fresh) {
-    const size_t expect = PackMoments(trainer).size();
-    if (got[kStep] != static_cast<uint64_t>(*step) || got[kParams] != params.size() ||
-        got[kMoments] != expect)
+    received.resize(StateSize(trainer));
+    if (got[kStep] != static_cast<uint64_t>(*step) || got[kState] != received.size())
       failure = kHeader;
-    received.resize(expect);
   }
-  // Header agreement first: a replacement that cannot take the payload
-  // must not be sent one of a size it does not expect.
+  // Sizes first: a replacement that cannot take the payload must not be
+  // sent one of a size it does not expect.
   const std::vector<uint64_t> fits = trainer.AllWords(std::array<uint64_t, 1>{failure});
   for (int k = 0; k < w; ++k) {
     if (fits[static_cast<size_t>(k)] != kOk) {
@@ -229,23 +242,14 @@ PeerReplicas::Outcome PeerReplicas::Restore(Trainer& trainer, bool fresh) {
       return out;
     }
   }
-  comm.SendRecv(serve >= 0 ? comm::View(std::span<float>(const_cast<float*>(own->params.data()),
-                                                         own->params.size()))
-                           : comm::View(),
-                serve, fresh ? comm::View(params) : comm::View(), from);
-  comm.SendRecv(serve >= 0 ? comm::View(std::span<float>(const_cast<float*>(moments->data()),
-                                                         moments->size()))
-                           : comm::View(),
-                serve, fresh ? comm::View(std::span<float>(received)) : comm::View(), from);
+  comm.SendRecv(
+      serve >= 0 ? comm::View(std::span<float>(const_cast<float*>(served->data()), served->size()))
+                 : comm::View(),
+      serve, fresh ? comm::View(std::span<float>(received)) : comm::View(), from);
   if (fresh) {
-    out.bytes = static_cast<int64_t>((params.size() + received.size()) * sizeof(float));
-    if (HashFloats(params) != got[kParamsHash]) {
-      failure = kParamsChecksum;
-    } else if (HashFloats(received) != got[kMomentsHash]) {
-      failure = kMomentsChecksum;
-    }
-  } else if (HashFloats(own->params) != own->params_hash ||
-             HashFloats(own->moments) != own->moments_hash) {
+    out.bytes = static_cast<int64_t>(received.size() * sizeof(float));
+    if (HashFloats(received) != got[kStateHash]) failure = kChecksum;
+  } else if (HashFloats(own->state) != own->hash) {
     failure = kOwnChecksum;
   }
   const std::vector<uint64_t> verdict = trainer.AllWords(std::array<uint64_t, 1>{failure});
@@ -256,14 +260,14 @@ PeerReplicas::Outcome PeerReplicas::Restore(Trainer& trainer, bool fresh) {
     }
   }
   if (fresh) {
-    UnpackMoments(trainer, received);
+    Unpack(trainer, received);
     trainer.set_counters({static_cast<int64_t>(got[kStep]), static_cast<int64_t>(got[kTokens]),
                           got[kSeed], got[kRng]});
   } else {
-    std::copy(own->params.begin(), own->params.end(), params.begin());
-    UnpackMoments(trainer, own->moments);
+    Unpack(trainer, own->state);
     trainer.set_counters(own->counters);
   }
+  trainer.GatherParams();  // ZeRO: the replica again from every rank's restored shard
   std::string replaced;
   for (int d = 0; d < w; ++d) {
     if (is_fresh(d))
@@ -276,18 +280,19 @@ PeerReplicas::Outcome PeerReplicas::Restore(Trainer& trainer, bool fresh) {
   // The replacements hold nothing yet: refresh now, so a second failure
   // before the next refresh step still finds two copies of every rank.
   Copy& older = copies_[0].step <= copies_[1].step ? copies_[0] : copies_[1];
-  Refresh(trainer, older);
+  if (std::function<void()> exchange = Refresh(trainer, older)) exchange();
   out.seconds = Since(start);
   return out;
 }
 
 void PeerReplicas::CorruptHeldCopies() {
+  Wait();
   corrupt_ = true;
   for (Copy& c : copies_) Corrupt(c);
 }
 
 void PeerReplicas::Corrupt(Copy& c) {
-  std::vector<float>& v = c.held.empty() ? c.moments : c.held;
+  std::vector<float>& v = c.held.empty() ? c.state : c.held;
   if (v.empty()) return;
   uint32_t word;
   std::memcpy(&word, &v[v.size() / 2], sizeof word);

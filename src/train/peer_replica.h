@@ -2,10 +2,12 @@
 // (as Gemini and torchft keep it: in host memory, on another node).
 //
 // Every `every` steps each data-parallel rank copies its own state into host
-// memory (parameters, the moments it owns, counters) and sends its moments
-// to its holder: the rank with the same local rank on the next node, so that
-// losing one node never loses both copies. DDP's moments are replicated, so
-// there the holder's own copy serves and nothing is sent. Two generations
+// memory (under ZeRO the parameters and moments of the shard it owns, under
+// DDP everything) and sends it to its holder: the rank with the same local
+// rank on the next node, so that losing one node never loses both copies.
+// DDP's state is replicated, so there the holder's own copy serves and
+// nothing is sent. A restore writes the shards back and gathers the
+// parameters from them, so every byte comes from a copy. Two generations
 // alternate: a failure in the middle of a refresh leaves the other whole.
 // Every copy carries the XXH3 hashes its owner computed when it was taken,
 // checked before the copy is used, so a copy corrupted in memory or in
@@ -14,7 +16,9 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "train/trainer.h"
@@ -27,9 +31,18 @@ class PeerReplicas {
   // procs_per_node ranks per node.
   PeerReplicas(int64_t every, int procs_per_node);
 
-  // After an optimizer step; collective on refresh steps (step % every == 0).
-  // Returns the seconds the refresh took (0 when the step had none).
+  PeerReplicas(const PeerReplicas&) = delete;
+  PeerReplicas& operator=(const PeerReplicas&) = delete;
+  ~PeerReplicas() { Wait(); }
+
+  // After an optimizer step; collective on refresh steps (step % every ==
+  // 0). The state is copied now; under ZeRO the copy's hash and its trip to
+  // the holder run on a thread of their own, overlapping the next step's
+  // compute (the first trip, which connects the pairs, runs inline).
+  // Returns the seconds the training thread spent (0 on other steps).
   double AfterStep(Trainer& trainer);
+  // Waits for the exchange in flight; before the communicator is dropped.
+  void Wait();
 
   // The rank that holds rank r's copy, and the rank whose copy r holds.
   int HolderOf(int rank, int world) const;
@@ -59,18 +72,22 @@ class PeerReplicas {
   void CorruptHeldCopies();
 
  private:
+  // A rank's state: the parameters of the runs it owns (everything under
+  // DDP), then their first and second moments, in MomentRuns() order.
   struct Copy {
     int64_t step = -1;  // -1 while being written
     TrainCounters counters;
-    std::vector<float> params;   // the full replica
-    std::vector<float> moments;  // own: every run's m, then every run's v
-    uint64_t params_hash = 0, moments_hash = 0;
-    std::vector<float> held;  // the peer's moments (sharded modes)
+    std::vector<float> state;
+    uint64_t hash = 0;
+    std::vector<float> held;  // the peer's state (sharded modes)
     uint64_t held_hash = 0;   // as the peer computed it
   };
-  void Refresh(Trainer& trainer, Copy& c);
-  static std::vector<float> PackMoments(Trainer& trainer);
-  static void UnpackMoments(Trainer& trainer, std::span<const float> packed);
+  // Copies the state into c; the exchange with the holder is returned as a
+  // task (empty under DDP) for AfterStep to run inline or on its thread.
+  std::function<void()> Refresh(Trainer& trainer, Copy& c);
+  static size_t StateSize(Trainer& trainer);
+  static void Pack(Trainer& trainer, std::span<float> out);
+  static void Unpack(Trainer& trainer, std::span<const float> in);
   const Copy* Find(int64_t step) const;
   static void Corrupt(Copy& c);
 
@@ -78,6 +95,9 @@ class PeerReplicas {
   int procs_per_node_;
   std::array<Copy, 2> copies_;
   bool corrupt_ = false;
+  bool connected_ = false;  // the first exchange has run (and built the pairs)
+  std::thread exchange_;
+  std::string exchange_error_;  // the last exchange's failure, for the log
 };
 
 }  // namespace fmstack::train

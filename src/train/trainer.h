@@ -97,6 +97,11 @@ class Trainer {
   void Detach();
   void Attach(comm::Communicator* comm);
   comm::Communicator* communicator() { return dp_ ? &dp_->comm() : nullptr; }
+  // ZeRO: every rank's owned parameter runs (MomentRuns' ranges) into
+  // everyone's replica (collective, exact). No-op otherwise.
+  void GatherParams() {
+    if (dp_) dp_->GatherParams(model_->params());
+  }
 
   // Fault rehearsal (`fmstack fault inject`): a NaN in this rank's gradient
   // of the next step; one flipped bit in this rank's parameter replica; a

@@ -186,7 +186,7 @@ TEST(PeerReplicas, CorruptedCopyIsRefusedByItsChecksum) {
   // Rank 3 holds rank 1's copy.
   RunScenario({.lost = {1},
                .corrupt_holder = 3,
-               .refusal = "rank 1: the optimizer copy held by rank 3 failed its checksum"});
+               .refusal = "rank 1: its copy held by rank 3 failed its checksum"});
 }
 
 }  // namespace
