@@ -7,12 +7,18 @@
 # + 1 s), and, side by side in the same run, a cold `fmstack run` that
 # resumes from the same checkpoint (what a user re-running the job by hand
 # pays after noticing, the noticing not counted).
-#   bash bench/recovery.sh [REPS] [MODEL]   (defaults: 5, a 2-layer 64-wide GPT; MODEL=gpt-mini for a 99 MB state)
+# Then checkpointless recovery against restart-from-checkpoint on the same
+# job and the same crash (mid-way between two checkpoints): the time to
+# regain the lost progress = detection + recovery to the first step +
+# the lost steps trained again (at the run's median step time).
+#   bash bench/recovery.sh [REPS] [MODEL] [SECTIONS]   (defaults: 5, a 2-layer 64-wide GPT;
+#   MODEL=gpt-mini for a 10.8M-parameter model; SECTIONS=all|kinds|peers)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 FMSTACK=${FMSTACK:-$root/build/fmstack}
 reps=${1:-5}
 model=${2:-tiny}
+sections=${3:-all}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
@@ -63,10 +69,11 @@ straggler_steps = ${STRAGGLER_STEPS:-1000}
 ${2:-}
 TOML
 }
+echo "fmstack $("$FMSTACK" --version | awk '{print $2}'), $(nproc) cores, model $model, $reps runs per case"
 
 kinds="crash exit hang nan bitflip straggler disk-full kill-during-save corrupt-checkpoint notice supervisor-restart"
 [ "$(id -u)" = 0 ] && kinds="$kinds network-cut"
-echo "fmstack $("$FMSTACK" --version | awk '{print $2}'), $(nproc) cores, model $model, $reps runs per kind"
+if [ "$sections" != peers ]; then
 printf '%-20s %14s %14s %12s %9s %9s\n' kind "fault->step p50" "detect p50" "target" "vs target" "lost p50"
 for kind in $kinds; do
   rank=1 flags=()
@@ -118,4 +125,52 @@ python3 - cold.txt <<'PY'
 import statistics, sys
 print(f"\ncold rerun by hand (launch -> first step after the checkpoint, whole command): "
       f"{statistics.median(float(l) for l in open(sys.argv[1])):.2f} s p50")
+PY
+fi
+
+[ "$sections" = kinds ] && exit 0
+# Checkpointless vs restart-from-checkpoint: one crash mid-way between two
+# checkpoints, the same job otherwise; runs interleaved.
+if [ "$model" = tiny ]; then every=10 at=17 steps=40; else every=6 at=9 steps=14; fi
+echo
+echo "checkpointless vs checkpoint-restart: crash of rank 1 after step $at, checkpoint every $every steps"
+for policy in checkpoint checkpointless; do
+  job "peer-$policy.toml" "policy = \"$policy\"
+[[faults.inject]]
+kind = \"crash\"
+rank = 1
+at_step = $at"
+  sed -i "s/^every = .*/every = $every/; s/^steps = .*/steps = $steps/" "peer-$policy.toml"
+  : > "peer-$policy.txt"
+done
+for i in $(seq "$reps"); do
+  for policy in checkpoint checkpointless; do
+    rm -rf run
+    "$FMSTACK" run "peer-$policy.toml" --out run > /dev/null 2> err.txt || { tail err.txt; exit 1; }
+    python3 - run >> "peer-$policy.txt" <<'PY'
+import json, statistics, sys
+run = sys.argv[1]
+i = json.load(open(run + "/goodput.json"))["incidents"][0]
+steps = [json.loads(l[len("@fmstack "):]) for l in open(run + "/logs/rank0.log", errors="replace")
+         if l.startswith("@fmstack ")]
+step_s = statistics.median(e["step_s"] + e.get("replica_s", 0) for e in steps if e["ev"] == "step")
+recover = max(i["detect_seconds"], 0) + i["recovery_seconds"]
+print(recover, i["lost_steps"], step_s, recover + i["lost_steps"] * step_s)
+PY
+    printf '\r  %s %d/%d' "$policy" "$i" "$reps" >&2
+  done
+done
+printf '\r\033[K' >&2
+python3 - peer-checkpoint.txt peer-checkpointless.txt <<'PY'
+import statistics, sys
+rows = {}
+print(f"{'policy':<16} {'fault->step p50':>16} {'lost steps p50':>15} {'step p50':>9} {'regain p50':>11}")
+for name, path in (("checkpoint", sys.argv[1]), ("checkpointless", sys.argv[2])):
+    r = [list(map(float, l.split())) for l in open(path)]
+    med = [statistics.median(x[k] for x in r) for k in range(4)]
+    rows[name] = med
+    print(f"{name:<16} {med[0]:15.3f}s {med[1]:15.0f} {med[2]:8.3f}s {med[3]:10.3f}s")
+ratio = rows["checkpoint"][3] / rows["checkpointless"][3]
+print(f"checkpointless regains the lost progress {ratio:.1f}x faster (target >= 3x): "
+      f"{'met' if ratio >= 3 else 'NOT met'}")
 PY

@@ -36,7 +36,9 @@ TrainCheckpointer::TrainCheckpointer(const spec::JobSpec& job, const catalog::Ca
       throw Error("write: No space left on device (injected disk-full)");
   };
   engine_ = std::make_unique<ckpt::Engine>(MakeCheckpointTiers(job.checkpoint, out + "/ckpt"), o);
-  // The pool is touched now, so that no save, the first included, pays page faults.
+  // The pool is touched now, so that no save, the first included, pays page
+  // faults; not by a joining rank, whose peers wait for it.
+  if (joining) return;
   int64_t bytes = 0;
   for (const ckpt::TensorSlice& s : train::CheckpointSnapshot(trainer).slices)
     bytes += static_cast<int64_t>(s.data.size());

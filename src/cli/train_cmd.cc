@@ -163,7 +163,8 @@ int RunTrain(const TrainArgs& args) {
   const std::unique_ptr<runtime::Worker> control = runtime::Worker::FromEnv(
       std::chrono::milliseconds(static_cast<int64_t>(job.resilience.heartbeat_interval * 1000)));
   control->Progress(0, "start");
-  const train::TrainConfig config = ConfigFromSpec(job, args.steps);
+  train::TrainConfig config = ConfigFromSpec(job, args.steps);
+  config.init_params = !TrainPeers::Joining();
   const train::TokenFile train_tokens = train::TokenFile::Load(job.data.dir + "/train.bin");
   const train::TokenFile val_tokens = train::TokenFile::Load(job.data.dir + "/val.bin");
   std::unique_ptr<comm::Communicator> comm;

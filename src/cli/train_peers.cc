@@ -28,6 +28,12 @@ TrainPeers::TrainPeers(const spec::JobSpec& job, runtime::Worker& control, train
       comm_(comm),
       peers_(job.resilience.peer_replica_every, ProcsPerNode()) {
   enabled_ = control.active() && comm && comm->size() >= 2 && job.resilience.policy != "checkpoint";
+  if (Joining() && !enabled_) {
+    throw Error(fmt::format("FMSTACK_PEER_RESTORE is set, but this rank has no peers to restore "
+                            "from (resilience.policy = \"{}\", {} ranks, {}supervised)",
+                            job.resilience.policy, comm ? comm->size() : 1,
+                            control.active() ? "" : "not "));
+  }
   if (!enabled_) return;
   replacement_ = Joining();
   live_ = comm.get();
@@ -68,7 +74,9 @@ bool TrainPeers::Recover(const comm::CommError& error) {
     const std::lock_guard lock(mu_);
     live_ = nullptr;
   }
-  peers_.Wait();  // an exchange in flight uses the communicator
+  // An exchange in flight uses the communicator: abort it, then wait.
+  if (comm_) comm_->Abort("this rank recovers from a failed collective");
+  peers_.Wait();
   trainer_.Detach();
   comm_.reset();
   const auto timeout =

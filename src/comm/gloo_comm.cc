@@ -9,6 +9,7 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -17,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iterator>
+#include <optional>
 #include <set>
 
 #include "comm/reduce.h"
@@ -96,6 +98,30 @@ int GlooCommunicator::JobRank(int group_rank) const {
   return options_.job_ranks.empty() ? group_rank : options_.job_ranks[group_rank];
 }
 
+// Registers a buffer's transfers in flight for Abort to wake.
+class GlooCommunicator::Pending {
+ public:
+  Pending(GlooCommunicator& c, gloo::transport::UnboundBuffer* b) : c_(c), b_(b) {
+    const std::lock_guard lock(c_.pending_mu_);
+    c_.pending_.insert(b_);
+    // An abort between the caller's check and this registration missed it.
+    if (c_.aborted_) {
+      b_->abortWaitRecv();
+      b_->abortWaitSend();
+    }
+  }
+  ~Pending() {
+    const std::lock_guard lock(c_.pending_mu_);
+    c_.pending_.erase(b_);
+  }
+  Pending(const Pending&) = delete;
+  Pending& operator=(const Pending&) = delete;
+
+ private:
+  GlooCommunicator& c_;
+  gloo::transport::UnboundBuffer* b_;
+};
+
 void GlooCommunicator::Abort(const std::string& reason) {
   {
     std::lock_guard lock(abort_mu_);
@@ -105,6 +131,11 @@ void GlooCommunicator::Abort(const std::string& reason) {
   // Closing our side of every pair makes the peers' pending operations fail
   // within milliseconds, so one abort spreads through the group.
   for (const int fd : sockets_) ::shutdown(fd, SHUT_RDWR);
+  const std::lock_guard lock(pending_mu_);
+  for (gloo::transport::UnboundBuffer* b : pending_) {
+    b->abortWaitRecv();
+    b->abortWaitSend();
+  }
 }
 
 void GlooCommunicator::Fail(const char* op, const std::string& transport_error) {
@@ -188,6 +219,7 @@ void GlooCommunicator::ReduceScatterRanges(View buf, const std::vector<Range>& r
     scratch_.resize(std::max<size_t>(1, max_count * es));
     auto in = context_->createUnboundBuffer(buf.data, std::max<size_t>(1, buf.bytes()));
     auto tmp = context_->createUnboundBuffer(scratch_.data(), scratch_.size());
+    const Pending pending_in(*this, in.get()), pending_tmp(*this, tmp.get());
     const uint64_t slot = context_->nextSlot(n);
     const int next = (r + 1) % n, prev = (r + n - 1) % n;
     // After step s, this rank holds the partial sum of chunk (r - s - 2) over
@@ -225,6 +257,7 @@ void GlooCommunicator::AllGatherRanges(View in, View out, const std::vector<Rang
     // A ring straight into place: at step s this rank forwards block
     // (r - s) and receives block (r - s - 1) from its predecessor.
     auto buf = context_->createUnboundBuffer(out.data, std::max<size_t>(1, out.bytes()));
+    const Pending pending(*this, buf.get());
     const uint64_t slot = context_->nextSlot(n);
     const int next = (r + 1) % n, prev = (r + n - 1) % n;
     for (int s = 0; s < n - 1; ++s) {
@@ -294,12 +327,15 @@ void GlooCommunicator::SendRecv(View send, int to, View recv, int from) {
   Guarded("sendrecv", [&] {
     const uint64_t slot = context_->nextSlot();
     std::unique_ptr<gloo::transport::UnboundBuffer> out, in;
+    std::optional<Pending> pending_out, pending_in;
     if (to >= 0 && send.bytes() > 0) {
       out = context_->createUnboundBuffer(send.data, send.bytes());
+      pending_out.emplace(*this, out.get());
       out->send(to, slot);
     }
     if (from >= 0 && recv.bytes() > 0) {
       in = context_->createUnboundBuffer(recv.data, recv.bytes());
+      pending_in.emplace(*this, in.get());
       in->recv(from, slot);
     }
     if (in && !in->waitRecv(options_.timeout)) throw Error("receive aborted");

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,9 @@
 
 namespace gloo::rendezvous {
 class Context;
+}
+namespace gloo::transport {
+class UnboundBuffer;
 }
 
 namespace fmstack::comm {
@@ -72,6 +76,12 @@ class GlooCommunicator final : public Communicator {
   int abort_rank_ = -1;
   std::vector<std::byte> scratch_;
   std::vector<int> sockets_;  // opened by connectFullMesh; shut down by Abort
+  // Buffers with a send or receive in flight. A closed socket does not
+  // always wake Gloo's waits on them (a peer that left before posting its
+  // side), so Abort wakes them itself.
+  class Pending;
+  std::mutex pending_mu_;
+  std::set<gloo::transport::UnboundBuffer*> pending_;
 };
 
 }  // namespace fmstack::comm

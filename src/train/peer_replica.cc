@@ -280,7 +280,10 @@ PeerReplicas::Outcome PeerReplicas::Restore(Trainer& trainer, bool fresh) {
   // The replacements hold nothing yet: refresh now, so a second failure
   // before the next refresh step still finds two copies of every rank.
   Copy& older = copies_[0].step <= copies_[1].step ? copies_[0] : copies_[1];
-  if (std::function<void()> exchange = Refresh(trainer, older)) exchange();
+  if (std::function<void()> exchange = Refresh(trainer, older)) {
+    exchange_ = std::thread(std::move(exchange));  // the pairs are connected: beside training
+    connected_ = true;
+  }
   out.seconds = Since(start);
   return out;
 }

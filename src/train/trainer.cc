@@ -42,7 +42,7 @@ Trainer::Trainer(const TrainConfig& config, const TokenFile& data, comm::Communi
   }
   // Every rank initialises from the same seed, so the replicas start equal
   // without a broadcast.
-  gpt::InitParams(model_->params_layout(), model_->params(), config.seed);
+  if (config.init_params) gpt::InitParams(model_->params_layout(), model_->params(), config.seed);
   counters_.seed = config.seed;
   counters_.rng = config.seed;
 }

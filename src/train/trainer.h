@@ -29,6 +29,9 @@ struct TrainConfig {
   int64_t steps = 100;      // optimizer steps in the whole run
   uint64_t seed = 1337;
   OptimConfig optim;
+  // false: the parameters are left for the caller to restore (a rank that
+  // replaces a lost one gets them from its peers; drawing them is waste).
+  bool init_params = true;
 
   int64_t tokens_per_step() const { return micro_batch * grad_accum * shape.seq_len; }
 };

@@ -15,6 +15,7 @@
 
 #include "comm/hier_comm.h"
 #include "comm/tcp_store.h"
+#include "gpt/sgemm_peak.h"
 #include "util/random.h"
 
 namespace fmstack::train {
@@ -73,6 +74,9 @@ std::unique_ptr<comm::Communicator> Join(int rank, int64_t generation, uint16_t 
 
 // One rank's whole story; throws on anything unexpected.
 void RunRank(int rank, const Scenario& s, uint16_t port) {
+  // One thread per rank, as `fmstack run` gives them; also, a forked child
+  // must not wait on the OpenMP pool its parent's earlier tests started.
+  gpt::SetCpuThreads(1);
   const TokenFile data = TokenFile::Load(DataPath());
   std::unique_ptr<comm::Communicator> comm = Join(rank, 0, port);
   auto trainer = std::make_unique<Trainer>(Config(), data, comm.get(), DpConfig{s.mode});
@@ -81,6 +85,7 @@ void RunRank(int rank, const Scenario& s, uint16_t port) {
     trainer->Step();
     peers->AfterStep(*trainer);
   }
+  peers->Wait();  // the last exchange done everywhere before any rank drops the group
   if (rank == s.corrupt_holder) peers->CorruptHeldCopies();
   const uint64_t params_at_3 = trainer->ParamHash(), moments_at_3 = MomentsHash(*trainer);
   trainer->Step();  // past the copies: the restore must go back
