@@ -46,9 +46,18 @@ NodeNetwork::NodeNetwork(int nodes) {
       const std::string ns = fmt::format("fmstack-{}-n{}", pid, k);
       const std::string host_end = fmt::format("fmv{}n{}", pid % 10000000, k);
       const std::string ip = fmt::format("{}.{}", net, 10 + k);
+      // A supervisor that exec'ed itself again (same pid) may find its
+      // former namespaces' links still being torn down by the kernel.
+      for (const std::string& stale : {"link del " + host_end, "netns del " + ns}) {
+        try {
+          Ip(stale);
+        } catch (const Error&) {
+        }
+      }
       Ip("netns add " + ns);
       names_.push_back(ns);
       Ip(fmt::format("link add {} type veth peer name eth0 netns {}", host_end, ns));
+      host_ends_.push_back(host_end);
       Ip(fmt::format("link set {} master {} up", host_end, bridge_));
       Ip(fmt::format("-n {} addr add {}/24 dev eth0", ns, ip));
       Ip(fmt::format("-n {} link set eth0 up", ns));
@@ -67,7 +76,15 @@ NodeNetwork::~NodeNetwork() {
 }
 
 void NodeNetwork::Teardown() {
-  // Deleting a namespace deletes its veth end, and with it the host end.
+  // Deleting a namespace deletes its veth end, and with it the host end,
+  // but only once the kernel frees the namespace: the links go first, now.
+  for (const std::string& link : host_ends_) {
+    try {
+      Ip("link del " + link);
+    } catch (const Error&) {
+    }
+  }
+  host_ends_.clear();
   for (const std::string& ns : names_) {
     try {
       Ip("netns del " + ns);

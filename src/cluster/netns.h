@@ -31,6 +31,7 @@ class NodeNetwork {
   void Teardown();
 
   std::string bridge_, bridge_ip_;
+  std::vector<std::string> host_ends_;  // the veths' ends on the bridge
   std::vector<std::string> names_, node_ips_, paths_;
 };
 

@@ -246,6 +246,14 @@ Decision Decide(const Policy& policy, const JobView& job, const RunHistory& hist
           EventName(event.kind));
     }
   }
+  if (history.futile_restarts >= policy.max_futile_restarts) {
+    d.verb = Verb::kStop;
+    d.reason = fmt::format(
+        "{}: the last {} restarts completed no step, so the fault outlives restarting (see the "
+        "ranks' logs for what fails on start)",
+        EventName(event.kind), history.futile_restarts);
+    return d;
+  }
   if (!budget_left) {
     d.verb = Verb::kStop;
     d.reason = policy.max_restarts == 0

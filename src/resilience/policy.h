@@ -30,6 +30,10 @@ struct Policy {
   int max_restarts = 3;
   double backoff_seconds = 1;
   double backoff_max_seconds = 60;
+  // Restarts in a row that complete no step before the run stops: a fault
+  // that survives every restart (every checkpoint unreadable, a broken
+  // program) must not spend the whole budget.
+  int max_futile_restarts = 3;
 };
 
 // The job as the policy sees it when a fault is detected or a node frees up.
@@ -117,6 +121,7 @@ struct RuntimeEvent {
 // What happened before, as far as the decision needs it.
 struct RunHistory {
   int restarts = 0;                  // restarts done in this run so far
+  int futile_restarts = 0;           // of those, the latest in a row with no step completed
   int64_t last_nonfinite_step = -1;  // step of the previous NaN/Inf, -1 = none
 };
 

@@ -335,6 +335,7 @@ void Supervisor::OnStepEvent(int rank, const nlohmann::json& e) {
     verified_step_ = std::max(verified_step_, e.value("verified", int64_t{0}));
   if (rank != 0) return;
   result_.ledger.Step(step, step_s);
+  if (!decision_) history_.futile_restarts = 0;
   if (recovering_ && !decision_ && restored_) {
     metrics::Incident& i = result_.ledger.incidents()[*recovering_];
     i.recovery_seconds = Since(detected_at_, Clock::now());

@@ -28,6 +28,7 @@ void Supervisor::SaveState() const {
   nlohmann::json j;
   j["restarts"] = history_.restarts;
   j["last_nonfinite_step"] = history_.last_nonfinite_step;
+  j["futile_restarts"] = history_.futile_restarts;
   j["max_restore_step"] = max_restore_step_;
   j["fired"] = fired_;
   j["ledger"] = result_.ledger.ToJson();
@@ -48,6 +49,7 @@ void Supervisor::LoadState() {
   }
   history_.restarts = j.value("restarts", 0);
   history_.last_nonfinite_step = j.value("last_nonfinite_step", int64_t{-1});
+  history_.futile_restarts = j.value("futile_restarts", 0);
   max_restore_step_ = j.value("max_restore_step", int64_t{-1});
   for (const std::string& id : j.value("fired", std::vector<std::string>{})) fired_.insert(id);
   try {
@@ -267,8 +269,10 @@ void Supervisor::Detect(const Seen& seen) {
     }
   }
   result_.ledger.incidents().push_back(inc);
-  if (d.verb == resilience::Verb::kRestart || d.verb == resilience::Verb::kSaveAndRestart)
+  if (d.verb == resilience::Verb::kRestart || d.verb == resilience::Verb::kSaveAndRestart) {
     recovering_ = result_.ledger.incidents().size() - 1;
+    ++history_.futile_restarts;  // until a step completes after it
+  }
   switch (d.verb) {
     case resilience::Verb::kStop: {
       result_.failure = fmt::format("{}; {}", seen.what, d.reason);

@@ -137,6 +137,17 @@ TEST(Decide, CheckpointlessReplacesLostRanksFromPeersAndNothingElse) {
   EXPECT_EQ(Decide(p, {1, 1, 0}, {}, Ev(EventKind::kCrash)).action.restore, Restore::kCheckpoint);
 }
 
+TEST(Decide, RestartsThatCompleteNoStepEndTheRunBeforeTheBudget) {
+  const Policy p{.max_restarts = 1000, .max_futile_restarts = 3};
+  EXPECT_EQ(
+      Decide(p, {4, 4, 0}, {.restarts = 40, .futile_restarts = 2}, Ev(EventKind::kCrash)).verb,
+      Verb::kRestart);
+  const Decision d =
+      Decide(p, {4, 4, 0}, {.restarts = 41, .futile_restarts = 3}, Ev(EventKind::kCrash));
+  EXPECT_EQ(d.verb, Verb::kStop);
+  EXPECT_NE(d.reason.find("completed no step"), std::string::npos) << d.reason;
+}
+
 TEST(Decide, TheSameNonFiniteStepTwiceIsDivergenceNotAFault) {
   const Decision d =
       Decide({.max_restarts = 3}, {4, 4, 0}, {.restarts = 1, .last_nonfinite_step = 10},
