@@ -10,6 +10,7 @@
 #   bash bench/chaos.sh [STEPS] [EVERY] [SEED]   (defaults: 1200 steps, about 10 min here; 60 s; 1)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/scripts/lib/runs.sh"
 FMSTACK=${FMSTACK:-$root/build/fmstack}
 steps=${1:-1200}
 every=${2:-60}
@@ -18,7 +19,7 @@ work=$(mktemp -d)
 pid=""
 cleanup() {
   [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
-  rm -rf "$work"
+  if [ "${keep:-0}" = 1 ]; then echo "the run's directory is kept: $work/run" >&2; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
 cd "$work"
@@ -63,15 +64,6 @@ restart_backoff = "0s"
 straggler_steps = 5
 TOML
 }
-hash_of() {
-  grep -a '^@fmstack ' "$1/logs/rank0.log" | sed 's/^@fmstack //' |
-    python3 -c 'import sys, json
-h = ""
-for l in sys.stdin:
-    e = json.loads(l)
-    if e["ev"] == "done": h = e["param_hash"]
-print(h)'
-}
 
 echo "fmstack $("$FMSTACK" --version | awk '{print $2}'), $(nproc) cores: gpt-mini, 2 x 2 ranks + 2 spares," \
   "$steps steps, a fault every $every s (seed $seed), kinds: $kinds"
@@ -97,13 +89,13 @@ done < plan.txt
 set +e; wait "$pid"; rc=$?; set -e
 pid=""
 printf '\r\033[K' >&2
-[ "$rc" = 0 ] || { tail -30 run.err; echo "the chaos run failed (exit $rc)"; exit 1; }
+[ "$rc" = 0 ] || { tail -30 run.err; echo "the chaos run failed (exit $rc)"; keep=1; exit 1; }
 echo "chaos run: $(($(date +%s) - start)) s, $n faults injected"
 "$FMSTACK" report run | sed -n '1,/^rank/p' | grep -v '^rank' || true
 
 job ref.toml 0
 "$FMSTACK" run ref.toml --out ref > /dev/null 2> ref.err || { tail ref.err; exit 1; }
-got=$(hash_of run) want=$(hash_of ref)
+got=$(run_hash run) want=$(run_hash ref)
 python3 - run/goodput.json "$got" "$want" <<'PY'
 import json, sys
 g = json.load(open(sys.argv[1]))

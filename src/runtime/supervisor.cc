@@ -364,6 +364,13 @@ void Supervisor::OnControl(int rank, const nlohmann::json& m) {
       const double since = Since(relaunch_at_, now) - seconds;
       result_.ledger.Book("restart", since);
     }
+    // The limit after a silent corruption holds for the restore it caused:
+    // what is saved from here on comes from the clean trajectory (keeping
+    // it would refuse every newer checkpoint at the next restart).
+    if (max_restore_step_ >= 0) {
+      max_restore_step_ = -1;
+      SaveState();
+    }
     const int64_t lost = result_.ledger.RollBack(step);
     if (recovering_) result_.ledger.incidents()[*recovering_].lost_steps += lost;
     if (lost > 0) Note(fmt::format("restored step {}: {} step(s) to train again", step, lost));

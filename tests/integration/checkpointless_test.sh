@@ -8,6 +8,7 @@
 # copy, which must be refused by its checksum, named, and the newest
 # checkpoint restored instead.
 set -euo pipefail
+. "$(dirname "$0")/../../scripts/lib/runs.sh"
 : "${FMSTACK:?path to the fmstack binary}"
 PY=/usr/bin/python3
 work=$(mktemp -d)
@@ -64,15 +65,6 @@ TOML
 inject() {  # kind rank step
   printf '[[faults.inject]]\nkind = "%s"\nrank = %s\nat_step = %s\n' "$1" "$2" "$3"
 }
-hash_of() {
-  grep -a '^@fmstack ' "$1/logs/rank0.log" | sed 's/^@fmstack //' |
-    $PY -c 'import sys, json
-h = ""
-for l in sys.stdin:
-    e = json.loads(l)
-    if e["ev"] == "done": h = e["param_hash"]
-print(h)'
-}
 incidents() {  # run dir -> one line per incident: kind rank lost_steps recovery_seconds decision
   $PY - "$1/goodput.json" <<'PY'
 import json, sys
@@ -89,8 +81,8 @@ run() {  # name zero-stage extra-toml [run flags...]
 }
 same_hash() {  # name base
   local got want
-  got=$(hash_of "runs/$1")
-  want=$(hash_of "runs/$2")
+  got=$(run_hash "runs/$1")
+  want=$(run_hash "runs/$2")
   [ -n "$want" ] || fail "$2: no parameter hash"
   [ "$got" = "$want" ] || { tail -30 "$1.err"; fail "$1: parameter hash $got, fault-free $want"; }
 }
@@ -104,7 +96,7 @@ in_place() {  # name: every incident recovered from peers, no rank of the job re
 }
 
 for stage in 1 2 0; do run "base$stage" "$stage" ""; done
-echo "fault-free hashes: ZeRO-1 $(hash_of runs/base1), ZeRO-2 $(hash_of runs/base2), DDP $(hash_of runs/base0)"
+echo "fault-free hashes: ZeRO-1 $(run_hash runs/base1), ZeRO-2 $(run_hash runs/base2), DDP $(run_hash runs/base0)"
 
 # A crash: the lost rank comes back from its holder's memory.
 run crash 1 "$(inject crash 1 12)"

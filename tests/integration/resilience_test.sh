@@ -10,6 +10,7 @@
 # whose newest shard is corrupt in a chunk only one rank reads ("Bad
 # address": one rank left the restore agreement early).
 set -euo pipefail
+. "$(dirname "$0")/../../scripts/lib/runs.sh"
 : "${FMSTACK:?path to the fmstack binary}" "${SRC:?source root}"
 PY=/usr/bin/python3
 work=$(mktemp -d)
@@ -66,15 +67,6 @@ straggler_steps = ${STRAGGLER_STEPS:-1000}
 ${3:-}
 TOML
 }
-hash_of() {  # run dir -> parameter hash of the last done event
-  grep -a '^@fmstack ' "$1/logs/rank0.log" | sed 's/^@fmstack //' |
-    $PY -c 'import sys, json
-h = ""
-for l in sys.stdin:
-    e = json.loads(l)
-    if e["ev"] == "done": h = e["param_hash"]
-print(h)'
-}
 incident() {  # run dir -> "kind rank detect_seconds recovery_seconds" of the first incident
   $PY - "$1/goodput.json" <<'PY'
 import json, sys
@@ -85,7 +77,7 @@ PY
 
 job base.toml 80
 "$FMSTACK" run base.toml --out runs/base > /dev/null 2> base.err || { cat base.err; fail "fault-free run"; }
-want=$(hash_of runs/base)
+want=$(run_hash runs/base)
 [ -n "$want" ] || fail "no parameter hash in the fault-free run"
 echo "fault-free parameter hash: $want"
 
@@ -109,7 +101,7 @@ rank = $rank
 at_step = 12"
   "$FMSTACK" run "$kind.toml" "${flags[@]}" --out "runs/$kind" > "$kind.out" 2> "$kind.err" ||
     { tail -30 "$kind.err"; fail "$kind: the run did not finish by itself"; }
-  got=$(hash_of "runs/$kind")
+  got=$(run_hash "runs/$kind")
   [ "$got" = "$want" ] || { tail -30 "$kind.err"; fail "$kind: parameter hash $got, fault-free $want"; }
   read -r seen blamed detect recover < <(incident "runs/$kind")
   printf '%-20s %-18s %5s %12s %13s %s\n' "$kind" "$seen" "$blamed" "$detect" "$recover" "$got" >> table.txt
@@ -158,7 +150,7 @@ at_step = 12"
     { tail -20 "spare-$kind.err"; fail "spare $kind: the run did not finish"; }
   grep -q "node 1: its ranks move from slot 1 to spare slot 2" "spare-$kind.err" ||
     { tail -20 "spare-$kind.err"; fail "spare $kind: the spare was not used"; }
-  [ "$(hash_of "runs/spare-$kind")" = "$want" ] || fail "spare $kind: hash differs"
+  [ "$(run_hash "runs/spare-$kind")" = "$want" ] || fail "spare $kind: hash differs"
 done
 ! ip netns list | grep -q "fmstack-" || fail "spares: namespaces left behind"
 echo "spares: network-cut and hang moved node 1 to spare slot 2, hash $want"
@@ -172,7 +164,7 @@ grep -q "the run is not live" bad2.out || { cat bad2.out; fail "finished run not
 grep -q "meteor" bad3.out || { cat bad3.out; fail "unknown kind not named"; }
 job long.toml 400
 "$FMSTACK" run long.toml --out runs/long-base > /dev/null 2> long-base.err || { cat long-base.err; fail "long run"; }
-want_long=$(hash_of runs/long-base)
+want_long=$(run_hash runs/long-base)
 "$FMSTACK" run long.toml --out runs/cli > cli.out 2> cli.err &
 bg=$!
 for _ in $(seq 100); do grep -q '"state": "running"' runs/cli/run.json 2>/dev/null && break; sleep 0.1; done
@@ -186,7 +178,7 @@ grep -q "has ranks 0..3" bad4.out || { cat bad4.out; fail "rank out of range not
 "$FMSTACK" fault inject runs/cli --rank 3 --kind crash --at-step 50 | grep -q "requested"
 wait "$bg" || { tail -20 cli.err; fail "CLI-injected crash: the run did not finish"; }
 bg=""
-[ "$(hash_of runs/cli)" = "$want_long" ] || fail "CLI-injected crash: hash differs"
+[ "$(run_hash runs/cli)" = "$want_long" ] || fail "CLI-injected crash: hash differs"
 grep -q "fault: rank 3 (node 1, local rank 1) was killed by SIGKILL" cli.err || fail "CLI crash not named"
 
 # SIGTERM: an emergency checkpoint of the current step, exit 143, and a rerun
@@ -202,7 +194,7 @@ grep -q "every rank saved the current step first" term.err || fail "SIGTERM: no 
 "$FMSTACK" run long.toml --out runs/term > /dev/null 2> term2.err || { cat term2.err; fail "resume after SIGTERM"; }
 saved=$(grep -o "resumed from step-[0-9]*" runs/term/logs/rank0.log | tail -1)
 echo "SIGTERM: $saved"
-[ "$(hash_of runs/term)" = "$want_long" ] || fail "SIGTERM + resume: hash differs"
+[ "$(run_hash runs/term)" = "$want_long" ] || fail "SIGTERM + resume: hash differs"
 
 # An exhausted budget: a clear final message, exit 1, committed steps kept.
 job budget.toml 80 "max_restarts = 1
@@ -279,5 +271,5 @@ PY
 ! grep -aq "Bad address" runs/mini/logs/*.log || fail "the Bad address failure is back"
 grep -q "resumed from step-00000002" runs/mini/logs/rank0.log || fail "mini: did not fall back to step 2"
 grep -q '"incidents": \[\]' runs/mini/goodput.json || fail "mini: the resume needed a restart"
-[ "$(hash_of runs/mini)" = "$(hash_of runs/mini-base)" ] || fail "mini: hash differs"
+[ "$(run_hash runs/mini)" = "$(run_hash runs/mini-base)" ] || fail "mini: hash differs"
 echo "PASS"
