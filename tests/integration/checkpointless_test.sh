@@ -6,13 +6,18 @@
 # and DDP), a hang, two faults in a row, copies refreshed every 4 steps, a
 # whole node lost onto a spare (network namespaces), and a corrupted peer
 # copy, which must be refused by its checksum, named, and the newest
-# checkpoint restored instead.
+# checkpoint restored instead; and a spare whose NIC died is skipped by name.
 set -euo pipefail
 . "$(dirname "$0")/../../scripts/lib/runs.sh"
 : "${FMSTACK:?path to the fmstack binary}"
 PY=/usr/bin/python3
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+bg=""
+cleanup() {
+  [ -n "$bg" ] && kill -9 "$bg" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
 cd "$work"
 fail() { echo "FAIL: $*"; exit 1; }
 
@@ -152,8 +157,26 @@ in_place spare
 grep -q "replacing rank(s) 2, 3 on spare slot 2" spare.err || { tail -20 spare.err; fail "spare: node 1 not replaced on the spare"; }
 ! ip netns list | grep -q "fmstack-" || fail "spare: namespaces left behind"
 
+# A spare that fails its own check is skipped, named, and the next one used.
+SPARES="spares = 2" job long.toml 1 ""
+sed -i 's/^steps = 60$/steps = 400/' long.toml
+"$FMSTACK" run long.toml --out runs/long-base > /dev/null 2> long-base.err || { tail long-base.err; fail "long base"; }
+"$FMSTACK" run long.toml --netns --out runs/badspare > badspare.out 2> badspare.err &
+bg=$!
+for _ in $(seq 100); do grep -q '"state": "running"' runs/badspare/run.json 2>/dev/null && break; sleep 0.1; done
+sup=$($PY -c "import json; print(json.load(open('runs/badspare/run.json'))['pid'])")
+ip -n "fmstack-$sup-n2" link set eth0 down  # the first spare's NIC dies before it is needed
+"$FMSTACK" fault inject runs/badspare --rank 2 --kind network-cut --at-step 100 > /dev/null
+wait "$bg" || { tail -30 badspare.err; fail "badspare: the run did not finish"; }
+bg=""
+grep -q "spare slot 2 failed its check (its link is down): skipped" badspare.err ||
+  { tail -20 badspare.err; fail "badspare: the broken spare was not skipped by name"; }
+grep -q "replacing rank(s) 2, 3 on spare slot 3" badspare.err || { tail -20 badspare.err; fail "badspare: the next spare was not used"; }
+same_hash badspare long-base
+! ip netns list | grep -q "fmstack-" || fail "badspare: namespaces left behind"
+
 printf '%-10s %s\n' run "incidents (kind rank lost-steps recovery-s)"
-for r in crash crash2 crash0 hang two every4 corrupt spare; do
+for r in crash crash2 crash0 hang two every4 corrupt spare badspare; do
   printf '%-10s %s\n' "$r" "$(incidents "runs/$r" | cut -d' ' -f1-4 | paste -sd';')"
 done
 echo "checkpointless: every run ended bit-identical to its fault-free run"
