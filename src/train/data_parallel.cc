@@ -188,6 +188,13 @@ void DataParallel::Launch(Bucket& b, std::span<float> grads) {
 std::function<void(int)> DataParallel::BackwardHook(std::span<float> grads, bool last_micro) {
   if (!last_micro && config_.mode != DpMode::kZero2) return {};  // accumulate locally
   return [this, grads](int group) {
+    // A reduction that failed (a peer lost, the group aborted for a
+    // recovery) ends the backward pass here, not after it: the rest of it
+    // would be computed for nothing while the peers wait.
+    {
+      const std::lock_guard lock(mu_);
+      if (error_) std::rethrow_exception(error_);
+    }
     for (Bucket& b : buckets_) {
       if (b.last_group == group) Launch(b, grads);
     }
