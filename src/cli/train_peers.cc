@@ -29,10 +29,10 @@ TrainPeers::TrainPeers(const spec::JobSpec& job, runtime::Worker& control, train
       peers_(job.resilience.peer_replica_every, ProcsPerNode()) {
   enabled_ = control.active() && comm && comm->size() >= 2 && job.resilience.policy != "checkpoint";
   if (Joining() && !enabled_) {
-    throw Error(fmt::format("FMSTACK_PEER_RESTORE is set, but this rank has no peers to restore "
-                            "from (resilience.policy = \"{}\", {} ranks, {}supervised)",
-                            job.resilience.policy, comm ? comm->size() : 1,
-                            control.active() ? "" : "not "));
+    throw Error(fmt::format(
+        "FMSTACK_PEER_RESTORE is set, but this rank has no peers to restore "
+        "from (resilience.policy = \"{}\", {} ranks, {}supervised)",
+        job.resilience.policy, comm ? comm->size() : 1, control.active() ? "" : "not "));
   }
   if (!enabled_) return;
   replacement_ = Joining();
