@@ -102,6 +102,8 @@ class Supervisor {
   // fault cannot be handled so (the caller restarts everything).
   bool BeginRejoin(const Seen& seen, bool moved_to_spare);
   void AdvanceRejoin();
+  // The in-place recovery cannot go on: every rank restarts from the checkpoint.
+  void AbandonRejoin(const std::string& why);
   void Poll();
   void Deliver(Stream& s, std::string_view data);
   void OnControl(int rank, const nlohmann::json& m);

@@ -61,12 +61,7 @@ void Supervisor::AdvanceRejoin() {
   for (const int r : rejoin_->ranks) {
     if (!alive_[r]) continue;
     if (now < rejoin_->gone_by) return;
-    Note(fmt::format("{} did not exit within 10 s of SIGKILL: restarting every rank", Where(r)));
-    rejoin_.reset();
-    --history_.restarts;  // the full restart counts instead
-    decision_->action.restore = resilience::Restore::kCheckpoint;
-    KillAll(SIGKILL);
-    return;
+    return AbandonRejoin(fmt::format("{} did not exit within 10 s of SIGKILL", Where(r)));
   }
   if (now < rejoin_->spawn_at) return;
   // A survivor that ended meanwhile (the job's last step, or a failure of
@@ -75,13 +70,8 @@ void Supervisor::AdvanceRejoin() {
     if (alive_[r] ||
         std::find(rejoin_->ranks.begin(), rejoin_->ranks.end(), r) != rejoin_->ranks.end())
       continue;
-    Note(fmt::format("checkpointless: {} {} before it could rejoin: restarting every rank",
-                     Where(r), ExitReason(result_.exits[r])));
-    rejoin_.reset();
-    --history_.restarts;  // the full restart counts instead
-    decision_->action.restore = resilience::Restore::kCheckpoint;
-    KillAll(SIGKILL);
-    return;
+    return AbandonRejoin(
+        fmt::format("{} {} before it could rejoin", Where(r), ExitReason(result_.exits[r])));
   }
   const int per_node = o_.layout.procs_per_node;
   if (network_) {
@@ -92,19 +82,12 @@ void Supervisor::AdvanceRejoin() {
       network_->SetLink(slot, true);
     }
   }
-  resilience::Decision& d = *decision_;
   env_.extra["FMSTACK_PEER_RESTORE"] = "1";
   try {
     SpawnRanks(rejoin_->ranks, fmt::format("---- replaced (generation {}) ----", env_.generation));
   } catch (const std::exception& e) {
     env_.extra.erase("FMSTACK_PEER_RESTORE");
-    Note(fmt::format("checkpointless: the replacement did not start ({}): restarting every rank",
-                     e.what()));
-    rejoin_.reset();
-    --history_.restarts;  // the full restart counts instead
-    d.action.restore = resilience::Restore::kCheckpoint;
-    KillAll(SIGKILL);
-    return;
+    return AbandonRejoin(fmt::format("the replacement did not start ({})", e.what()));
   }
   env_.extra.erase("FMSTACK_PEER_RESTORE");
   for (const int r : rejoin_->ranks) monitor_->OnReplaced(r, now);
@@ -114,6 +97,14 @@ void Supervisor::AdvanceRejoin() {
   decision_.reset();
   report_.reset();
   SaveState();
+}
+
+void Supervisor::AbandonRejoin(const std::string& why) {
+  Note(fmt::format("checkpointless: {}: restarting every rank", why));
+  rejoin_.reset();
+  --history_.restarts;  // the full restart counts instead
+  decision_->action.restore = resilience::Restore::kCheckpoint;
+  KillAll(SIGKILL);
 }
 
 }  // namespace fmstack::runtime::internal

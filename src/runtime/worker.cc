@@ -87,6 +87,12 @@ void Worker::OnArrival(std::string cmd, std::function<void(const nlohmann::json&
   }
 }
 
+void Worker::Close() {
+  const std::lock_guard lock(mu_);
+  closed_ = true;
+  arrived_.notify_all();  // a WaitCommand returns at once
+}
+
 void Worker::Loop() {
   LineReader reader;
   auto next_beat = std::chrono::steady_clock::now();
@@ -109,12 +115,7 @@ void Worker::Loop() {
     pollfd p{fd_, POLLIN, 0};
     if (::poll(&p, 1, static_cast<int>(std::max<int64_t>(wait.count(), 1))) <= 0) continue;
     const ssize_t n = ::read(fd_, buf, sizeof buf);
-    if (n <= 0) {  // the supervisor is gone; PDEATHSIG ends this process
-      const std::lock_guard lock(mu_);
-      closed_ = true;
-      arrived_.notify_all();
-      return;
-    }
+    if (n <= 0) return Close();  // the supervisor is gone; PDEATHSIG ends this process
     try {
       for (const std::string& line : reader.Feed(buf, static_cast<size_t>(n))) {
         std::optional<nlohmann::json> cmd = ParseLine(line);
@@ -130,11 +131,7 @@ void Worker::Loop() {
         arrived_.notify_all();
       }
     } catch (const std::exception&) {
-      // A supervisor that breaks the protocol gets no more heartbeats.
-      const std::lock_guard lock(mu_);
-      closed_ = true;
-      arrived_.notify_all();
-      return;
+      return Close();  // a supervisor that breaks the protocol gets no more heartbeats
     }
   }
 }

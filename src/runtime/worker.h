@@ -52,6 +52,7 @@ class Worker {
 
  private:
   void Loop();
+  void Close();  // the channel ended: no command will come
 
   int fd_ = -1;
   std::chrono::milliseconds interval_;

@@ -41,21 +41,24 @@ std::string Describe(uint64_t failure, int rank, int holder) {
 
 }  // namespace
 
+std::optional<std::string> PeerReplicas::AnyFailure(Trainer& trainer, uint64_t failure) const {
+  const std::vector<uint64_t> all = trainer.AllWords(std::array<uint64_t, 1>{failure});
+  for (int k = 0; k < trainer.world(); ++k) {
+    if (all[static_cast<size_t>(k)] != kOk)
+      return Describe(all[static_cast<size_t>(k)], k, HolderOf(k, trainer.world()));
+  }
+  return std::nullopt;
+}
+
 PeerReplicas::PeerReplicas(int64_t every, int procs_per_node)
     : every_(std::max<int64_t>(1, every)), procs_per_node_(std::max(1, procs_per_node)) {}
 
 int PeerReplicas::HolderOf(int rank, int world) const {
-  const int shift = world / procs_per_node_ >= 2 ? procs_per_node_ : 1;
-  return (rank + shift) % world;
+  return (rank + Shift(world)) % world;
 }
 
 int PeerReplicas::HeldBy(int rank, int world) const {
-  const int shift = world / procs_per_node_ >= 2 ? procs_per_node_ : 1;
-  return (rank - shift % world + world) % world;
-}
-
-int64_t PeerReplicas::newest_step() const {
-  return std::max(copies_[0].step, copies_[1].step);
+  return (rank - Shift(world) % world + world) % world;
 }
 
 const PeerReplicas::Copy* PeerReplicas::Find(int64_t step) const {
@@ -102,16 +105,18 @@ double PeerReplicas::AfterStep(Trainer& trainer) {
   if (trainer.world() < 2 || trainer.step() % every_ != 0) return 0;
   const auto start = std::chrono::steady_clock::now();
   Wait();
-  // The older copy is overwritten; the newer stays whole until this one is.
-  Copy& c = copies_[0].step <= copies_[1].step ? copies_[0] : copies_[1];
-  std::function<void()> exchange = Refresh(trainer, c);
+  StartRefresh(trainer);
+  return Since(start);
+}
+
+void PeerReplicas::StartRefresh(Trainer& trainer) {
+  std::function<void()> exchange = Refresh(trainer, Older());
   if (exchange && connected_) {
     exchange_ = std::thread(std::move(exchange));
   } else if (exchange) {
     exchange();
     connected_ = true;
   }
-  return Since(start);
 }
 
 void PeerReplicas::Wait() {
@@ -150,10 +155,9 @@ std::function<void()> PeerReplicas::Refresh(Trainer& trainer, Copy& c) {
       c.held_hash = theirs[1];
       if (corrupt_) Corrupt(c);
       c.step = c.counters.step;
-    } catch (const std::exception& e) {
+    } catch (const std::exception&) {
       // The copy stays incomplete (step -1); the training thread meets the
       // same failure in its next collective and recovers from the other.
-      exchange_error_ = e.what();
     }
   };
 }
@@ -235,12 +239,9 @@ PeerReplicas::Outcome PeerReplicas::Restore(Trainer& trainer, bool fresh) {
   }
   // Sizes first: a replacement that cannot take the payload must not be
   // sent one of a size it does not expect.
-  const std::vector<uint64_t> fits = trainer.AllWords(std::array<uint64_t, 1>{failure});
-  for (int k = 0; k < w; ++k) {
-    if (fits[static_cast<size_t>(k)] != kOk) {
-      out.source = Describe(fits[static_cast<size_t>(k)], k, HolderOf(k, w));
-      return out;
-    }
+  if (std::optional<std::string> why = AnyFailure(trainer, failure)) {
+    out.source = *why;
+    return out;
   }
   comm.SendRecv(
       serve >= 0 ? comm::View(std::span<float>(const_cast<float*>(served->data()), served->size()))
@@ -252,12 +253,9 @@ PeerReplicas::Outcome PeerReplicas::Restore(Trainer& trainer, bool fresh) {
   } else if (HashFloats(own->state) != own->hash) {
     failure = kOwnChecksum;
   }
-  const std::vector<uint64_t> verdict = trainer.AllWords(std::array<uint64_t, 1>{failure});
-  for (int k = 0; k < w; ++k) {
-    if (verdict[static_cast<size_t>(k)] != kOk) {
-      out.source = Describe(verdict[static_cast<size_t>(k)], k, HolderOf(k, w));
-      return out;
-    }
+  if (std::optional<std::string> why = AnyFailure(trainer, failure)) {
+    out.source = *why;
+    return out;
   }
   if (fresh) {
     Unpack(trainer, received);
@@ -278,12 +276,10 @@ PeerReplicas::Outcome PeerReplicas::Restore(Trainer& trainer, bool fresh) {
   out.source = replaced.empty() ? "every rank from its own copy"
                                 : replaced + " (the others from their own copies)";
   // The replacements hold nothing yet: refresh now, so a second failure
-  // before the next refresh step still finds two copies of every rank.
-  Copy& older = copies_[0].step <= copies_[1].step ? copies_[0] : copies_[1];
-  if (std::function<void()> exchange = Refresh(trainer, older)) {
-    exchange_ = std::thread(std::move(exchange));  // the pairs are connected: beside training
-    connected_ = true;
-  }
+  // before the next refresh step still finds two copies of every rank. The
+  // rounds above connected the pairs: the exchange runs beside training.
+  connected_ = true;
+  StartRefresh(trainer);
   out.seconds = Since(start);
   return out;
 }

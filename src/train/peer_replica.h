@@ -17,6 +17,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -47,8 +48,6 @@ class PeerReplicas {
   // The rank that holds rank r's copy, and the rank whose copy r holds.
   int HolderOf(int rank, int world) const;
   int HeldBy(int rank, int world) const;
-  // The newest complete copy's step; -1 when there is none.
-  int64_t newest_step() const;
   int64_t every() const { return every_; }
 
   struct Outcome {
@@ -89,6 +88,13 @@ class PeerReplicas {
   static void Pack(Trainer& trainer, std::span<float> out);
   static void Unpack(Trainer& trainer, std::span<const float> in);
   const Copy* Find(int64_t step) const;
+  // Every rank's failure code (collective); the first one, described.
+  std::optional<std::string> AnyFailure(Trainer& trainer, uint64_t failure) const;
+  // The copy a refresh overwrites: the newer stays whole until it is done.
+  Copy& Older() { return copies_[0].step <= copies_[1].step ? copies_[0] : copies_[1]; }
+  // Refreshes Older(); the exchange runs on exchange_ once the pairs exist.
+  void StartRefresh(Trainer& trainer);
+  int Shift(int world) const { return world / procs_per_node_ >= 2 ? procs_per_node_ : 1; }
   static void Corrupt(Copy& c);
 
   int64_t every_;
@@ -97,7 +103,6 @@ class PeerReplicas {
   bool corrupt_ = false;
   bool connected_ = false;  // the first exchange has run (and built the pairs)
   std::thread exchange_;
-  std::string exchange_error_;  // the last exchange's failure, for the log
 };
 
 }  // namespace fmstack::train
