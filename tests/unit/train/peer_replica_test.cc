@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <set>
 
 #include "comm/hier_comm.h"
@@ -34,9 +35,10 @@ TrainConfig Config() {
   return c;
 }
 
-// Written once by the parent, read by every rank.
-std::string DataPath() {
-  return ::testing::TempDir() + "/peer_replica_tokens.bin";
+// Written once by the test's process, read by every rank it forks; named
+// by that process, since ctest runs the cases side by side.
+std::string DataPath(pid_t test = ::getpid()) {
+  return ::testing::TempDir() + "/peer_replica_tokens." + std::to_string(test) + ".bin";
 }
 
 void WriteData() {
@@ -77,7 +79,7 @@ void RunRank(int rank, const Scenario& s, uint16_t port) {
   // One thread per rank, as `fmstack run` gives them; also, a forked child
   // must not wait on the OpenMP pool its parent's earlier tests started.
   gpt::SetCpuThreads(1);
-  const TokenFile data = TokenFile::Load(DataPath());
+  const TokenFile data = TokenFile::Load(DataPath(::getppid()));
   std::unique_ptr<comm::Communicator> comm = Join(rank, 0, port);
   auto trainer = std::make_unique<Trainer>(Config(), data, comm.get(), DpConfig{s.mode});
   auto peers = std::make_unique<PeerReplicas>(1, kProcs);
@@ -154,6 +156,7 @@ void RunScenario(const Scenario& s) {
     ASSERT_EQ(::waitpid(pids[r], &st, 0), pids[r]);
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "rank " << r;
   }
+  std::filesystem::remove(DataPath());
 }
 
 TEST(PeerReplicas, HolderIsOnTheNextNode) {
