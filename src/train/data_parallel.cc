@@ -38,22 +38,41 @@ const char* DpModeName(DpMode m) {
   return "?";
 }
 
-DataParallel::DataParallel(comm::Communicator& comm, const gpt::ParamLayout& layout,
-                           const OptimConfig& optim, DpConfig config)
-    : comm_(comm), optim_(optim), config_(config) {
+std::vector<DataParallel::Bucket> DataParallel::MakeBuckets(const gpt::ParamLayout& layout,
+                                                            size_t bucket_bytes) {
   // Whole groups per bucket, in the order backward finishes them.
+  std::vector<Bucket> buckets;
   const auto groups = layout.GradReadyGroups();
   for (size_t g = 0; g < groups.size(); ++g) {
-    if (buckets_.empty() || buckets_.back().count * sizeof(float) >= config_.bucket_bytes) {
-      buckets_.emplace_back();
+    if (buckets.empty() || buckets.back().count * sizeof(float) >= bucket_bytes) {
+      buckets.emplace_back();
     }
-    Bucket& b = buckets_.back();
+    Bucket& b = buckets.back();
     for (const gpt::TensorInfo& t : groups[g]) {
       b.ranges.push_back({static_cast<size_t>(t.offset), static_cast<size_t>(t.size())});
       b.count += static_cast<size_t>(t.size());
     }
     b.last_group = static_cast<int>(g);
   }
+  return buckets;
+}
+
+std::vector<comm::Range> DataParallel::OwnedRangesOf(const gpt::ParamLayout& layout,
+                                                     const DpConfig& config, int world, int rank) {
+  std::vector<comm::Range> out;
+  for (const Bucket& b : MakeBuckets(layout, config.bucket_bytes)) {
+    const comm::Range shard = comm::ShardOf(b.count, world, rank);
+    ForEachSpan(b, shard.begin, shard.end(), [&](size_t flat, size_t, size_t n) {
+      out.push_back({flat, n});
+    });
+  }
+  return out;
+}
+
+DataParallel::DataParallel(comm::Communicator& comm, const gpt::ParamLayout& layout,
+                           const OptimConfig& optim, DpConfig config)
+    : comm_(comm), optim_(optim), config_(config) {
+  buckets_ = MakeBuckets(layout, config_.bucket_bytes);
   const std::vector<uint8_t> decay = DecayMask(layout);
   size_t shard_total = 0;
   for (Bucket& b : buckets_) {

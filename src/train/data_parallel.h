@@ -81,6 +81,10 @@ class DataParallel {
     size_t flat = 0, shard = 0, count = 0;
   };
   std::vector<OwnedSpan> OwnedSpans() const;
+  // The flat ranges OwnedSpans() gives on `rank` of a group of `world`
+  // ranks, without one: where a rank's shard lies in another world size.
+  static std::vector<comm::Range> OwnedRangesOf(const gpt::ParamLayout& layout,
+                                                const DpConfig& config, int world, int rank);
   std::span<float> shard_m() { return shard_m_; }
   std::span<float> shard_v() { return shard_v_; }
 
@@ -97,6 +101,7 @@ class DataParallel {
     std::vector<float> packed;
   };
 
+  static std::vector<Bucket> MakeBuckets(const gpt::ParamLayout& layout, size_t bucket_bytes);
   void Enqueue(std::function<void()> task);
   void Drain();
   void Worker();

@@ -125,6 +125,7 @@ void PeerReplicas::Wait() {
 
 std::function<void()> PeerReplicas::Refresh(Trainer& trainer, Copy& c) {
   c.step = -1;
+  c.world = trainer.world();
   c.counters = trainer.counters();
   c.state.resize(StateSize(trainer));  // the same size every time: no new pages
   Pack(trainer, c.state);

@@ -65,6 +65,17 @@ class PeerReplicas {
   // and the trainer's state is undefined: restore a checkpoint.
   Outcome Restore(Trainer& trainer, bool fresh);
 
+  // Elastic: the world changed size. Collective over the new communicator
+  // `trainer` is Reshape()d onto. The copies were taken in a group of
+  // `from_world` ranks, where this rank was `from_rank` (-1: a newcomer,
+  // holding nothing). Agrees on the newest step at which every shard of the
+  // old group is held by a member of the new one (its owner, or its holder
+  // when the owner was lost), checks each copy used against its hash,
+  // assembles the whole state (parameters and both moments) from them and
+  // keeps this rank's new shard: the ZeRO re-partition, in memory. Refuses
+  // as Restore does, with step -1 on every rank.
+  Outcome Reshape(Trainer& trainer, int from_world, int from_rank);
+
   // Fault rehearsal, a bad memory module: from now on one bit of every copy
   // this rank holds for its peer (its own under DDP) is flipped after the
   // hash was taken; the checksum must catch it.
@@ -75,6 +86,7 @@ class PeerReplicas {
   // DDP), then their first and second moments, in MomentRuns() order.
   struct Copy {
     int64_t step = -1;  // -1 while being written
+    int world = 0;      // the group size it was taken in
     TrainCounters counters;
     std::vector<float> state;
     uint64_t hash = 0;

@@ -27,13 +27,17 @@ Trainer::Trainer(const TrainConfig& config, const TokenFile& data, comm::Communi
                             data.path, data.vocab, config.shape.vocab));
   }
   dp_config_ = dp;
+  groups_ = static_cast<int>(model_->params_layout().GradReadyGroups().size());
   if (comm != nullptr && comm->size() > 1) {
-    if (config.grad_accum % comm->size() != 0) {
+    // Elastic shrinking splits unevenly (train.global_batch is kept); a
+    // job's own start must split evenly, so that every rank is busy.
+    if (config.grad_accum % comm->size() != 0 && config.init_params) {
       throw Error(
           fmt::format("train.global_batch: {} micro-batches of {} per step do not split "
                       "evenly over {} data-parallel ranks",
                       config.grad_accum, config.micro_batch, comm->size()));
     }
+    CheckShare(comm->size());
     dp_ = std::make_unique<DataParallel>(*comm, model_->params_layout(), config.optim, dp);
     dp_world_ = comm->size();
   }
@@ -50,7 +54,13 @@ Trainer::Trainer(const TrainConfig& config, const TokenFile& data, comm::Communi
 StepStats Trainer::Step() {
   const auto start = std::chrono::steady_clock::now();
   const int64_t B = config_.micro_batch, T = config_.shape.seq_len, G = config_.grad_accum;
-  const int64_t local = G / world(), first = rank() * local;
+  const comm::Range mine = MicroBatches();
+  const auto local = static_cast<int64_t>(mine.count), first = static_cast<int64_t>(mine.begin);
+  // ZeRO-2 reduces every micro-batch: a rank with a smaller share (after an
+  // elastic shrink to a world that does not divide the batch) still meets
+  // its peers in each reduction, with zero gradients.
+  const bool zero2 = dp_ && dp_config_.mode == DpMode::kZero2;
+  const int64_t rounds = zero2 ? (G + world() - 1) / world() : std::max<int64_t>(local, 1);
   const auto scale = 1.0f / static_cast<float>(G);
   model_->ZeroGrad();
   if (slowdown_ > 0) std::this_thread::sleep_for(std::chrono::duration<double>(slowdown_));
@@ -58,11 +68,16 @@ StepStats Trainer::Step() {
     model_->grads()[0] = std::numeric_limits<float>::quiet_NaN();
   }
   double loss = 0;
-  for (int64_t j = 0; j < local; ++j) {
-    sampler_.Train(counters_.step, first + j, /*rank=*/0, inputs_, targets_);
-    loss += model_->Forward(inputs_, targets_, B, T);
-    const bool last = j == local - 1;
-    model_->Backward(scale, dp_ ? dp_->BackwardHook(model_->grads(), last) : nullptr);
+  for (int64_t j = 0; j < rounds; ++j) {
+    const bool last = j == rounds - 1;
+    auto hook = dp_ ? dp_->BackwardHook(model_->grads(), last) : nullptr;
+    if (j < local) {
+      sampler_.Train(counters_.step, first + j, /*rank=*/0, inputs_, targets_);
+      loss += model_->Forward(inputs_, targets_, B, T);
+      model_->Backward(scale, hook);
+    } else if (hook) {
+      for (int g = 0; g < groups_; ++g) hook(g);  // the gradients are zero
+    }
     if (dp_) dp_->AfterBackward(model_->grads(), last);
   }
   if (dp_) loss = dp_->SumAcrossRanks(loss);
@@ -131,6 +146,31 @@ void Trainer::Attach(comm::Communicator* comm) {
                             comm ? comm->size() : 0, dp_world_));
   }
   dp_ = std::make_unique<DataParallel>(*comm, model_->params_layout(), config_.optim, dp_config_);
+}
+
+void Trainer::Reshape(comm::Communicator* comm) {
+  if (comm == nullptr || comm->size() < 2)
+    throw Error("reshape: data parallelism needs a communicator of at least 2 ranks");
+  CheckShare(comm->size());
+  dp_ = std::make_unique<DataParallel>(*comm, model_->params_layout(), config_.optim, dp_config_);
+  dp_world_ = comm->size();
+}
+
+void Trainer::CheckShare(int world) const {
+  if (config_.grad_accum < world) {
+    throw Error(fmt::format(
+        "train.global_batch: {} micro-batches per step cannot keep {} data-parallel ranks busy",
+        config_.grad_accum, world));
+  }
+}
+
+comm::Range Trainer::MicroBatches() const {
+  return comm::ShardOf(static_cast<size_t>(config_.grad_accum), world(), rank());
+}
+
+std::vector<comm::Range> Trainer::StateRunsOf(int world, int rank) const {
+  if (dp_config_.mode == DpMode::kDdp || world < 2) return {{0, model_->params().size()}};
+  return DataParallel::OwnedRangesOf(model_->params_layout(), dp_config_, world, rank);
 }
 
 std::vector<uint64_t> Trainer::AllWords(std::span<const uint64_t> mine) {

@@ -60,7 +60,8 @@ class Trainer {
   // `data` must outlive the trainer. Initialises parameters from the seed.
   // With a communicator of W ranks (which must outlive the trainer), rank r
   // runs micro-batches r*G/W .. (r+1)*G/W-1 of the G = grad_accum of every
-  // step, so W ranks train exactly the batches one process would.
+  // step, so W ranks train exactly the batches one process would (after an
+  // elastic reshape W need not divide G: comm::ShardOf splits it).
   Trainer(const TrainConfig& config, const TokenFile& data, comm::Communicator* comm = nullptr,
           DpConfig dp = {});
 
@@ -99,7 +100,18 @@ class Trainer {
   // so the moments must be restored after Attach (train/peer_replica.h).
   void Detach();
   void Attach(comm::Communicator* comm);
+  // Elastic: the same after the world changed size. The new ranks' ZeRO
+  // shards are empty until the state is restored (PeerReplicas::Reshape),
+  // and the global batch is split anew (see MicroBatches).
+  void Reshape(comm::Communicator* comm);
   comm::Communicator* communicator() { return dp_ ? &dp_->comm() : nullptr; }
+  // The micro-batches of each step this rank runs: its share of the
+  // grad_accum micro-batches of the global batch (comm::ShardOf).
+  comm::Range MicroBatches() const;
+  // The flat parameter ranges whose state rank `rank` of a group of `world`
+  // holds (MomentRuns' ranges there): everything under DDP.
+  std::vector<comm::Range> StateRunsOf(int world, int rank) const;
+  const DpConfig& dp_config() const { return dp_config_; }
   // ZeRO: every rank's owned parameter runs (MomentRuns' ranges) into
   // everyone's replica (collective, exact). No-op otherwise.
   void GatherParams() {
@@ -114,8 +126,11 @@ class Trainer {
   void SlowDown(double seconds_per_step) { slowdown_ = seconds_per_step; }
 
  private:
+  void CheckShare(int world) const;
+
   TrainConfig config_;
   std::unique_ptr<gpt::Model> model_;
+  int groups_ = 0;  // the model's gradient-ready groups (backward hook calls)
   std::unique_ptr<DataParallel> dp_;
   DpConfig dp_config_;
   int dp_world_ = 1;                  // the data-parallel width the trainer was built for

@@ -57,17 +57,48 @@ uint64_t MomentsHash(Trainer& t) {
   return HashFloats(all);
 }
 
+// The whole moments of the group (collective): each rank's runs summed into
+// zeros, so every element comes from its one owner, exactly.
+uint64_t WholeMomentsHash(Trainer& t) {
+  const size_t n = t.model().params().size();
+  std::vector<float> whole(2 * n, 0.0f);
+  for (const Trainer::MomentRun& r : t.MomentRuns()) {
+    std::copy(r.m.begin(), r.m.end(), whole.begin() + static_cast<long>(r.flat));
+    std::copy(r.v.begin(), r.v.end(), whole.begin() + static_cast<long>(n + r.flat));
+  }
+  if (t.sharded()) t.communicator()->AllReduce(std::span<float>(whole), comm::ReduceOp::kSum);
+  return HashFloats(whole);
+}
+
+// Every rank out of its last collective before any drops the group
+// (dropping aborts it, as a failure would).
+void Barrier(comm::TcpStore& store, const std::string& name, const std::vector<int>& ranks,
+             int rank) {
+  store.Set(name + "/" + std::to_string(rank), "1");
+  for (const int r : ranks) store.Get(name + "/" + std::to_string(r), std::chrono::seconds(30));
+}
+
+void ExpectEqualReplicas(Trainer& t) {
+  const std::vector<uint64_t> hashes = t.AllWords(std::array<uint64_t, 1>{t.ParamHash()});
+  if (std::adjacent_find(hashes.begin(), hashes.end(), std::not_equal_to<>()) != hashes.end())
+    throw Error("replicas differ after the first step on the new group");
+}
+
 struct Scenario {
   DpMode mode = DpMode::kZero1;
   std::set<int> lost;       // ranks that come back as fresh processes
   int corrupt_holder = -1;  // this rank's held copies are corrupted
   std::string refusal;      // expected in the outcome when the restore must fail
+  bool elastic = false;     // the lost ranks leave, and come back later
 };
 
-std::unique_ptr<comm::Communicator> Join(int rank, int64_t generation, uint16_t port) {
+std::unique_ptr<comm::Communicator> Join(int rank, int64_t generation, uint16_t port,
+                                         int world = kWorld) {
   comm::CommOptions o;
   o.store = std::make_shared<comm::TcpStore>("127.0.0.1", port, kSecret);
-  o.rank = rank, o.size = kWorld, o.local_rank = rank % kProcs, o.local_size = kProcs;
+  // A group that is not whole nodes (3 ranks) is one of single-rank nodes.
+  const int local = world % kProcs == 0 ? kProcs : 1;
+  o.rank = rank, o.size = world, o.local_rank = rank % local, o.local_size = local;
   o.job_id = "pr" + std::to_string(::getppid());
   o.generation = generation;
   o.timeout = std::chrono::seconds(20);
@@ -126,10 +157,86 @@ void RunRank(int rank, const Scenario& s, uint16_t port) {
   if (fresh && o.bytes <= 0) throw Error("a replacement received nothing");
   // The group trains on as one: the replicas stay equal.
   trainer->Step();
-  const std::vector<uint64_t> hashes =
-      trainer->AllWords(std::array<uint64_t, 1>{trainer->ParamHash()});
-  if (std::adjacent_find(hashes.begin(), hashes.end(), std::not_equal_to<>()) != hashes.end())
-    throw Error("replicas differ after the first step on the new group");
+  ExpectEqualReplicas(*trainer);
+}
+
+// Elastic: the lost ranks' processes leave; the others go on as a smaller
+// group (renumbered, node-major), then the lost ones come back as fresh
+// processes and the group grows to its full size again.
+void RunElasticRank(int rank, const Scenario& s, uint16_t port) {
+  gpt::SetCpuThreads(1);
+  const TokenFile data = TokenFile::Load(DataPath(::getppid()));
+  std::unique_ptr<comm::Communicator> comm = Join(rank, 0, port);
+  auto trainer = std::make_unique<Trainer>(Config(), data, comm.get(), DpConfig{s.mode});
+  auto peers = std::make_unique<PeerReplicas>(1, kProcs);
+  for (int i = 0; i < 3; ++i) {
+    trainer->Step();
+    peers->AfterStep(*trainer);
+  }
+  peers->Wait();
+  const uint64_t params_at_3 = trainer->ParamHash(), moments_at_3 = WholeMomentsHash(*trainer);
+  trainer->Step();
+  std::vector<int> all(kWorld), survivors;
+  for (int r = 0; r < kWorld; ++r) all[r] = r;
+  for (int r = 0; r < kWorld; ++r)
+    if (!s.lost.contains(r)) survivors.push_back(r);
+  comm::TcpStore store("127.0.0.1", port, kSecret);
+  Barrier(store, "stepped", all, rank);
+  const int small = static_cast<int>(survivors.size());
+  uint64_t params_at_4 = 0, moments_at_4 = 0;
+  if (s.lost.contains(rank)) {
+    trainer.reset();
+    peers.reset();
+    comm.reset();
+  } else {
+    const int old_rank = trainer->rank();
+    const int new_rank =
+        static_cast<int>(std::find(survivors.begin(), survivors.end(), rank) - survivors.begin());
+    trainer->Detach();
+    comm.reset();
+    comm = Join(new_rank, 1, port, small);
+    trainer->Reshape(comm.get());
+    const PeerReplicas::Outcome o = peers->Reshape(*trainer, kWorld, old_rank);
+    if (o.step != 3)
+      throw Error("shrink: restored step " + std::to_string(o.step) + ": " + o.source);
+    if (trainer->step() != 3)
+      throw Error("shrink: trainer at step " + std::to_string(trainer->step()));
+    if (trainer->ParamHash() != params_at_3) throw Error("shrink: parameters differ from step 3");
+    if (WholeMomentsHash(*trainer) != moments_at_3)
+      throw Error("shrink: moments differ from step 3");
+    trainer->Step();  // the global batch over fewer ranks
+    peers->AfterStep(*trainer);
+    peers->Wait();
+    ExpectEqualReplicas(*trainer);
+    params_at_4 = trainer->ParamHash(), moments_at_4 = WholeMomentsHash(*trainer);
+    trainer->Step();  // past the copies again
+  }
+  Barrier(store, "shrunk", all, rank);
+  // Grow back: the lost ranks return as newcomers holding nothing.
+  const bool fresh = s.lost.contains(rank);
+  const int from_rank = fresh ? -1 : trainer->rank();
+  if (fresh) {
+    comm = Join(rank, 2, port);
+    trainer = std::make_unique<Trainer>(Config(), data, comm.get(), DpConfig{s.mode});
+    peers = std::make_unique<PeerReplicas>(1, kProcs);
+  } else {
+    trainer->Detach();
+    comm.reset();
+    comm = Join(rank, 2, port);
+    trainer->Reshape(comm.get());
+  }
+  // Everyone has the moments of step 4 only where they are the same: check
+  // through the group, which every rank joins.
+  const PeerReplicas::Outcome o = peers->Reshape(*trainer, small, from_rank);
+  if (o.step != 4) throw Error("grow: restored step " + std::to_string(o.step) + ": " + o.source);
+  const std::vector<uint64_t> expected =
+      trainer->AllWords(std::array<uint64_t, 2>{params_at_4, moments_at_4});
+  const int survivor = survivors.front();  // same rank number in both full groups
+  const uint64_t moments = WholeMomentsHash(*trainer);
+  if (trainer->ParamHash() != expected[2 * survivor] || moments != expected[2 * survivor + 1])
+    throw Error("grow: the state differs from the smaller group's step 4");
+  trainer->Step();
+  ExpectEqualReplicas(*trainer);
 }
 
 void RunScenario(const Scenario& s) {
@@ -141,7 +248,11 @@ void RunScenario(const Scenario& s) {
     if (pid == 0) {
       int code = 0;
       try {
-        RunRank(r, s, server.port());
+        if (s.elastic) {
+          RunElasticRank(r, s, server.port());
+        } else {
+          RunRank(r, s, server.port());
+        }
       } catch (const std::exception& e) {
         std::fprintf(stderr, "rank %d: %s\n", r, e.what());
         code = 1;
@@ -188,6 +299,19 @@ TEST(PeerReplicas, Zero2RankComesBack) {
 
 TEST(PeerReplicas, BothCopiesLostIsRefusedOnEveryRank) {
   RunScenario({.lost = {0, 2}, .refusal = "both copies of rank 0 were lost"});
+}
+
+TEST(PeerReplicas, ElasticShrinkRepartitionsZeroShardsAndGrowsBack) {
+  RunScenario({.lost = {2, 3}, .elastic = true});
+}
+
+TEST(PeerReplicas, ElasticShrinkToAnUnevenSplitUnderZero2) {
+  // 3 ranks for 4 micro-batches: one rank runs a zero-gradient round.
+  RunScenario({.mode = DpMode::kZero2, .lost = {1}, .elastic = true});
+}
+
+TEST(PeerReplicas, ElasticShrinkUnderDdp) {
+  RunScenario({.mode = DpMode::kDdp, .lost = {0, 1}, .elastic = true});
 }
 
 TEST(PeerReplicas, CorruptedCopyIsRefusedByItsChecksum) {
