@@ -482,6 +482,11 @@ void Engine::CommitStep(size_t t, const Job& job) {
     std::optional<std::string> text;
     for (int wait_ms = 1; !(text = tier.ReadSmall(job.step(), name));
          wait_ms = std::min(wait_ms * 2, 100)) {
+      if (give_up_commit_) {
+        throw Error(
+            fmt::format("{}: abandoned: the job's ranks changed before rank {} wrote its part",
+                        tier.Where(job.step(), name), r));
+      }
       if (Since(start) > options_.commit_timeout_seconds) {
         throw Error(fmt::format("{}: rank {} did not write its part within {:.0f} s",
                                 tier.Where(job.step(), name), r, options_.commit_timeout_seconds));

@@ -11,6 +11,7 @@
 // to free slots. The default pool holds one whole state.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -104,6 +105,11 @@ class Engine {
   // verification, and the run is about to write those step numbers again).
   std::optional<RestoreResult> Restore(std::span<const TensorTarget> targets,
                                        std::optional<int64_t> max_step = std::nullopt);
+  // The job's ranks changed (an elastic reshape): a save in flight will
+  // never be joined by the ranks that left, so rank 0 stops waiting for
+  // their parts now instead of at commit_timeout_seconds. The step stays
+  // uncommitted; the engine must not be used for saves afterwards.
+  void Abandon() { give_up_commit_ = true; }
   // Timings of saves whose pipeline finished, oldest first.
   std::vector<SaveTiming> TakeTimings();
   // Allocates and touches the staging pool now (it is otherwise sized by the
@@ -138,10 +144,11 @@ class Engine {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> write_queue_, drain_queue_;
-  std::set<int64_t> pinned_;  // steps the drain still reads from tier 0
-  int busy_ = 0;              // jobs not yet through every tier
-  int writing_ = 0;           // jobs not yet through the first tier
-  bool abandon_ = false;      // the destructor gave up on a slow drain
+  std::set<int64_t> pinned_;                 // steps the drain still reads from tier 0
+  int busy_ = 0;                             // jobs not yet through every tier
+  int writing_ = 0;                          // jobs not yet through the first tier
+  bool abandon_ = false;                     // the destructor gave up on a slow drain
+  std::atomic<bool> give_up_commit_{false};  // Abandon()
   bool stop_ = false;
   std::exception_ptr first_tier_error_;
   std::vector<std::string> errors_;

@@ -7,9 +7,11 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "cli/commands.h"
 #include "metrics/goodput.h"
+#include "metrics/samples.h"
 #include "runtime/inject.h"
 #include "spec/job_spec.h"
 #include "util/error.h"
@@ -44,9 +46,14 @@ int Report(const std::string& run_dir, bool json) {
   std::ifstream in(path);
   const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
   if (j.is_discarded() || !j.is_object()) throw Error(path + ": not a JSON object");
+  // The sample ledger, where the run kept one (data-parallel under `fmstack run`).
+  std::optional<metrics::SampleAudit> samples;
+  if (std::filesystem::exists(run_dir + "/samples")) samples = metrics::AuditSamples(run_dir, 0, 0);
   if (json) {
-    std::cout << j.dump(2) << "\n";
-    return 0;
+    nlohmann::json out = j;
+    if (samples) out["samples"] = samples->ToJson();
+    std::cout << out.dump(2) << "\n";
+    return samples && !samples->ok() ? 1 : 0;
   }
   metrics::Ledger ledger;
   try {
@@ -58,6 +65,11 @@ int Report(const std::string& run_dir, bool json) {
   std::cout << fmt::format("run {} ({}): {} ranks, goodput {:.1f}%\n\n", info.job, info.state,
                            info.world, 100 * ledger.Goodput())
             << ledger.RenderText();
+  if (samples) {
+    std::cout << "\nsamples: " << samples->Summary() << "\n";
+    for (const std::string& p : samples->problems) std::cout << "  " << p << "\n";
+    if (!samples->ok()) return 1;
+  }
   return 0;
 }
 

@@ -12,12 +12,14 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <thread>
 
 #include "catalog/catalog.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
+#include "metrics/samples.h"
 #include "runtime/supervisor.h"
 #include "spec/job_spec.h"
 #include "util/error.h"
@@ -277,10 +279,21 @@ int RunJob(const RunArgs& args, std::span<char* const> argv) {
   t.AddRow({"parameter hash", done.at("param_hash").get<std::string>()});
   t.AddRow({"checkpoint", done.at("state").get<std::string>()});
   t.AddRow({"restarts", fmt::format("{} ({} fault(s))", r.restarts, r.ledger.incidents().size())});
+  std::optional<metrics::SampleAudit> samples;
+  if (std::filesystem::exists(out + "/samples")) {
+    samples = metrics::AuditSamples(out, done.at("steps").get<int64_t>(),
+                                    done.value("grad_accum", int64_t{0}));
+    t.AddRow({"samples", samples->Summary()});
+  }
   t.AddRow({"goodput",
             fmt::format("{:.1f}% of wall time in productive steps", 100 * r.ledger.Goodput())});
   t.AddRow({"wall time (incl. start-up)", units::FormatSeconds(r.seconds)});
   std::cout << t.RenderText();
+  if (samples && !samples->ok()) {
+    std::cerr << "fmstack run: the sample ledger (" << out << "/samples) shows:\n";
+    for (const std::string& p : samples->problems) std::cerr << "  " << p << "\n";
+    return 1;
+  }
   return 0;
 }
 

@@ -21,21 +21,8 @@ namespace fmstack::cli {
 TrainCheckpointer::TrainCheckpointer(const spec::JobSpec& job, const catalog::Catalog& catalog,
                                      const std::string& out, train::Trainer& trainer, Note note,
                                      bool joining)
-    : job_(job), catalog_(catalog), trainer_(trainer), note_(std::move(note)) {
-  ckpt::EngineOptions o;
-  o.collect_garbage = !joining;
-  o.rank = trainer.rank();
-  o.world = trainer.world();
-  o.keep = static_cast<int>(job.checkpoint.keep);
-  o.pool_bytes = static_cast<int64_t>(job.checkpoint.pool_bytes);
-  if (o.rank == 0) o.log = note_;
-  o.fault_point = [this](std::string_view point, const std::string& tier) {
-    if (point != "shard-written" || tier != "local") return;
-    if (die_during_save_.exchange(false)) ::raise(SIGKILL);
-    if (fail_next_write_.exchange(false))
-      throw Error("write: No space left on device (injected disk-full)");
-  };
-  engine_ = std::make_unique<ckpt::Engine>(MakeCheckpointTiers(job.checkpoint, out + "/ckpt"), o);
+    : job_(job), out_(out), catalog_(catalog), trainer_(trainer), note_(std::move(note)) {
+  engine_ = MakeEngine(!joining);
   // The pool is touched now, so that no save, the first included, pays page
   // faults; not by a joining rank, whose peers wait for it.
   if (joining) return;
@@ -43,6 +30,40 @@ TrainCheckpointer::TrainCheckpointer(const spec::JobSpec& job, const catalog::Ca
   for (const ckpt::TensorSlice& s : train::CheckpointSnapshot(trainer).slices)
     bytes += static_cast<int64_t>(s.data.size());
   engine_->Reserve(bytes);
+}
+
+std::unique_ptr<ckpt::Engine> TrainCheckpointer::MakeEngine(bool collect_garbage) {
+  ckpt::EngineOptions o;
+  o.collect_garbage = collect_garbage;
+  o.rank = trainer_.rank();
+  o.world = trainer_.world();
+  o.keep = static_cast<int>(job_.checkpoint.keep);
+  o.pool_bytes = static_cast<int64_t>(job_.checkpoint.pool_bytes);
+  if (o.rank == 0) o.log = note_;
+  o.fault_point = [this](std::string_view point, const std::string& tier) {
+    if (point != "shard-written" || tier != "local") return;
+    if (die_during_save_.exchange(false)) ::raise(SIGKILL);
+    if (fail_next_write_.exchange(false))
+      throw Error("write: No space left on device (injected disk-full)");
+  };
+  return std::make_unique<ckpt::Engine>(MakeCheckpointTiers(job_.checkpoint, out_ + "/ckpt"), o);
+}
+
+void TrainCheckpointer::Reshaped() {
+  engine_->Abandon();
+  engine_.reset();  // its threads end; what it wrote of an unfinished step stays uncommitted
+  // Every rank is done with the old engine before rank 0 of the new world
+  // removes uncommitted steps: none writes into them any more.
+  const std::vector<double> every = trainer_.AllValues(static_cast<double>(every_));
+  const std::vector<double> saved = trainer_.AllValues(static_cast<double>(saved_through_));
+  engine_ = MakeEngine(/*collect_garbage=*/true);
+  every_ = static_cast<int64_t>(*std::max_element(every.begin(), every.end()));
+  // Every rank skips the same steps, or a save would wait for a part that
+  // never comes.
+  saved_through_ = std::max(static_cast<int64_t>(*std::max_element(saved.begin(), saved.end())),
+                            trainer_.step());
+  // Rank 0's clean-up is done before any rank can write the next step: that
+  // step's collectives wait for rank 0.
 }
 
 std::optional<int64_t> TrainCheckpointer::Resume(std::optional<int64_t> max_step,

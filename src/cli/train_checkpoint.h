@@ -65,13 +65,20 @@ class TrainCheckpointer {
   // part then, or now when the job stands at that step, so that the step
   // commits.
   void Rejoined(int64_t every, int64_t newest_saved);
+  // After an elastic reshape (collective over the new group): a save in
+  // flight is abandoned (the ranks that left never finish it), and the
+  // engine starts again as this rank of the new world. Steps up to the
+  // current one are not saved again; the cadence is the group's.
+  void Reshaped();
 
  private:
   ckpt::SaveTiming Save();
+  std::unique_ptr<ckpt::Engine> MakeEngine(bool collect_garbage);
   void ChooseCadence(double blocking_seconds);
   double Mtti(std::string* source) const;
 
   const spec::JobSpec& job_;
+  std::string out_;
   const catalog::Catalog& catalog_;  // fault rates for the MTTI when the cluster has none
   train::Trainer& trainer_;
   Note note_;

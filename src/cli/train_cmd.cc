@@ -17,6 +17,7 @@
 #include "cli/train_peers.h"
 #include "comm/hier_comm.h"
 #include "gpt/sgemm_peak.h"
+#include "metrics/samples.h"
 #include "runtime/supervisor.h"
 #include "runtime/worker.h"
 #include "spec/job_spec.h"
@@ -90,13 +91,17 @@ std::optional<int64_t> RestoreLimit() {
   return n;
 }
 
-// Words are (stop, hash) per rank. A message when the hashes differ.
+// The words every rank shares after each step: a stop request, its
+// replica's hash, and the micro-batches it trained (for the sample ledger).
+enum StepWord : size_t { kStop, kHash, kMicroFirst, kMicroCount, kStepWords };
+
+// A message when the hashes differ.
 std::optional<std::string> CompareReplicas(const std::vector<uint64_t>& words, int world) {
   std::string hashes;
   bool differ = false;
   for (int r = 0; r < world; ++r) {
-    const uint64_t h = words[2 * static_cast<size_t>(r) + 1];
-    differ = differ || h != words[1];
+    const uint64_t h = words[kStepWords * static_cast<size_t>(r) + kHash];
+    differ = differ || h != words[kHash];
     hashes += fmt::format("{}rank {} {:016x}", r == 0 ? "" : ", ", r, h);
   }
   if (!differ) return std::nullopt;
@@ -109,7 +114,8 @@ int BlamedReplica(const std::vector<uint64_t>& words, int world) {
   for (int r = 0; r < world; ++r) {
     int same = 0;
     for (int o = 0; o < world; ++o)
-      same += words[2 * static_cast<size_t>(o) + 1] == words[2 * static_cast<size_t>(r) + 1];
+      same += words[kStepWords * static_cast<size_t>(o) + kHash] ==
+              words[kStepWords * static_cast<size_t>(r) + kHash];
     if (same == 1 && world >= 3) {
       if (blamed >= 0) return -1;
       blamed = r;
@@ -165,6 +171,7 @@ int RunTrain(const TrainArgs& args) {
   control->Progress(0, "start");
   train::TrainConfig config = ConfigFromSpec(job, args.steps);
   config.init_params = !TrainPeers::Joining();
+  config.uneven_split = job.resilience.policy == "elastic";
   const train::TokenFile train_tokens = train::TokenFile::Load(job.data.dir + "/train.bin");
   const train::TokenFile val_tokens = train::TokenFile::Load(job.data.dir + "/val.bin");
   std::unique_ptr<comm::Communicator> comm;
@@ -230,6 +237,13 @@ int RunTrain(const TrainArgs& args) {
   const int64_t first = trainer.step();
   const int64_t last = args.until > 0 ? std::min(args.until, config.steps) : config.steps;
   Rehearsal rehearsal;
+  // Under `fmstack run`: which micro-batches each step trained, per rank.
+  std::optional<metrics::SampleLedger> samples;
+  if (const char* run_dir = std::getenv("FMSTACK_RUN_DIR"); worker && distributed && run_dir) {
+    const char* slot = std::getenv("FMSTACK_SLOT");
+    samples.emplace(fmt::format("{}/samples/rank{}.jsonl", run_dir,
+                                slot != nullptr ? slot : std::to_string(trainer.rank())));
+  }
   int64_t verified = trainer.step();  // newest step whose replicas were checked equal
   try {
     while (trainer.step() < last) {
@@ -250,8 +264,19 @@ int RunTrain(const TrainArgs& args) {
         if (control->active() && distributed) {
           const int64_t every = job.resilience.replica_check_every;
           const bool check = every > 0 && s.step % every == 0;
-          const std::vector<uint64_t> words = trainer.AllWords(
-              std::array<uint64_t, 2>{rehearsal.stop ? 1u : 0u, check ? trainer.ParamHash() : 0});
+          const comm::Range micro = trainer.MicroBatches();
+          const std::vector<uint64_t> words = trainer.AllWords(std::array<uint64_t, kStepWords>{
+              rehearsal.stop ? 1u : 0u, check ? trainer.ParamHash() : 0, micro.begin, micro.count});
+          if (samples) {
+            metrics::SampleRecord rec{.generation = peers.generation(),
+                                      .step = s.step,
+                                      .micro_batch = config.micro_batch};
+            for (size_t r = 0; r < words.size(); r += kStepWords) {
+              rec.ranges.emplace_back(static_cast<int64_t>(words[r + kMicroFirst]),
+                                      static_cast<int64_t>(words[r + kMicroCount]));
+            }
+            samples->Append(rec);
+          }
           if (check) {
             if (const std::optional<std::string> bad = CompareReplicas(words, trainer.world())) {
               control->Send({{"ev", "fault"},
@@ -266,7 +291,8 @@ int RunTrain(const TrainArgs& args) {
             verified = s.step;
           }
           bool stop = false;
-          for (size_t r = 0; r < words.size(); r += 2) stop = stop || words[r] != 0;
+          for (size_t r = 0; r < words.size(); r += kStepWords)
+            stop = stop || words[r + kStop] != 0;
           if (stop) {
             control->Progress(s.step, "checkpoint");
             const ckpt::SaveTiming t = checkpoints.SaveNow();
@@ -371,6 +397,7 @@ int RunTrain(const TrainArgs& args) {
                {"param_hash", fmt::format("{:016x}", trainer.ParamHash())},
                {"state", state_path()},
                {"world", trainer.world()},
+               {"grad_accum", config.grad_accum},
                {"mode", comm ? train::DpModeName(dp.mode) : "single"},
                {"transport", comm ? comm->name() : "none"}});
     return 0;

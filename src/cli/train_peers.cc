@@ -17,6 +17,17 @@ int ProcsPerNode() {
   return std::max(1, n);
 }
 
+// FMSTACK_RESHAPE_FROM: the world a newcomer's group grows from; 0 = none.
+int ReshapeFrom() {
+  const char* v = std::getenv("FMSTACK_RESHAPE_FROM");
+  if (v == nullptr) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (end == v || *end != '\0' || n < 1 || n > 1 << 20)
+    throw Error(fmt::format("FMSTACK_RESHAPE_FROM={}: expected a world size", v));
+  return static_cast<int>(n);
+}
+
 }  // namespace
 
 TrainPeers::TrainPeers(const spec::JobSpec& job, runtime::Worker& control, train::Trainer& trainer,
@@ -34,6 +45,7 @@ TrainPeers::TrainPeers(const spec::JobSpec& job, runtime::Worker& control, train
         "from (resilience.policy = \"{}\", {} ranks, {}supervised)",
         job.resilience.policy, comm ? comm->size() : 1, control.active() ? "" : "not "));
   }
+  if (const char* g = std::getenv("FMSTACK_GENERATION")) generation_ = std::atoll(g);
   if (!enabled_) return;
   replacement_ = Joining();
   live_ = comm.get();
@@ -60,6 +72,7 @@ double TrainPeers::AfterStep() {
 }
 
 bool TrainPeers::Join() {
+  if (const int from = ReshapeFrom(); from > 0) return Reshape(from, -1);
   return Restore(/*fresh=*/true);
 }
 
@@ -89,6 +102,11 @@ bool TrainPeers::Recover(const comm::CommError& error) {
   }
   comm::CommOptions options = comm::OptionsFromEnv();
   options.generation = (*cmd)["generation"].get<int64_t>();
+  // An elastic rejoin names the new group and this rank's place in it.
+  const int from_world = trainer_.world(), from_rank = rank;
+  options.size = (*cmd).value("world", from_world);
+  options.rank = (*cmd).value("rank", from_rank);
+  generation_ = options.generation;
   try {
     comm_ = comm::Connect(options);
   } catch (const std::exception& e) {
@@ -96,17 +114,52 @@ bool TrainPeers::Recover(const comm::CommError& error) {
                              options.generation, e.what());
     return false;
   }
-  trainer_.Attach(comm_.get());
+  const bool reshape = options.size != from_world || options.rank != from_rank;
+  if (reshape) {
+    trainer_.Reshape(comm_.get());
+  } else {
+    trainer_.Attach(comm_.get());
+  }
   {
     const std::lock_guard lock(mu_);
     live_ = comm_.get();
   }
-  return Restore(/*fresh=*/false);
+  return reshape ? Reshape(from_world, from_rank) : Restore(/*fresh=*/false);
+}
+
+bool TrainPeers::Reshape(int from_world, int from_rank) {
+  control_.Progress(trainer_.step(), "restore");
+  const train::PeerReplicas::Outcome o = peers_.Reshape(trainer_, from_world, from_rank);
+  if (o.step >= 0) checkpoints_.Reshaped();
+  if (!Report(o, from_rank < 0)) return false;
+  if (trainer_.rank() == 0) {
+    const comm::Range mine = trainer_.MicroBatches();
+    const int64_t G = trainer_.config().grad_accum;
+    std::cerr << fmt::format(
+        "elastic: {} -> {} data-parallel ranks; the global batch stays {} micro-batches of {} "
+        "({} per rank{})\n",
+        from_world, trainer_.world(), G, trainer_.config().micro_batch, mine.count,
+        G % trainer_.world() == 0 ? "" : ", some ranks one fewer");
+  }
+  return true;
 }
 
 bool TrainPeers::Restore(bool fresh) {
   control_.Progress(trainer_.step(), "restore");
   const train::PeerReplicas::Outcome o = peers_.Restore(trainer_, fresh);
+  if (o.step >= 0) {
+    // The survivors' checkpoint cadence and newest save hold for everyone.
+    const std::vector<double> every =
+        trainer_.AllValues(static_cast<double>(checkpoints_.every_steps()));
+    const std::vector<double> saved =
+        trainer_.AllValues(static_cast<double>(checkpoints_.saved_through()));
+    checkpoints_.Rejoined(static_cast<int64_t>(*std::max_element(every.begin(), every.end())),
+                          static_cast<int64_t>(*std::max_element(saved.begin(), saved.end())));
+  }
+  return Report(o, fresh);
+}
+
+bool TrainPeers::Report(const train::PeerReplicas::Outcome& o, bool fresh) {
   const int rank = trainer_.rank();
   if (o.step < 0) {
     const std::string what = fmt::format(
@@ -119,17 +172,11 @@ bool TrainPeers::Restore(bool fresh) {
                    {"what", what}});
     return false;
   }
-  // The survivors' checkpoint cadence and newest save hold for everyone.
-  const std::vector<double> every =
-      trainer_.AllValues(static_cast<double>(checkpoints_.every_steps()));
-  const std::vector<double> saved =
-      trainer_.AllValues(static_cast<double>(checkpoints_.saved_through()));
-  checkpoints_.Rejoined(static_cast<int64_t>(*std::max_element(every.begin(), every.end())),
-                        static_cast<int64_t>(*std::max_element(saved.begin(), saved.end())));
   control_.Send({{"ev", "restore"},
                  {"step", o.step},
                  {"seconds", o.seconds},
                  {"source", "peers"},
+                 {"world", trainer_.world()},
                  {"bytes", o.bytes},
                  {"what", o.source}});
   if (rank == 0 || fresh) {

@@ -7,6 +7,12 @@
 // replacement restores from its holder's copy instead of a checkpoint.
 // When no peer copy can serve, every rank reports "peer-restore-failed"
 // and the supervisor restarts from the newest checkpoint.
+//
+// Under resilience.policy = "elastic" the supervisor may instead drop a lost
+// node (its "rejoin" then names a smaller world and this rank's place in
+// it) or add a returning one (a newcomer is started with
+// FMSTACK_RESHAPE_FROM, the world it grows from): every rank then re-forms
+// its shards for the new size from the peers' copies (PeerReplicas::Reshape).
 #pragma once
 
 #include <memory>
@@ -47,9 +53,15 @@ class TrainPeers {
   // (reported or timed out; exit with runtime::kFaultExitCode).
   bool Recover(const comm::CommError& error);
   void CorruptHeldCopies() { peers_.CorruptHeldCopies(); }
+  // The communicator generation this rank trains in now.
+  int64_t generation() const { return generation_; }
 
  private:
   bool Restore(bool fresh);
+  // Elastic: the group changed size; this rank was `from_rank` of
+  // `from_world` (-1: a newcomer).
+  bool Reshape(int from_world, int from_rank);
+  bool Report(const train::PeerReplicas::Outcome& o, bool fresh);
 
   const spec::JobSpec& job_;
   runtime::Worker& control_;
@@ -58,6 +70,7 @@ class TrainPeers {
   std::unique_ptr<comm::Communicator>& comm_;
   train::PeerReplicas peers_;
   bool enabled_ = false, replacement_ = false;
+  int64_t generation_ = 0;
   std::mutex mu_;                       // guards live_ against the control thread
   comm::Communicator* live_ = nullptr;  // what a "rejoin" aborts
 };

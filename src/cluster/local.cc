@@ -43,6 +43,7 @@ std::vector<std::string> WorkerEnvironment(const LocalLayout& layout, const Laun
   vars["FMSTACK_GENERATION"] = std::to_string(env.generation);
   vars["FMSTACK_NODES"] = std::to_string(layout.nodes);
   vars["FMSTACK_RUN"] = "1";
+  vars["FMSTACK_SLOT"] = std::to_string(rank);  // the launch place, kept when RANK is remapped
   if (!env.node_host.empty()) vars["FMSTACK_HOST"] = env.node_host[node];
   for (const auto& [k, v] : env.extra) vars[k] = v;
   std::vector<std::string> out;

@@ -29,9 +29,7 @@ Trainer::Trainer(const TrainConfig& config, const TokenFile& data, comm::Communi
   dp_config_ = dp;
   groups_ = static_cast<int>(model_->params_layout().GradReadyGroups().size());
   if (comm != nullptr && comm->size() > 1) {
-    // Elastic shrinking splits unevenly (train.global_batch is kept); a
-    // job's own start must split evenly, so that every rank is busy.
-    if (config.grad_accum % comm->size() != 0 && config.init_params) {
+    if (config.grad_accum % comm->size() != 0 && !config.uneven_split) {
       throw Error(
           fmt::format("train.global_batch: {} micro-batches of {} per step do not split "
                       "evenly over {} data-parallel ranks",

@@ -32,6 +32,9 @@ struct TrainConfig {
   // false: the parameters are left for the caller to restore (a rank that
   // replaces a lost one gets them from its peers; drawing them is waste).
   bool init_params = true;
+  // An elastic job may run on a world that does not divide grad_accum (the
+  // global batch is kept, some ranks run one micro-batch fewer).
+  bool uneven_split = false;
 
   int64_t tokens_per_step() const { return micro_batch * grad_accum * shape.seq_len; }
 };
