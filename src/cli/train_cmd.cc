@@ -178,7 +178,9 @@ int RunTrain(const TrainArgs& args) {
   if (distributed) comm = comm::Connect(comm::OptionsFromEnv());
   const train::DpConfig dp = DpFromSpec(job);
   train::Trainer trainer(config, train_tokens, comm.get(), dp);
-  const bool lead = trainer.rank() == 0;
+  // The group's rank 0 speaks for it; after an elastic shrink that may be
+  // another process than at the start.
+  const auto lead = [&trainer] { return trainer.rank() == 0; };
   const ProgressLine progress;
   const std::string out = args.out.empty() ? "runs/" + job.name : args.out;
   std::filesystem::create_directories(out);
@@ -192,7 +194,7 @@ int RunTrain(const TrainArgs& args) {
   TrainCheckpointer checkpoints(
       job, catalog, out, trainer,
       [&](const std::string& line) {
-        if (lead) progress.Note(line);
+        if (lead()) progress.Note(line);
       },
       TrainPeers::Joining());
   // The run's own newest checkpoint wins (a restarted worker continues its
@@ -223,7 +225,7 @@ int RunTrain(const TrainArgs& args) {
   const std::string ckpt_root =
       job.checkpoint.local_dir.empty() ? out + "/ckpt" : job.checkpoint.local_dir;
   auto state_path = [&] { return ckpt_root + "/" + ckpt::StepDirName(trainer.step()); };
-  if (lead) {
+  if (lead()) {
     std::cerr << fmt::format(
         "training {} ({} params) on {} x {} threads ({}): {} steps x {} tokens, from step {}\n",
         config.shape.name, units::FormatCount(static_cast<double>(trainer.model().params().size())),
@@ -299,7 +301,7 @@ int RunTrain(const TrainArgs& args) {
             checkpoints.Finish();
             control->Send(
                 {{"ev", "stopped"}, {"step", s.step}, {"blocking_s", t.blocking_seconds}});
-            if (lead) progress.Note(fmt::format("step {}: saved and stopped on request", s.step));
+            if (lead()) progress.Note(fmt::format("step {}: saved and stopped on request", s.step));
             return 0;
           }
         } else if (!distributed) {
@@ -329,7 +331,7 @@ int RunTrain(const TrainArgs& args) {
                      {"replica_s", replica_s},
                      {"verified", verified},
                      {"tokens", config.tokens_per_step()}});
-        } else if (lead)
+        } else if (lead())
           progress.Show(
               s.step, config.steps,
               fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | |g| {:.2f} | {:.0f} tok/s | "
@@ -339,7 +341,7 @@ int RunTrain(const TrainArgs& args) {
                                                seconds / static_cast<double>(s.step - first))));
         const int64_t every = job.train.eval_interval;
         if ((every > 0 && s.step % every == 0) || s.step == last) {
-          if (!lead) continue;
+          if (!lead()) continue;
           val_loss = trainer.Evaluate(val_tokens, job.train.eval_batches);
           if (worker) {
             EmitEvent({{"ev", "eval"},
@@ -380,7 +382,7 @@ int RunTrain(const TrainArgs& args) {
     std::cerr << e.what() << "\n";
     return runtime::kFaultExitCode;
   }
-  if (!lead) return 0;
+  if (!lead()) return 0;
   const double tokens = static_cast<double>((trainer.step() - first) * config.tokens_per_step());
   const double tok_s = seconds > 0 ? tokens / seconds : 0;
   if (worker) {

@@ -77,7 +77,7 @@ bool TrainPeers::Join() {
 }
 
 bool TrainPeers::Recover(const comm::CommError& error) {
-  const int rank = trainer_.rank();
+  const int rank = trainer_.rank(), world = trainer_.world();
   control_.Progress(trainer_.step(), "recover");
   std::cerr << fmt::format(
       "rank {}: {}\nrank {}: waiting for the supervisor to replace the lost "
@@ -103,7 +103,7 @@ bool TrainPeers::Recover(const comm::CommError& error) {
   comm::CommOptions options = comm::OptionsFromEnv();
   options.generation = (*cmd)["generation"].get<int64_t>();
   // An elastic rejoin names the new group and this rank's place in it.
-  const int from_world = trainer_.world(), from_rank = rank;
+  const int from_world = world, from_rank = rank;
   options.size = (*cmd).value("world", from_world);
   options.rank = (*cmd).value("rank", from_rank);
   generation_ = options.generation;

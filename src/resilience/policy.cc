@@ -72,12 +72,18 @@ Action OnFault(const Policy& policy, const JobView& job, const FaultView& fault)
     a.reason = "elastic: a node is at hand, rebuild the lost ranks from a peer";
     return a;
   }
-  const double after = static_cast<double>(job.dp_active - 1) / static_cast<double>(job.dp_full);
-  if (after + 1e-12 >= policy.min_dp_fraction) {
+  const int64_t left = job.dp_active - std::max<int64_t>(1, fault.replicas_lost);
+  const double after = static_cast<double>(left) / static_cast<double>(job.dp_full);
+  if (left >= 1 && after + 1e-12 >= policy.min_dp_fraction) {
     a.restore = Restore::kNone;
     a.placement = Placement::kDropReplica;
-    a.dp_after = job.dp_active - 1;
-    a.reason = "elastic: no spare, continue with one replica fewer at the same global batch";
+    a.dp_after = left;
+    a.reason = fault.replicas_lost > 1
+                   ? fmt::format(
+                         "elastic: no spare, continue with {} replicas fewer at the same "
+                         "global batch",
+                         fault.replicas_lost)
+                   : "elastic: no spare, continue with one replica fewer at the same global batch";
     return a;
   }
   a.reason = "elastic at its minimum replica count: wait for a node";
@@ -194,7 +200,7 @@ double Backoff(const Policy& p, int restarts) {
 }  // namespace
 
 Decision Decide(const Policy& policy, const JobView& job, const RunHistory& history,
-                const RuntimeEvent& event) {
+                const RuntimeEvent& event, int64_t replicas_per_node) {
   Decision d;
   const bool budget_left = history.restarts < policy.max_restarts;
   const std::string budget = fmt::format("restart {} of {} (resilience.max_restarts)",
@@ -227,7 +233,13 @@ Decision Decide(const Policy& policy, const JobView& job, const RunHistory& hist
     return d;
   }
   const bool silent = event.kind == EventKind::kSilentCorruption;
-  d.action = OnFault(policy, job, {.recovery = RecoveryOf(event.kind), .silent = silent});
+  // A node to reboot or replace is out with every rank it carries.
+  const catalog::Recovery recovery = RecoveryOf(event.kind);
+  d.action =
+      OnFault(policy, job,
+              {.recovery = recovery,
+               .silent = silent,
+               .replicas_lost = recovery == catalog::Recovery::kRestart ? 1 : replicas_per_node});
   if (silent) d.max_restore_step = std::max<int64_t>(event.verified_step, 0);
   if (d.action.restore == Restore::kPeers) {
     // Peers hold state, not health: they replace ranks that were lost. A

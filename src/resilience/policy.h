@@ -46,6 +46,9 @@ struct JobView {
 struct FaultView {
   catalog::Recovery recovery = catalog::Recovery::kReplace;
   bool silent = false;  // silent data corruption: every replica already holds the bad update
+  // Replicas the fault takes: one in the simulator (a replica spans whole
+  // nodes); a runtime node carrying several data-parallel ranks loses them all.
+  int64_t replicas_lost = 1;
 };
 
 enum class Restore {
@@ -142,7 +145,9 @@ struct Decision {
 };
 
 // The one decision point of a real run.
+// `replicas_per_node`: the data-parallel ranks one node carries, all out
+// while it is rebooted or replaced (JobView counts ranks in the runtime).
 Decision Decide(const Policy& policy, const JobView& job, const RunHistory& history,
-                const RuntimeEvent& event);
+                const RuntimeEvent& event, int64_t replicas_per_node = 1);
 
 }  // namespace fmstack::resilience

@@ -24,17 +24,21 @@ void RankMonitor::OnHeartbeat(int rank, int64_t step, const std::string& phase,
 void RankMonitor::OnStep(int rank, int64_t step, double compute_seconds) {
   ranks_.at(static_cast<size_t>(rank)).step = std::max(ranks_[rank].step, step);
   const size_t world = ranks_.size();
-  if (world < 2) return;  // no peer to compare with
+  size_t active = 0;
+  for (const Rank& r : ranks_) active += r.retired ? 0 : 1;
+  if (active < 2) return;  // no peer to compare with
   auto [it, fresh] = compute_.try_emplace(step, world, std::numeric_limits<double>::quiet_NaN());
   it->second[static_cast<size_t>(rank)] = compute_seconds;
-  if (std::any_of(it->second.begin(), it->second.end(), [](double x) { return std::isnan(x); }))
-    return;
+  for (size_t r = 0; r < world; ++r) {
+    if (!ranks_[r].retired && std::isnan(it->second[r])) return;
+  }
   const std::vector<double> all = it->second;
   compute_.erase(compute_.begin(), std::next(it));
   for (size_t r = 0; r < world; ++r) {
+    if (ranks_[r].retired) continue;
     std::vector<double> others;
     for (size_t o = 0; o < world; ++o)
-      if (o != r) others.push_back(all[o]);
+      if (o != r && !ranks_[o].retired) others.push_back(all[o]);
     std::nth_element(others.begin(), others.begin() + static_cast<long>(others.size() / 2),
                      others.end());
     const double median = others[others.size() / 2];

@@ -38,6 +38,12 @@ class RankMonitor {
   void OnStep(int rank, int64_t step, double compute_seconds);
   // The rank's process ended: silence from it is no longer news.
   void OnExit(int rank) { ranks_.at(static_cast<size_t>(rank)).exited = true; }
+  // The rank is out of the job (its node dropped by an elastic shrink): it
+  // is neither hung nor compared with the others until it is replaced.
+  void Retire(int rank) {
+    Rank& r = ranks_.at(static_cast<size_t>(rank));
+    r.exited = r.retired = true;
+  }
   // A replacement process took the rank over: its silence counts from now.
   void OnReplaced(int rank, Clock::time_point now) {
     Rank& r = ranks_.at(static_cast<size_t>(rank));
@@ -58,6 +64,7 @@ class RankMonitor {
     Clock::time_point last;
     bool heard = false;
     bool exited = false;
+    bool retired = false;
     int64_t step = 0;
     std::string phase = "start";
     int64_t slow_streak = 0;

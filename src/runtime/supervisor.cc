@@ -29,6 +29,7 @@ RunResult Supervisor::Run() {
   if (o_.netns) network_ = std::make_unique<cluster::NodeNetwork>(o_.layout.nodes + o_.spares);
   if (network_) env_.master_addr = network_->bridge_address();
   for (int n = 0; n < o_.layout.nodes; ++n) slot_.push_back(n);
+  dropped_.assign(static_cast<size_t>(o_.layout.nodes), false);
   for (int s = 0; s < o_.spares; ++s) spares_.push_back(o_.layout.nodes + s);
   // The store's secret: workers get it by environment (readable by this user
   // only), tools by a 0600 file in the run directory.
@@ -127,8 +128,10 @@ void Supervisor::Spawn() {
   alive_.assign(static_cast<size_t>(world), false);
   result_.exits.assign(static_cast<size_t>(world), {});
   running_ = 0;
-  std::vector<int> all(static_cast<size_t>(world));
-  for (int r = 0; r < world; ++r) all[static_cast<size_t>(r)] = r;
+  std::vector<int> all;  // the nodes an elastic job dropped stay out
+  for (int r = 0; r < world; ++r) {
+    if (!Dropped(r)) all.push_back(r);
+  }
   const bool first = history_.restarts == 0 && !o_.resume_supervisor;
   SpawnRanks(all, first ? "" : fmt::format("---- restart {} ----", history_.restarts));
 }
@@ -164,8 +167,26 @@ void Supervisor::SpawnRanks(const std::vector<int>& ranks, const std::string& ba
   }
   std::vector<cluster::WorkerProcess> started;
   try {
-    started = cluster::SpawnWorkers(o_.layout, env_, o_.argv, child_ends, ranks);
+    if (ActiveNodes() == o_.layout.nodes) {
+      started = cluster::SpawnWorkers(o_.layout, env_, o_.argv, child_ends, ranks);
+    } else {
+      // An elastic job short of nodes: each rank gets its place in the group.
+      const cluster::LaunchEnv base = env_;
+      for (const int r : ranks) {
+        cluster::LaunchEnv e = base;
+        const int group = GroupRank(r);
+        e.extra["RANK"] = std::to_string(group);
+        e.extra["WORLD_SIZE"] = std::to_string(ActiveWorld());
+        e.extra["NODE_RANK"] = e.extra["GROUP_RANK"] =
+            std::to_string(group / o_.layout.procs_per_node);
+        e.extra["FMSTACK_NODES"] = std::to_string(ActiveNodes());
+        for (cluster::WorkerProcess& w :
+             cluster::SpawnWorkers(o_.layout, e, o_.argv, child_ends, {r}))
+          started.push_back(w);
+      }
+    }
   } catch (...) {
+    for (const cluster::WorkerProcess& w : started) ::kill(w.pid, SIGKILL);
     for (const int r : ranks) {
       ::close(child_ends[r]);
       ::close(control_fd_[r]);
@@ -203,6 +224,9 @@ void Supervisor::RunAttempt() {
   term_at_ = kill_at_ = Clock::time_point::max();
   attempt_start_ = relaunch_at_ = Clock::now();
   monitor_ = std::make_unique<RankMonitor>(o_.layout.world(), o_.monitor, attempt_start_);
+  for (int r = 0; r < o_.layout.world(); ++r) {
+    if (Dropped(r)) monitor_->Retire(r);
+  }
   Spawn();
   Clock::time_point drain_until = Clock::time_point::max();
   while (running_ > 0 || !streams_.empty()) {
@@ -210,6 +234,8 @@ void Supervisor::RunAttempt() {
     Reap();
     const auto now = Clock::now();
     if (rejoin_) AdvanceRejoin();
+    RepairNodes();
+    MaybeGrow();
     if (running_ > 0) {
       CheckHealth();
       FireInjections();
@@ -235,8 +261,9 @@ void Supervisor::RunAttempt() {
   result_.saved = decision_ &&
                   (decision_->verb == resilience::Verb::kSaveAndStop ||
                    decision_->verb == resilience::Verb::kSaveAndRestart) &&
-                  std::all_of(result_.exits.begin(), result_.exits.end(),
-                              [](const RankExit& e) { return e.signal == 0 && e.exit_code == 0; });
+                  std::all_of(result_.exits.begin(), result_.exits.end(), [&](const RankExit& e) {
+                    return Dropped(e.rank) || (e.signal == 0 && e.exit_code == 0);
+                  });
   if (decision_ && (decision_->verb == resilience::Verb::kSaveAndStop ||
                     decision_->verb == resilience::Verb::kSaveAndRestart)) {
     Note(result_.saved ? "every rank saved the current step and stopped"
@@ -246,7 +273,7 @@ void Supervisor::RunAttempt() {
   // A fault recorded after the decision's kill (a survivor's report) is noise.
   if (decision_ && network_) {
     for (int n = 0; n < o_.layout.nodes; ++n) {
-      if (!network_->LinkUp(slot_[n])) {
+      if (!dropped_[n] && !network_->LinkUp(slot_[n])) {
         Note(fmt::format("node {}: link restored (the node is rebooted in place)", n));
         network_->SetLink(slot_[n], true);
       }
@@ -333,7 +360,7 @@ void Supervisor::OnStepEvent(int rank, const nlohmann::json& e) {
   monitor_->OnStep(rank, step, step_s - e.value("comm_exposed_s", 0.0));
   if (e.contains("verified"))
     verified_step_ = std::max(verified_step_, e.value("verified", int64_t{0}));
-  if (rank != 0) return;
+  if (rank != Lead()) return;
   result_.ledger.Step(step, step_s);
   if (!decision_) history_.futile_restarts = 0;
   if (recovering_ && !decision_ && restored_) {
@@ -354,7 +381,7 @@ void Supervisor::OnControl(int rank, const nlohmann::json& m) {
     monitor_->OnHeartbeat(rank, m["step"].get<int64_t>(), m["phase"].get<std::string>(), now);
     return;
   }
-  if (ev == "restore" && rank == 0 && !restored_) {
+  if (ev == "restore" && rank == Lead() && !restored_) {
     restored_ = true;
     const int64_t step = m.value("step", int64_t{0});
     const double seconds = m.value("seconds", 0.0);
@@ -379,7 +406,7 @@ void Supervisor::OnControl(int rank, const nlohmann::json& m) {
                        seconds, m.value("what", "")));
     return;
   }
-  if (ev == "ckpt" && rank == 0 && !decision_) {
+  if (ev == "ckpt" && rank == Lead() && !decision_) {
     result_.ledger.Book("checkpoint", m.value("blocking_s", 0.0));
     return;
   }

@@ -93,7 +93,7 @@ void Supervisor::Reap() {
       }
       if (network_) {
         for (int n = 0; n < o_.layout.nodes; ++n) {
-          if (network_->LinkUp(slot_[n])) continue;
+          if (dropped_[n] || network_->LinkUp(slot_[n])) continue;
           Detect({{.kind = resilience::EventKind::kNodeLost,
                    .rank = n * o_.layout.procs_per_node,
                    .step = monitor_->MaxStep()},
@@ -118,7 +118,7 @@ void Supervisor::CheckHealth() {
     // would only notice at their timeout).
     next_link_check_ = now + std::chrono::seconds(1);
     for (int n = 0; n < o_.layout.nodes; ++n) {
-      if (network_->LinkUp(slot_[n])) continue;
+      if (dropped_[n] || network_->LinkUp(slot_[n])) continue;
       Detect({{.kind = resilience::EventKind::kNodeLost,
                .rank = n * o_.layout.procs_per_node,
                .step = monitor_->MaxStep()},
@@ -164,6 +164,12 @@ void Supervisor::FireInjections() {
       pending_.erase(pending_.begin() + static_cast<long>(i));
       continue;
     }
+    if (Dropped(r.rank)) {
+      Note(fmt::format("fault injection {}: {} is not training (its node was dropped); ignored",
+                       r.kind, Where(r.rank)));
+      pending_.erase(pending_.begin() + static_cast<long>(i));
+      continue;
+    }
     if (monitor_->StepOf(r.rank) < r.at_step) {
       ++i;
       continue;
@@ -199,6 +205,16 @@ void Supervisor::Fire(const InjectRequest& r) {
       return;
     }
     network_->SetLink(slot_[r.rank / o_.layout.procs_per_node], false);
+  } else if (r.kind == "node-down") {
+    const int node = r.rank / o_.layout.procs_per_node;
+    for (int l = 0; l < o_.layout.procs_per_node; ++l) {
+      const int k = node * o_.layout.procs_per_node + l;
+      if (alive_[k]) ::kill(workers_[k].pid, SIGKILL);
+    }
+    if (network_) network_->SetLink(slot_[node], false);
+    Detect({{.kind = resilience::EventKind::kNodeLost, .rank = r.rank, .step = monitor_->MaxStep()},
+            fmt::format("node {} went down (slot {}): its {} ranks are gone", node, slot_[node],
+                        o_.layout.procs_per_node)});
   } else if (r.kind == "notice") {
     Detect({{.kind = resilience::EventKind::kNotice, .rank = r.rank, .step = monitor_->MaxStep()},
             fmt::format("termination notice for node {} ({:.0f} s to save)",
@@ -228,17 +244,15 @@ void Supervisor::Fire(const InjectRequest& r) {
 void Supervisor::Detect(const Seen& seen) {
   if (decision_) return;
   detected_at_ = Clock::now();
-  const int dp = o_.layout.world();
-  resilience::Decision d = resilience::Decide(
-      o_.policy,
-      {.dp_full = dp, .dp_active = dp, .spares_ready = static_cast<int64_t>(spares_.size())},
-      history_, seen.event);
+  resilience::Decision d =
+      resilience::Decide(o_.policy,
+                         {.dp_full = o_.layout.world(),
+                          .dp_active = ActiveWorld(),
+                          .spares_ready = static_cast<int64_t>(spares_.size())},
+                         history_, seen.event, o_.layout.procs_per_node);
 
   if (seen.event.kind == resilience::EventKind::kNonFinite)
     history_.last_nonfinite_step = seen.event.step;
-  // What the runtime cannot do yet, it says, and restores from a checkpoint.
-  if (d.verb == resilience::Verb::kRestart && d.action.restore == resilience::Restore::kNone)
-    d.reason += "; shrinking is not in the runtime yet: restoring a checkpoint";
   if (d.max_restore_step >= 0) max_restore_step_ = d.max_restore_step;
   decision_ = d;
   metrics::Incident inc;
@@ -286,7 +300,11 @@ void Supervisor::Detect(const Seen& seen) {
       break;
     }
     case resilience::Verb::kRestart:
-      if (d.action.restore == resilience::Restore::kPeers) {
+      if (d.action.placement == resilience::Placement::kDropReplica) {
+        if (BeginShrink(seen)) break;
+        inc.decision += "; the node cannot be dropped: restoring a checkpoint";
+        result_.ledger.incidents().back().decision = inc.decision;
+      } else if (d.action.restore == resilience::Restore::kPeers) {
         if (BeginRejoin(seen, moved)) break;
         inc.decision += "; no rank to replace in place: restoring a checkpoint";
         result_.ledger.incidents().back().decision = inc.decision;
@@ -313,10 +331,16 @@ bool Supervisor::MoveToSpare(int node) {
       Note(fmt::format("spare slot {} failed its check (its link is down): skipped", spare));
       continue;
     }
+    if (spare == slot_[node]) {
+      Note(fmt::format("node {}: back on its own slot {}, repaired ({} free slot(s) left)", node,
+                       spare, spares_.size()));
+      return true;
+    }
     Note(
         fmt::format("node {}: its ranks move from slot {} to spare slot {} ({} spare(s) left); "
                     "slot {} is out of service",
                     node, slot_[node], spare, spares_.size(), slot_[node]));
+    if (!dropped_[node]) OutOfService(slot_[node]);  // a dropped node's slot already is
     slot_[node] = spare;
     return true;
   }

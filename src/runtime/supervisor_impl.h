@@ -7,8 +7,10 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -104,6 +106,28 @@ class Supervisor {
   void AdvanceRejoin();
   // The in-place recovery cannot go on: every rank restarts from the checkpoint.
   void AbandonRejoin(const std::string& why);
+  // Elastic (supervisor_elastic.cc): drop the lost node and go on with the
+  // survivors as a smaller group (false when that cannot be done); take a
+  // free slot for a dropped node and grow back; slots out of service come
+  // back after o_.node_repair_seconds.
+  bool BeginShrink(const Seen& seen);
+  void MaybeGrow();
+  void RepairNodes();
+  void OutOfService(int slot);
+  // Sends every training survivor (not in `except`) its place in the group
+  // of the current generation.
+  void SendRejoin(const std::vector<int>& except);
+  int ActiveNodes() const {
+    return static_cast<int>(std::count(dropped_.begin(), dropped_.end(), false));
+  }
+  int ActiveWorld() const { return ActiveNodes() * o_.layout.procs_per_node; }
+  bool Dropped(int rank) const { return dropped_[rank / o_.layout.procs_per_node]; }
+  // A rank's place in the training group (nodes dropped, the rest close
+  // up node-major); -1 when its node is dropped.
+  int GroupRank(int rank) const;
+  // The rank whose reports speak for the group (steps, restores, saves):
+  // the group's rank 0.
+  int Lead() const;
   void Poll();
   void Deliver(Stream& s, std::string_view data);
   void OnControl(int rank, const nlohmann::json& m);
@@ -170,10 +194,15 @@ class Supervisor {
   // detection of a fault recovered in place.
   Clock::time_point relaunch_at_;
   struct Rejoin {
-    std::vector<int> ranks;      // lost ranks, replaced once they are gone
+    std::vector<int> ranks;      // lost ranks, replaced once they are gone (or newcomers)
     Clock::time_point spawn_at;  // after the policy's backoff
     Clock::time_point gone_by;   // the lost ranks must have exited by then
+    bool spawn = true;           // false: a shrink, nobody replaces them
+    int from_world = 0;          // a grow: the newcomers reshape from this world
+    bool counted = true;         // counted as a restart (a grow is not a fault)
   };
+  std::vector<bool> dropped_;                 // by job node: not training (elastic)
+  std::map<int, Clock::time_point> repairs_;  // slot out of service -> back in the pool
   std::optional<Rejoin> rejoin_;
 };
 

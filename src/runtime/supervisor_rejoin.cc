@@ -25,7 +25,7 @@ bool Supervisor::BeginRejoin(const Seen& seen, bool moved_to_spare) {
   } else {
     lost.push_back(seen.event.rank);
   }
-  if (static_cast<int>(lost.size()) >= o_.layout.world()) return false;  // nobody survives
+  if (static_cast<int>(lost.size()) >= ActiveWorld()) return false;  // nobody survives
   for (const int r : lost) {
     if (alive_[r]) ::kill(workers_[r].pid, SIGKILL);
   }
@@ -48,11 +48,7 @@ bool Supervisor::BeginRejoin(const Seen& seen, bool moved_to_spare) {
       names, moved_to_spare ? fmt::format(" on spare slot {}", slot_[node]) : "", env_.generation));
   // Survivors abort what they wait on now and wait for the replacements in
   // the new generation's rendezvous.
-  for (int r = 0; r < o_.layout.world(); ++r) {
-    if (std::find(lost.begin(), lost.end(), r) != lost.end()) continue;
-    if (control_fd_[r] >= 0 && alive_[r])
-      SendLine(control_fd_[r], {{"cmd", "rejoin"}, {"generation", env_.generation}});
-  }
+  SendRejoin(lost);
   return true;
 }
 
@@ -67,11 +63,18 @@ void Supervisor::AdvanceRejoin() {
   // A survivor that ended meanwhile (the job's last step, or a failure of
   // its own) cannot meet the replacements: everyone starts again.
   for (int r = 0; r < o_.layout.world(); ++r) {
-    if (alive_[r] ||
+    if (alive_[r] || Dropped(r) ||
         std::find(rejoin_->ranks.begin(), rejoin_->ranks.end(), r) != rejoin_->ranks.end())
       continue;
     return AbandonRejoin(
         fmt::format("{} {} before it could rejoin", Where(r), ExitReason(result_.exits[r])));
+  }
+  if (!rejoin_->spawn) {  // a shrink: the survivors go on by themselves
+    rejoin_.reset();
+    decision_.reset();
+    report_.reset();
+    SaveState();
+    return;
   }
   const int per_node = o_.layout.procs_per_node;
   if (network_) {
@@ -83,13 +86,19 @@ void Supervisor::AdvanceRejoin() {
     }
   }
   env_.extra["FMSTACK_PEER_RESTORE"] = "1";
+  if (rejoin_->from_world > 0)
+    env_.extra["FMSTACK_RESHAPE_FROM"] = std::to_string(rejoin_->from_world);
   try {
-    SpawnRanks(rejoin_->ranks, fmt::format("---- replaced (generation {}) ----", env_.generation));
+    SpawnRanks(rejoin_->ranks,
+               fmt::format("---- {} (generation {}) ----",
+                           rejoin_->from_world > 0 ? "joined" : "replaced", env_.generation));
   } catch (const std::exception& e) {
     env_.extra.erase("FMSTACK_PEER_RESTORE");
+    env_.extra.erase("FMSTACK_RESHAPE_FROM");
     return AbandonRejoin(fmt::format("the replacement did not start ({})", e.what()));
   }
   env_.extra.erase("FMSTACK_PEER_RESTORE");
+  env_.extra.erase("FMSTACK_RESHAPE_FROM");
   for (const int r : rejoin_->ranks) monitor_->OnReplaced(r, now);
   rejoin_.reset();
   // From here a failure is a new fault: a replacement that cannot restore
@@ -101,8 +110,8 @@ void Supervisor::AdvanceRejoin() {
 
 void Supervisor::AbandonRejoin(const std::string& why) {
   Note(fmt::format("checkpointless: {}: restarting every rank", why));
+  if (rejoin_->counted) --history_.restarts;  // the full restart counts instead
   rejoin_.reset();
-  --history_.restarts;  // the full restart counts instead
   decision_->action.restore = resilience::Restore::kCheckpoint;
   KillAll(SIGKILL);
 }

@@ -84,7 +84,8 @@ inline const std::vector<std::string>& InjectKinds() {
                                                  "corrupt-checkpoint",
                                                  "supervisor-restart",
                                                  "notice",
-                                                 "corrupt-replica"};
+                                                 "corrupt-replica",
+                                                 "node-down"};
   return kinds;
 }
 
@@ -128,6 +129,9 @@ struct ResilienceSpec {
   double notice_deadline = 120;     // a termination notice gives this long to save
   // checkpointless/elastic: refresh the in-memory peer replicas every N steps
   int64_t peer_replica_every = 1;
+  // A lost node of a local run comes back (is repaired) this long after it
+  // was lost; 0 = not during the run. An elastic job grows back onto it.
+  double node_repair = 0;
 };
 
 struct DataSpec {

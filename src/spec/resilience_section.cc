@@ -58,11 +58,13 @@ ResilienceSpec ReadResilience(StrictTable& root) {
   r.replica_check_every = t->Int("replica_check_every", 0, 1 << 30).value_or(r.replica_check_every);
   r.notice_deadline = t->Seconds("notice_deadline").value_or(r.notice_deadline);
   r.peer_replica_every = t->Int("peer_replica_every", 1, 1 << 30).value_or(r.peer_replica_every);
+  r.node_repair = t->Seconds("node_repair").value_or(r.node_repair);
   for (auto [key, v] : {std::pair{"restart_backoff", r.restart_backoff},
                         {"heartbeat_interval", r.heartbeat_interval},
                         {"heartbeat_timeout", r.heartbeat_timeout},
                         {"collective_timeout", r.collective_timeout},
-                        {"notice_deadline", r.notice_deadline}}) {
+                        {"notice_deadline", r.notice_deadline},
+                        {"node_repair", r.node_repair}}) {
     if (!(v >= 0 && v <= 7 * 86400)) t->Fail(key, "expected a duration between 0 and 7 days");
   }
   if (r.heartbeat_interval <= 0 || r.heartbeat_interval * 2 > r.heartbeat_timeout) {
