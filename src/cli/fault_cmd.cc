@@ -48,7 +48,8 @@ int Report(const std::string& run_dir, bool json) {
   if (j.is_discarded() || !j.is_object()) throw Error(path + ": not a JSON object");
   // The sample ledger, where the run kept one (data-parallel under `fmstack run`).
   std::optional<metrics::SampleAudit> samples;
-  if (std::filesystem::exists(run_dir + "/samples")) samples = metrics::AuditSamples(run_dir, 0, 0);
+  if (std::filesystem::exists(run_dir + "/samples"))
+    samples = metrics::AuditSamples(run_dir, 0, 0, 0);
   if (json) {
     nlohmann::json out = j;
     if (samples) out["samples"] = samples->ToJson();

@@ -282,8 +282,10 @@ int RunJob(const RunArgs& args, std::span<char* const> argv) {
   t.AddRow({"restarts", fmt::format("{} ({} fault(s))", r.restarts, r.ledger.incidents().size())});
   std::optional<metrics::SampleAudit> samples;
   if (std::filesystem::exists(out + "/samples")) {
-    samples = metrics::AuditSamples(out, done.at("steps").get<int64_t>(),
-                                    done.value("grad_accum", int64_t{0}));
+    // A run started from another run's checkpoint has no record of its steps.
+    samples =
+        metrics::AuditSamples(out, args.resume.empty() ? 1 : 0, done.at("steps").get<int64_t>(),
+                              done.value("grad_accum", int64_t{0}));
     t.AddRow({"samples", samples->Summary()});
   }
   t.AddRow({"goodput",

@@ -241,6 +241,8 @@ int RunTrain(const TrainArgs& args) {
   Rehearsal rehearsal;
   // Under `fmstack run`: which micro-batches each step trained, per rank.
   std::optional<metrics::SampleLedger> samples;
+  const char* started = std::getenv("FMSTACK_RUN_STARTED");
+  const int64_t run_started = started != nullptr ? std::atoll(started) : 0;
   if (const char* run_dir = std::getenv("FMSTACK_RUN_DIR"); worker && distributed && run_dir) {
     const char* slot = std::getenv("FMSTACK_SLOT");
     samples.emplace(fmt::format("{}/samples/rank{}.jsonl", run_dir,
@@ -270,7 +272,8 @@ int RunTrain(const TrainArgs& args) {
           const std::vector<uint64_t> words = trainer.AllWords(std::array<uint64_t, kStepWords>{
               rehearsal.stop ? 1u : 0u, check ? trainer.ParamHash() : 0, micro.begin, micro.count});
           if (samples) {
-            metrics::SampleRecord rec{.generation = peers.generation(),
+            metrics::SampleRecord rec{.run = run_started,
+                                      .generation = peers.generation(),
                                       .step = s.step,
                                       .micro_batch = config.micro_batch};
             for (size_t r = 0; r < words.size(); r += kStepWords) {

@@ -38,6 +38,7 @@ SampleRecord Parse(const std::string& line, const std::string& where) {
   const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
   if (!j.is_object()) throw Error(where + ": not a JSON object");
   SampleRecord r;
+  r.run = j.contains("run") ? Bounded(j, "run", 0, int64_t{1} << 50, where) : 0;
   r.generation = Bounded(j, "gen", 0, kMaxMicro, where);
   r.step = Bounded(j, "step", 1, kMaxMicro, where);
   r.micro_batch = Bounded(j, "micro_batch", 1, kMaxMicro, where);
@@ -99,7 +100,8 @@ SampleLedger::~SampleLedger() {
 void SampleLedger::Append(const SampleRecord& r) {
   nlohmann::json ranges = nlohmann::json::array();
   for (const auto& [first, count] : r.ranges) ranges.push_back({first, count});
-  const std::string line = nlohmann::json{{"gen", r.generation},
+  const std::string line = nlohmann::json{{"run", r.run},
+                                          {"gen", r.generation},
                                           {"step", r.step},
                                           {"micro_batch", r.micro_batch},
                                           {"micro", ranges}}
@@ -112,7 +114,8 @@ void SampleLedger::Append(const SampleRecord& r) {
         fmt::format("{}: append failed: {}", path_, n < 0 ? std::strerror(errno) : "short write"));
 }
 
-SampleAudit AuditSamples(const std::string& run_dir, int64_t steps, int64_t micro_per_step) {
+SampleAudit AuditSamples(const std::string& run_dir, int64_t first, int64_t steps,
+                         int64_t micro_per_step) {
   SampleAudit a;
   const fs::path dir = fs::path(run_dir) / "samples";
   std::vector<fs::path> files;
@@ -131,7 +134,7 @@ SampleAudit AuditSamples(const std::string& run_dir, int64_t steps, int64_t micr
   std::map<int64_t, SampleRecord> newest;  // step -> the newest generation's record
   // Step -> the generations that recorded it: more than one, it was rolled
   // back and trained again (every rank's line of one generation is a copy).
-  std::map<int64_t, std::set<int64_t>> gens;
+  std::map<int64_t, std::set<std::pair<int64_t, int64_t>>> gens;
   for (const fs::path& f : files) {
     std::ifstream in(f);
     std::string line;
@@ -144,13 +147,15 @@ SampleAudit AuditSamples(const std::string& run_dir, int64_t steps, int64_t micr
       }
       SampleRecord r = Parse(line, where);
       ++a.records;
-      gens[r.step].insert(r.generation);
+      gens[r.step].insert({r.run, r.generation});
       auto [it, fresh] = newest.try_emplace(r.step, r);
       if (fresh) continue;
       SampleRecord& held = it->second;
-      if (r.generation > held.generation) {
+      const auto attempt = std::pair{r.run, r.generation};
+      const auto held_attempt = std::pair{held.run, held.generation};
+      if (attempt > held_attempt) {
         held = std::move(r);
-      } else if (r.generation == held.generation &&
+      } else if (attempt == held_attempt &&
                  (r.ranges != held.ranges || r.micro_batch != held.micro_batch)) {
         a.problems.push_back(
             fmt::format("{}: step {} of generation {} recorded differently by another rank", where,
@@ -159,12 +164,15 @@ SampleAudit AuditSamples(const std::string& run_dir, int64_t steps, int64_t micr
     }
   }
   if (steps <= 0) steps = newest.empty() ? 0 : newest.rbegin()->first;
+  if (first <= 0) first = newest.empty() ? 1 : newest.begin()->first;
   if (micro_per_step <= 0 && !newest.empty()) {
     for (const auto& [first, count] : newest.begin()->second.ranges) micro_per_step += count;
   }
+  a.first = first;
   a.steps = steps;
   a.micro_per_step = micro_per_step;
   for (const auto& [step, r] : newest) {
+    if (step < first) continue;  // trained before this run's starting point
     if (step > steps) {
       a.problems.push_back(fmt::format("step {} recorded, the run has {}", step, steps));
       continue;
@@ -178,7 +186,7 @@ SampleAudit AuditSamples(const std::string& run_dir, int64_t steps, int64_t micr
       a.worlds.back().last = step;
     }
   }
-  for (int64_t s = 1; s <= steps; ++s) {
+  for (int64_t s = first; s <= steps; ++s) {
     if (!newest.contains(s)) a.problems.push_back(fmt::format("step {}: no rank recorded it", s));
     if (a.problems.size() > 50) {
       a.problems.push_back("... (more problems not listed)");
@@ -195,6 +203,7 @@ nlohmann::json SampleAudit::ToJson() const {
   for (const Span& s : worlds)
     w.push_back({{"world", s.world}, {"first", s.first}, {"last", s.last}});
   return {{"ok", ok()},
+          {"first", first},
           {"steps", steps},
           {"micro_per_step", micro_per_step},
           {"micro_batch", micro_batch},
@@ -209,7 +218,8 @@ std::string SampleAudit::Summary() const {
   for (const Span& s : worlds) {
     spans += fmt::format("{}{} (steps {}-{})", spans.empty() ? "" : ", ", s.world, s.first, s.last);
   }
-  return fmt::format("{} steps x {} micro-batches: {}; {} redone; world {}", steps, micro_per_step,
+  return fmt::format("steps {}-{} x {} micro-batches: {}; {} redone; world {}", first, steps,
+                     micro_per_step,
                      ok() ? "each exactly once" : fmt::format("{} problem(s)", problems.size()),
                      superseded, spans.empty() ? "-" : spans);
 }

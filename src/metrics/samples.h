@@ -22,6 +22,10 @@
 namespace fmstack::metrics {
 
 struct SampleRecord {
+  // Which attempt trained it, in order: the supervisor's start (Unix ms;
+  // a rerun in the same directory or a supervisor-restart starts later)
+  // and the communicator generation within it.
+  int64_t run = 0;
   int64_t generation = 0;
   int64_t step = 0;
   int64_t micro_batch = 0;  // sequences per micro-batch
@@ -46,7 +50,8 @@ class SampleLedger {
 
 // What the audit found.
 struct SampleAudit {
-  int64_t steps = 0;           // steps audited: 1 .. steps
+  int64_t first = 1;  // steps audited: first .. steps
+  int64_t steps = 0;
   int64_t micro_per_step = 0;  // grad_accum: micro-batches of each step
   int64_t micro_batch = 0;     // sequences per micro-batch
   int64_t records = 0;         // lines read
@@ -65,10 +70,14 @@ struct SampleAudit {
   std::string Summary() const;
 };
 
-// Reads RUN_DIR/samples/*.jsonl and checks steps 1..steps, each of
-// `micro_per_step` micro-batches. Throws Error naming the file and line when
-// a line is malformed or out of bounds; coverage problems (a micro-batch
-// missing or trained twice, a step with no record) go to problems.
-SampleAudit AuditSamples(const std::string& run_dir, int64_t steps, int64_t micro_per_step);
+// Reads RUN_DIR/samples/*.jsonl and checks steps first..steps, each of
+// `micro_per_step` micro-batches (0 for any of them: as recorded - the
+// first and last step recorded, the micro-batches of the first record; a
+// run started from another run's checkpoint begins past step 1). Throws
+// Error naming the file and line when a line is malformed or out of
+// bounds; coverage problems (a micro-batch missing or trained twice, a
+// step with no record) go to problems.
+SampleAudit AuditSamples(const std::string& run_dir, int64_t first, int64_t steps,
+                         int64_t micro_per_step);
 
 }  // namespace fmstack::metrics

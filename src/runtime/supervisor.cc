@@ -53,6 +53,11 @@ RunResult Supervisor::Run() {
   env_.extra = o_.extra_env;
   env_.extra["FMSTACK_STORE_SECRET"] = secret;
   env_.extra["FMSTACK_LOG_DIR"] = o_.run_dir + "/logs";
+  // Orders the sample ledger's records across reruns and supervisor restarts.
+  env_.extra["FMSTACK_RUN_STARTED"] =
+      std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count());
   double wall_before = 0;
   if (o_.resume_supervisor) {
     LoadState();

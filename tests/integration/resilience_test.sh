@@ -81,8 +81,9 @@ want=$(run_hash runs/base)
 [ -n "$want" ] || fail "no parameter hash in the fault-free run"
 echo "fault-free parameter hash: $want"
 
-# Every kind, from the job file, on rank 1 (network-cut on node 1) after step 12.
-kinds="crash exit hang straggler nan bitflip disk-full kill-during-save corrupt-checkpoint supervisor-restart notice network-cut"
+# Every kind, from the job file, on rank 1 (network-cut on node 1, node-down
+# on node 0) after step 12.
+kinds="crash exit hang straggler nan bitflip disk-full kill-during-save corrupt-checkpoint supervisor-restart notice network-cut node-down"
 printf '%-20s %-18s %5s %12s %13s %s\n' kind seen rank "detected(s)" "recovered(s)" hash > table.txt
 for kind in $kinds; do
   rank=1 flags=()
@@ -119,6 +120,8 @@ at_step = 12"
     disk-full) [ "$seen" = checkpoint-failed ] && [ "$blamed" = 1 ] || fail "disk-full: seen as $seen on rank $blamed";;
     notice) [ "$seen" = notice ] || fail "notice: seen as $seen";;
     supervisor-restart) [ "$seen" = supervisor-restart ] || fail "supervisor-restart: seen as $seen";;
+    node-down)  # node 0 goes, both its ranks; the checkpoint policy restarts it in place
+      [ "$seen" = node-lost ] && [ "$blamed" = 1 ] || fail "node-down: seen as $seen on rank $blamed";;
     network-cut)
       [ "$seen" = node-lost ] && [ "$blamed" = 2 ] || fail "network-cut: seen as $seen on rank $blamed"
       ! ip netns list | grep -q "fmstack-" || fail "network-cut: namespaces left behind";;

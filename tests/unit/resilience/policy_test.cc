@@ -49,6 +49,29 @@ TEST(Policy, ElasticShrinksWithoutSpareDownToItsFloorThenWaits) {
   EXPECT_FALSE(ShouldGrow({Strategy::kCheckpointless}, {8, 7, 1}));
 }
 
+TEST(Policy, ElasticCountsEveryReplicaOfALostNode) {
+  // A runtime node of 2 data-parallel ranks in a job of 4: dropping it
+  // leaves 2 of 4, at the floor; a job of 2 ranks on one node cannot drop it.
+  const Policy p{Strategy::kElastic, 0.5};
+  Action a = OnFault(p, {4, 4, 0}, {.recovery = Recovery::kReplace, .replicas_lost = 2});
+  EXPECT_EQ(a.placement, Placement::kDropReplica);
+  EXPECT_EQ(a.dp_after, 2);
+  EXPECT_NE(a.reason.find("2 replicas fewer"), std::string::npos) << a.reason;
+  a = OnFault({Strategy::kElastic, 0.6}, {4, 4, 0},
+              {.recovery = Recovery::kReplace, .replicas_lost = 2});
+  EXPECT_EQ(a.placement, Placement::kWaitForNode);  // 2/4 < 0.6
+  a = OnFault({Strategy::kElastic, 0.0}, {2, 2, 0},
+              {.recovery = Recovery::kReplace, .replicas_lost = 2});
+  EXPECT_EQ(a.placement, Placement::kWaitForNode);  // nobody would be left
+  // Decide: a lost node takes all of its ranks, a crash only one process.
+  const Decision lost = Decide(p, {4, 4, 0}, {}, {.kind = EventKind::kNodeLost, .rank = 2}, 2);
+  EXPECT_EQ(lost.action.placement, Placement::kDropReplica);
+  EXPECT_EQ(lost.action.dp_after, 2);
+  const Decision crash = Decide(p, {4, 4, 0}, {}, {.kind = EventKind::kCrash, .rank = 2}, 2);
+  EXPECT_EQ(crash.action.placement, Placement::kSameNode);
+  EXPECT_EQ(crash.action.restore, Restore::kPeers);
+}
+
 TEST(Policy, MaintenanceLosesNothingAndPrefersSpares) {
   EXPECT_EQ(OnMaintenance({Strategy::kCheckpointRestart}, {8, 8, 1}).placement, Placement::kSpare);
   EXPECT_EQ(OnMaintenance({Strategy::kElastic}, {8, 8, 0}).placement, Placement::kDropReplica);
