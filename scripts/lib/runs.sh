@@ -13,3 +13,9 @@ for l in sys.stdin:
     if e["ev"] == "done": h = e["param_hash"]
 print(h)'
 }
+
+# tiny_model [VOCAB]: the [model] section of the tests' tiny GPT (2 layers,
+# hidden 64, sequences of 64), for job files written by test scripts.
+tiny_model() {
+  printf '[model]\npreset = "gpt-mini"\nlayers = 2\nhidden = 64\nheads = 2\nffn_hidden = 256\nvocab = %s\nseq_len = 64\n' "${1:-256}"
+}

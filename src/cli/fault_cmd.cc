@@ -9,7 +9,9 @@
 #include <memory>
 #include <optional>
 
+#include "catalog/catalog.h"
 #include "cli/commands.h"
+#include "cli/report_sim.h"
 #include "metrics/goodput.h"
 #include "metrics/samples.h"
 #include "runtime/inject.h"
@@ -33,7 +35,15 @@ int Inject(const FaultArgs& a) {
   return 0;
 }
 
-int Report(const std::string& run_dir, bool json) {
+struct ReportArgs {
+  std::string run_dir, vs_sim;
+  bool json = false;
+  int trials = 200;
+};
+
+int Report(const ReportArgs& args) {
+  const std::string& run_dir = args.run_dir;
+  const bool json = args.json;
   const std::string path = run_dir + "/goodput.json";
   if (!std::filesystem::exists(path)) {
     throw Error(
@@ -50,9 +60,21 @@ int Report(const std::string& run_dir, bool json) {
   std::optional<metrics::SampleAudit> samples;
   if (std::filesystem::exists(run_dir + "/samples"))
     samples = metrics::AuditSamples(run_dir, 0, 0, 0);
+  std::optional<VsSim> vs;
+  if (!args.vs_sim.empty()) {
+    metrics::Ledger ledger;
+    try {
+      ledger = metrics::Ledger::FromJson(j);
+    } catch (const std::exception& e) {
+      throw Error(fmt::format("{}: malformed ledger ({})", path, e.what()));
+    }
+    const catalog::Catalog catalog = catalog::Catalog::LoadEmbedded();
+    vs = CompareWithSim(ledger, spec::LoadJobSpec(args.vs_sim, catalog), args.trials);
+  }
   if (json) {
     nlohmann::json out = j;
     if (samples) out["samples"] = samples->ToJson();
+    if (vs) out["vs_sim"] = vs->json;
     std::cout << out.dump(2) << "\n";
     return samples && !samples->ok() ? 1 : 0;
   }
@@ -66,6 +88,7 @@ int Report(const std::string& run_dir, bool json) {
   std::cout << fmt::format("run {} ({}): {} ranks, goodput {:.1f}%\n\n", info.job, info.state,
                            info.world, 100 * ledger.Goodput())
             << ledger.RenderText();
+  if (vs) std::cout << "\n" << vs->text;
   if (samples) {
     std::cout << "\nsamples: " << samples->Summary() << "\n";
     for (const std::string& p : samples->problems) std::cout << "  " << p << "\n";
@@ -95,13 +118,20 @@ Runner AddFaultCommand(CLI::App& app) {
 }
 
 Runner AddReportCommand(CLI::App& app) {
-  auto dir = std::make_shared<std::string>();
-  auto json = std::make_shared<bool>(false);
+  auto a = std::make_shared<ReportArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "report", "a finished run's goodput ledger: wall time by sim's buckets, and each fault");
-  cmd->add_option("run_dir", *dir, "the run's directory (its --out)")->required();
-  cmd->add_flag("--json", *json, "the ledger as JSON");
-  return [dir, json] { return Report(*dir, *json); };
+      "report",
+      "a finished run's goodput ledger: wall time by sim's buckets, each fault, and the sample "
+      "ledger's audit");
+  cmd->add_option("run_dir", a->run_dir, "the run's directory (its --out)")->required();
+  cmd->add_flag("--json", a->json, "the ledger as JSON");
+  cmd->add_option("--vs-sim", a->vs_sim,
+                  "the run's job file: put the ledger beside what `fmstack sim` predicts for it "
+                  "under the fault load the run met")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--trials", a->trials, "simulator seeds for --vs-sim")
+      ->check(CLI::Range(1, 100000));
+  return [a] { return Report(*a); };
 }
 
 }  // namespace fmstack::cli

@@ -178,10 +178,6 @@ std::string_view VerbName(Verb v) {
   return "?";
 }
 
-namespace {
-
-// How the node of a faulty rank comes back: a process fault restarts in
-// place; a silent node (hang) is rebooted; a node off the network replaced.
 catalog::Recovery RecoveryOf(EventKind k) {
   switch (k) {
     case EventKind::kHang:
@@ -192,6 +188,15 @@ catalog::Recovery RecoveryOf(EventKind k) {
       return catalog::Recovery::kRestart;
   }
 }
+
+std::optional<EventKind> ParseEventName(std::string_view name) {
+  for (int k = 0; k <= static_cast<int>(EventKind::kPeerRestoreFailed); ++k) {
+    if (EventName(static_cast<EventKind>(k)) == name) return static_cast<EventKind>(k);
+  }
+  return std::nullopt;
+}
+
+namespace {
 
 double Backoff(const Policy& p, int restarts) {
   return std::min(p.backoff_max_seconds, p.backoff_seconds * std::pow(2.0, restarts));

@@ -112,6 +112,10 @@ enum class EventKind {
   kPeerRestoreFailed,  // checkpointless recovery found no usable peer copy
 };
 std::string_view EventName(EventKind k);
+std::optional<EventKind> ParseEventName(std::string_view name);
+// How the node of a faulty rank comes back: a process fault restarts in
+// place; a silent node (hang) is rebooted; a node off the network replaced.
+catalog::Recovery RecoveryOf(EventKind k);
 
 struct RuntimeEvent {
   EventKind kind = EventKind::kCrash;

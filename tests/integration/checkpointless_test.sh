@@ -27,14 +27,7 @@ bible -f gen1:1-gen20:18 > corpus.txt
 job() {  # file zero-stage extra-toml
   cat > "$1" <<TOML
 name = "tiny"
-[model]
-preset = "gpt-mini"
-layers = 2
-hidden = 64
-heads = 2
-ffn_hidden = 256
-vocab = 256
-seq_len = 64
+$(tiny_model 256)
 [cluster]
 backend = "local"
 nodes = 2

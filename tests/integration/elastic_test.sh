@@ -25,14 +25,7 @@ bible -f gen1:1-gen20:18 > corpus.txt
 job() {  # file zero-stage extra-toml
   cat > "$1" <<TOML
 name = "tiny"
-[model]
-preset = "gpt-mini"
-layers = 2
-hidden = 64
-heads = 2
-ffn_hidden = 256
-vocab = 256
-seq_len = 64
+$(tiny_model 256)
 [cluster]
 backend = "local"
 nodes = ${NODES:-2}
@@ -141,6 +134,19 @@ grep -q "elastic: node 1 back on slot 1: 2 -> 4 data-parallel ranks" grow.err ||
 grep -q -- "---- joined (generation 2) ----" runs/grow/logs/rank2.log || fail "grow: rank 2 did not join"
 samples grow "4 2 4"
 within_noise grow base
+# The same run beside fmstack sim's prediction for its job and fault load.
+"$FMSTACK" report runs/grow --vs-sim grow.toml --trials 50 --json > grow.sim.json ||
+  fail "grow: report --vs-sim failed"
+$PY - grow.sim.json <<'PY'
+import json, sys
+v = json.load(open(sys.argv[1]))["vs_sim"]
+assert v["faults"] == 1 and v["policy"] == "elastic", v
+for b in ("productive", "lost work", "restart + restore", "checkpoint"):
+    assert 0 <= v["buckets"][b]["run"] <= 1 and 0 <= v["buckets"][b]["sim"] <= 1, (b, v["buckets"][b])
+assert v["ettr"]["lo"] <= v["ettr"]["sim"] <= v["ettr"]["hi"], v["ettr"]
+print(f"grow vs sim: goodput {v['ettr']['run']:.3f}, sim {v['ettr']['sim']:.3f} "
+      f"[{v['ettr']['lo']:.3f}, {v['ettr']['hi']:.3f}]")
+PY
 
 # Three nodes, ZeRO-2 and DDP: 6 -> 4 ranks. ZeRO-2 with 6 micro-batches
 # splits unevenly after the shrink (2, 2, 1, 1: the ranks with one reduce

@@ -105,20 +105,36 @@ std::unique_ptr<comm::Communicator> Join(int rank, int64_t generation, uint16_t 
   return comm::Connect(o);
 }
 
-// One rank's whole story; throws on anything unexpected.
-void RunRank(int rank, const Scenario& s, uint16_t port) {
+// A rank of the group after 3 steps, each with its copies refreshed, the
+// last exchange done everywhere before any rank drops the group.
+struct Started {
+  std::unique_ptr<TokenFile> data;  // outlives the trainer, which keeps a reference
+  std::unique_ptr<comm::Communicator> comm;
+  std::unique_ptr<Trainer> trainer;
+  std::unique_ptr<PeerReplicas> peers;
+};
+
+Started Start(int rank, const Scenario& s, uint16_t port) {
   // One thread per rank, as `fmstack run` gives them; also, a forked child
   // must not wait on the OpenMP pool its parent's earlier tests started.
   gpt::SetCpuThreads(1);
-  const TokenFile data = TokenFile::Load(DataPath(::getppid()));
-  std::unique_ptr<comm::Communicator> comm = Join(rank, 0, port);
-  auto trainer = std::make_unique<Trainer>(Config(), data, comm.get(), DpConfig{s.mode});
-  auto peers = std::make_unique<PeerReplicas>(1, kProcs);
+  Started r;
+  r.data = std::make_unique<TokenFile>(TokenFile::Load(DataPath(::getppid())));
+  r.comm = Join(rank, 0, port);
+  r.trainer = std::make_unique<Trainer>(Config(), *r.data, r.comm.get(), DpConfig{s.mode});
+  r.peers = std::make_unique<PeerReplicas>(1, kProcs);
   for (int i = 0; i < 3; ++i) {
-    trainer->Step();
-    peers->AfterStep(*trainer);
+    r.trainer->Step();
+    r.peers->AfterStep(*r.trainer);
   }
-  peers->Wait();  // the last exchange done everywhere before any rank drops the group
+  r.peers->Wait();
+  return r;
+}
+
+// One rank's whole story; throws on anything unexpected.
+void RunRank(int rank, const Scenario& s, uint16_t port) {
+  auto [owned_data, comm, trainer, peers] = Start(rank, s, port);
+  const TokenFile& data = *owned_data;
   if (rank == s.corrupt_holder) peers->CorruptHeldCopies();
   const uint64_t params_at_3 = trainer->ParamHash(), moments_at_3 = MomentsHash(*trainer);
   trainer->Step();  // past the copies: the restore must go back
@@ -164,16 +180,8 @@ void RunRank(int rank, const Scenario& s, uint16_t port) {
 // group (renumbered, node-major), then the lost ones come back as fresh
 // processes and the group grows to its full size again.
 void RunElasticRank(int rank, const Scenario& s, uint16_t port) {
-  gpt::SetCpuThreads(1);
-  const TokenFile data = TokenFile::Load(DataPath(::getppid()));
-  std::unique_ptr<comm::Communicator> comm = Join(rank, 0, port);
-  auto trainer = std::make_unique<Trainer>(Config(), data, comm.get(), DpConfig{s.mode});
-  auto peers = std::make_unique<PeerReplicas>(1, kProcs);
-  for (int i = 0; i < 3; ++i) {
-    trainer->Step();
-    peers->AfterStep(*trainer);
-  }
-  peers->Wait();
+  auto [owned_data, comm, trainer, peers] = Start(rank, s, port);
+  const TokenFile& data = *owned_data;
   const uint64_t params_at_3 = trainer->ParamHash(), moments_at_3 = WholeMomentsHash(*trainer);
   trainer->Step();
   std::vector<int> all(kWorld), survivors;
