@@ -109,7 +109,7 @@ echo "chaos run: $(($(date +%s) - start)) s, $n faults injected"
 job ref.toml 0
 "$FMSTACK" run ref.toml --out ref > /dev/null 2> ref.err || { tail ref.err; exit 1; }
 got=$(run_hash run) want=$(run_hash ref)
-"$FMSTACK" report run --vs-sim chaos.toml | sed -n '/^vs fmstack sim/,$p'
+"$FMSTACK" report run --vs-sim chaos.toml | sed -n "/^vs fmstack sim/,/sim's 95% range/p"
 "$FMSTACK" report run --json > report.json || { keep=1; echo "the sample ledger does not hold"; exit 1; }
 cat run/logs/rank*.log > run.events
 cat ref/logs/rank*.log > ref.events
