@@ -10,7 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-jsonschema
   libopenblas-openmp-dev bible-kjv libxxhash-dev libgloo-dev iproute2
-  libcurl4-openssl-dev libssl-dev
+  libcurl4-openssl-dev libssl-dev libcpp-httplib-dev prometheus
   clang libclang-rt-14-dev libomp-dev
 )
 

@@ -42,6 +42,7 @@ struct RunArgs {
   int max_restarts = -1;  // -1 = resilience.max_restarts (jobs) / 0 (commands)
   int max_procs = 0;      // 0 = from the cores
   double heartbeat_timeout = 30;
+  std::string metrics_listen = "127.0.0.1:0";
 };
 
 // The merged live progress line: the slowest rank's step, rank 0's loss, the
@@ -177,6 +178,7 @@ int RunCommand(const RunArgs& args, std::span<char* const> argv) {
   o.monitor.heartbeat_timeout = args.heartbeat_timeout;
   o.resume_supervisor = std::getenv("FMSTACK_SUPERVISOR_RESUME") != nullptr;
   o.grace_seconds = args.grace;
+  o.metrics_listen = args.metrics_listen;
   o.netns = args.netns;
   // Everything the program prints goes to the terminal, tagged by rank.
   auto line = [](int rank, bool is_stderr, const std::string& text) {
@@ -215,6 +217,7 @@ int RunJob(const RunArgs& args, std::span<char* const> argv) {
   o.job_name = job.name;
   o.job_id = fmt::format("{}{}", job.name, ::getpid());
   o.grace_seconds = args.grace;
+  o.metrics_listen = args.metrics_listen;
   o.extra_env["FMSTACK_COMM_TRANSPORT"] = args.transport;
   o.netns = args.netns || (job.cluster && job.cluster->netns);
   o.checkpoint_dir = job.checkpoint.local_dir.empty() ? out + "/ckpt" : job.checkpoint.local_dir;
@@ -344,6 +347,10 @@ Runner AddRunCommand(CLI::App& app, std::span<char* const> argv) {
                   "automatic restarts after a fault (default: resilience.max_restarts for a job, "
                   "0 for a command, as torchrun)")
       ->check(CLI::Range(0, 1000));
+  cmd->add_option("--metrics-listen", args->metrics_listen,
+                  "serve Prometheus metrics at HOST:PORT/metrics (PORT 0: any free one; off: "
+                  "none); RUN_DIR/metrics/ has the bearer token and a file_sd target file")
+      ->default_val("127.0.0.1:0");
   cmd->add_option("--max-procs", args->max_procs,
                   "most worker processes the local backend may start (default 8 x cores, at "
                   "least 16)")

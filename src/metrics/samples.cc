@@ -166,7 +166,7 @@ SampleAudit AuditSamples(const std::string& run_dir, int64_t first, int64_t step
   if (steps <= 0) steps = newest.empty() ? 0 : newest.rbegin()->first;
   if (first <= 0) first = newest.empty() ? 1 : newest.begin()->first;
   if (micro_per_step <= 0 && !newest.empty()) {
-    for (const auto& [first, count] : newest.begin()->second.ranges) micro_per_step += count;
+    for (const auto& range : newest.begin()->second.ranges) micro_per_step += range.second;
   }
   a.first = first;
   a.steps = steps;

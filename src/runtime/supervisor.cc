@@ -66,6 +66,7 @@ RunResult Supervisor::Run() {
   pending_ = o_.inject;
   for (size_t i = 0; i < pending_.size(); ++i) pending_[i].id = fmt::format("job-{}", i);
   std::erase_if(pending_, [&](const InjectRequest& r) { return fired_.contains(r.id); });
+  StartMetrics();
   WriteInfo("running");
 
   for (;;) {
@@ -241,6 +242,7 @@ void Supervisor::RunAttempt() {
     if (rejoin_) AdvanceRejoin();
     RepairNodes();
     MaybeGrow();
+    Publish();
     if (running_ > 0) {
       CheckHealth();
       FireInjections();
@@ -367,12 +369,14 @@ void Supervisor::OnStepEvent(int rank, const nlohmann::json& e) {
     verified_step_ = std::max(verified_step_, e.value("verified", int64_t{0}));
   if (rank != Lead()) return;
   result_.ledger.Step(step, step_s);
+  MetricsOnStep(e);
   if (!decision_) history_.futile_restarts = 0;
   if (recovering_ && !decision_ && restored_) {
     metrics::Incident& i = result_.ledger.incidents()[*recovering_];
     i.recovery_seconds = Since(detected_at_, Clock::now());
     Note(fmt::format("recovered from {} in {:.2f} s: step {} done", i.kind, i.recovery_seconds,
                      step));
+    MetricsOnRecovered(i.kind, i.recovery_seconds);
     recovering_.reset();
     SaveState();
   }
@@ -413,6 +417,7 @@ void Supervisor::OnControl(int rank, const nlohmann::json& m) {
   }
   if (ev == "ckpt" && rank == Lead() && !decision_) {
     result_.ledger.Book("checkpoint", m.value("blocking_s", 0.0));
+    MetricsOnCheckpoint(m.value("step", int64_t{0}), m.value("blocking_s", 0.0));
     return;
   }
   if (ev == "fault") {

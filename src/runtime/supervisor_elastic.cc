@@ -132,6 +132,7 @@ void Supervisor::MaybeGrow() {
                                         .decision = "grow: " + d.reason,
                                         .what = what});
   recovering_ = result_.ledger.incidents().size() - 1;
+  MetricsOnIncident("grow");
   rejoin_ = Rejoin{ranks, now, now, /*spawn=*/true, from_world, /*counted=*/false};
   Note(fmt::format("elastic: {} in generation {}", what, env_.generation));
   SendRejoin(ranks);

@@ -283,6 +283,7 @@ void Supervisor::Detect(const Seen& seen) {
     }
   }
   result_.ledger.incidents().push_back(inc);
+  MetricsOnIncident(inc.kind);
   if (d.verb == resilience::Verb::kRestart || d.verb == resilience::Verb::kSaveAndRestart) {
     recovering_ = result_.ledger.incidents().size() - 1;
     ++history_.futile_restarts;  // until a step completes after it

@@ -19,6 +19,8 @@
 
 #include "cluster/netns.h"
 #include "comm/tcp_store.h"
+#include "metrics/exporter.h"
+#include "metrics/registry.h"
 #include "runtime/control.h"
 #include "runtime/supervisor.h"
 #include "util/dir_lock.h"
@@ -121,6 +123,13 @@ class Supervisor {
     return static_cast<int>(std::count(dropped_.begin(), dropped_.end(), false));
   }
   int ActiveWorld() const { return ActiveNodes() * o_.layout.procs_per_node; }
+  // Prometheus series (supervisor_metrics.cc): no-ops when metrics are off.
+  void StartMetrics();
+  void Publish();  // the gauges, at most 4 times a second
+  void MetricsOnStep(const nlohmann::json& e);
+  void MetricsOnCheckpoint(int64_t step, double blocking_seconds);
+  void MetricsOnIncident(const std::string& kind);
+  void MetricsOnRecovered(const std::string& kind, double seconds);
   bool Dropped(int rank) const { return dropped_[rank / o_.layout.procs_per_node]; }
   // A rank's place in the training group (nodes dropped, the rest close
   // up node-major); -1 when its node is dropped.
@@ -201,6 +210,9 @@ class Supervisor {
     int from_world = 0;          // a grow: the newcomers reshape from this world
     bool counted = true;         // counted as a restart (a grow is not a fault)
   };
+  std::unique_ptr<metrics::Registry> registry_;
+  std::unique_ptr<metrics::Exporter> exporter_;
+  Clock::time_point next_publish_;
   std::vector<bool> dropped_;                 // by job node: not training (elastic)
   std::map<int, Clock::time_point> repairs_;  // slot out of service -> back in the pool
   std::optional<Rejoin> rejoin_;

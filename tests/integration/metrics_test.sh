@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Prometheus scrapes a live `fmstack run`: Debian's Prometheus on loopback
+# finds the run through its file_sd target file, authenticates with the
+# run's bearer token, and its HTTP API then returns each of the run's
+# series, a crash counted among the incidents. A scrape without the token is
+# refused, and the exposition passes `promtool check metrics`.
+set -euo pipefail
+. "$(dirname "$0")/../../scripts/lib/runs.sh"
+: "${FMSTACK:?path to the fmstack binary}"
+command -v prometheus > /dev/null || { echo "FAIL: prometheus is not installed (scripts/bootstrap.sh)"; exit 1; }
+command -v promtool > /dev/null || { echo "FAIL: promtool is not installed (scripts/bootstrap.sh)"; exit 1; }
+PY=/usr/bin/python3
+work=$(mktemp -d)
+prom="" run=""
+cleanup() {
+  [ -n "$prom" ] && kill "$prom" 2>/dev/null || true
+  [ -n "$run" ] && kill "$run" 2>/dev/null || true
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+cd "$work"
+fail() { echo "FAIL: $*"; [ -f prom.log ] && tail -5 prom.log; exit 1; }
+
+bible -f gen1:1-gen20:18 > corpus.txt
+"$FMSTACK" data prepare --corpus corpus.txt --vocab 256 --held-out-every 50 --out data >/dev/null 2>&1
+cat > job.toml <<TOML
+name = "scraped"
+$(tiny_model 256)
+[cluster]
+backend = "local"
+nodes = 2
+procs_per_node = 2
+[parallel]
+zero_stage = 1
+[train]
+micro_batch = 2
+global_batch = 8
+steps = 100000
+eval_interval = 0
+eval_batches = 2
+threads = 1
+[data]
+dir = "data"
+[checkpoint]
+every = 20
+[resilience]
+policy = "checkpointless"
+heartbeat_interval = "0.5s"
+heartbeat_timeout = "4s"
+collective_timeout = "20s"
+restart_backoff = "0s"
+straggler_steps = 100000
+[[faults.inject]]
+kind = "crash"
+rank = 1
+at_step = 30
+TOML
+
+"$FMSTACK" run job.toml --out runs/scraped > run.out 2> run.err &
+run=$!
+for _ in $(seq 100); do [ -s runs/scraped/metrics/targets.json ] && break; sleep 0.1; done
+target=$($PY -c 'import json, sys; print(json.load(open(sys.argv[1]))[0]["targets"][0])' runs/scraped/metrics/targets.json)
+grep -q "metrics: http://$target/metrics" run.err || fail "the endpoint was not announced"
+code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "http://$target/metrics")
+[ "$code" = 401 ] || fail "a scrape without the token got HTTP $code, not 401"
+curl -sf --max-time 5 -H "Authorization: Bearer $(cat runs/scraped/metrics/token)" \
+  "http://$target/metrics" > exposition.txt || fail "a scrape with the token failed"
+promtool check metrics < exposition.txt || fail "promtool check metrics rejects the exposition"
+
+# Prometheus, once the run has written its token: it scrapes through the
+# run's file_sd target file, with the token as its credentials.
+port=$($PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+cat > prometheus.yml <<YML
+global:
+  scrape_interval: 500ms
+  scrape_timeout: 400ms
+scrape_configs:
+  - job_name: fmstack
+    authorization:
+      credentials_file: $work/runs/scraped/metrics/token
+    file_sd_configs:
+      - files: [$work/runs/scraped/metrics/targets.json]
+        refresh_interval: 1s
+YML
+promtool check config prometheus.yml > /dev/null || fail "promtool rejects the scrape config"
+prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/tsdb" \
+  --web.listen-address="127.0.0.1:$port" > prom.log 2>&1 &
+prom=$!
+api() { curl -sf --max-time 5 "http://127.0.0.1:$port/api/v1/$1"; }
+for _ in $(seq 100); do curl -sf --max-time 1 "http://127.0.0.1:$port/-/ready" > /dev/null && break; sleep 0.1; done
+curl -sf --max-time 1 "http://127.0.0.1:$port/-/ready" > /dev/null || fail "prometheus did not become ready"
+
+
+# Until Prometheus holds the crash and steps after it, then every series.
+query() {  # PromQL -> the first value, or ""
+  api "query?query=$($PY -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1]))' "$1")" |
+    $PY -c 'import json, sys; r = json.load(sys.stdin)["data"]["result"]; print(r[0]["value"][1] if r else "")'
+}
+ok=""
+for _ in $(seq 120); do
+  kill -0 "$run" 2>/dev/null || { tail -20 run.err; fail "the run ended early"; }
+  crashes=$(query 'fmstack_incidents_total{kind="crash"}')
+  step=$(query 'fmstack_step')
+  if [ -n "$crashes" ] && [ -n "$step" ] && [ "${step%.*}" -ge 60 ]; then ok=1; break; fi
+  sleep 0.5
+done
+[ -n "$ok" ] || fail "prometheus never saw the crash and step 60 (crashes '$crashes', step '$step')"
+api targets | $PY -c '
+import json, sys
+t = json.load(sys.stdin)["data"]["activeTargets"]
+assert t and all(x["health"] == "up" for x in t), t' || fail "the target is not up"
+for series in fmstack_step fmstack_step_seconds_count fmstack_tokens_per_second fmstack_loss \
+  fmstack_grad_norm fmstack_learning_rate fmstack_checkpoint_blocking_seconds_count \
+  fmstack_checkpoint_last_timestamp_seconds fmstack_restarts 'fmstack_goodput_seconds{bucket="productive"}' \
+  fmstack_goodput_ratio fmstack_ranks_up fmstack_world_size fmstack_recovery_seconds_count \
+  fmstack_up 'fmstack_incidents_total{kind="crash"}'; do
+  v=$(query "$series")
+  [ -n "$v" ] || fail "prometheus has no $series"
+  echo "$series = $v"
+done
+[ "$(query fmstack_world_size)" = 4 ] || fail "world size $(query fmstack_world_size), expected 4"
+[ "$(query fmstack_ranks_up)" = 4 ] || fail "ranks up $(query fmstack_ranks_up), expected 4"
+echo "metrics: prometheus scraped every series of a live run"
