@@ -213,6 +213,7 @@ class Supervisor {
   std::unique_ptr<metrics::Registry> registry_;
   std::unique_ptr<metrics::Exporter> exporter_;
   Clock::time_point next_publish_;
+  double last_save_ = 0;                      // Unix seconds of the newest save, for its interval
   std::vector<bool> dropped_;                 // by job node: not training (elastic)
   std::map<int, Clock::time_point> repairs_;  // slot out of service -> back in the pool
   std::optional<Rejoin> rejoin_;

@@ -61,8 +61,14 @@ void Supervisor::StartMetrics() {
               kSecondsBuckets);
   m.Gauge("fmstack_checkpoint_last_step", "the newest step a save began for");
   m.Gauge("fmstack_checkpoint_last_timestamp_seconds", "Unix time of the newest save");
+  m.Gauge("fmstack_checkpoint_interval_seconds", "time between the two newest saves");
   m.Gauge("fmstack_restarts", "automatic restarts so far (resilience.max_restarts budget)");
   m.Counter("fmstack_incidents_total", "faults detected, by kind, and elastic grows");
+  // Every kind from 0, so that the first fault of a kind is an increase.
+  for (int k = 0; k <= static_cast<int>(resilience::EventKind::kPeerRestoreFailed); ++k)
+    m.Add("fmstack_incidents_total",
+          {{"kind", std::string(resilience::EventName(static_cast<resilience::EventKind>(k)))}}, 0);
+  m.Add("fmstack_incidents_total", {{"kind", "grow"}}, 0);
   m.Histogram("fmstack_recovery_seconds", "detection to the first completed step after it",
               kSecondsBuckets);
   m.Gauge("fmstack_goodput_seconds", "wall time by the goodput ledger's buckets");
@@ -126,9 +132,11 @@ void Supervisor::MetricsOnCheckpoint(int64_t step, double blocking_seconds) {
   if (!registry_) return;
   registry_->Observe("fmstack_checkpoint_blocking_seconds", {}, blocking_seconds);
   registry_->Set("fmstack_checkpoint_last_step", {}, static_cast<double>(step));
-  registry_->Set(
-      "fmstack_checkpoint_last_timestamp_seconds", {},
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  if (last_save_ > 0) registry_->Set("fmstack_checkpoint_interval_seconds", {}, now - last_save_);
+  last_save_ = now;
+  registry_->Set("fmstack_checkpoint_last_timestamp_seconds", {}, now);
 }
 
 void Supervisor::MetricsOnIncident(const std::string& kind) {

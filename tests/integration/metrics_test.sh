@@ -3,9 +3,11 @@
 # finds the run through its file_sd target file, authenticates with the
 # run's bearer token, and its HTTP API then returns each of the run's
 # series, a crash counted among the incidents. A scrape without the token is
-# refused, and the exposition passes `promtool check metrics`.
+# refused, the exposition passes `promtool check metrics`, and the crash
+# fires its alert from deploy/prometheus/fmstack.rules.yml.
 set -euo pipefail
-. "$(dirname "$0")/../../scripts/lib/runs.sh"
+root=$(cd "$(dirname "$0")/../.." && pwd)
+. "$root/scripts/lib/runs.sh"
 : "${FMSTACK:?path to the fmstack binary}"
 command -v prometheus > /dev/null || { echo "FAIL: prometheus is not installed (scripts/bootstrap.sh)"; exit 1; }
 command -v promtool > /dev/null || { echo "FAIL: promtool is not installed (scripts/bootstrap.sh)"; exit 1; }
@@ -51,10 +53,6 @@ heartbeat_timeout = "4s"
 collective_timeout = "20s"
 restart_backoff = "0s"
 straggler_steps = 100000
-[[faults.inject]]
-kind = "crash"
-rank = 1
-at_step = 30
 TOML
 
 "$FMSTACK" run job.toml --out runs/scraped > run.out 2> run.err &
@@ -75,6 +73,9 @@ cat > prometheus.yml <<YML
 global:
   scrape_interval: 500ms
   scrape_timeout: 400ms
+  evaluation_interval: 500ms
+rule_files:
+  - $root/deploy/prometheus/fmstack.rules.yml
 scrape_configs:
   - job_name: fmstack
     authorization:
@@ -97,15 +98,20 @@ query() {  # PromQL -> the first value, or ""
   api "query?query=$($PY -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1]))' "$1")" |
     $PY -c 'import json, sys; r = json.load(sys.stdin)["data"]["result"]; print(r[0]["value"][1] if r else "")'
 }
+# Once Prometheus holds the run's counters, a crash from outside, as an
+# operator would inject it: its increase fires the alert.
+for _ in $(seq 60); do [ -n "$(query 'fmstack_incidents_total{kind="crash"}')" ] && break; sleep 0.5; done
+[ "$(query 'fmstack_incidents_total{kind="crash"}')" = 0 ] || fail "no zero crash counter before the crash"
+"$FMSTACK" fault inject runs/scraped --rank 1 --kind crash > /dev/null
 ok=""
 for _ in $(seq 120); do
   kill -0 "$run" 2>/dev/null || { tail -20 run.err; fail "the run ended early"; }
   crashes=$(query 'fmstack_incidents_total{kind="crash"}')
-  step=$(query 'fmstack_step')
-  if [ -n "$crashes" ] && [ -n "$step" ] && [ "${step%.*}" -ge 60 ]; then ok=1; break; fi
+  recovered=$(query 'fmstack_recovery_seconds_count{kind="crash"}')
+  if [ "$crashes" = 1 ] && [ "$recovered" = 1 ]; then ok=1; break; fi
   sleep 0.5
 done
-[ -n "$ok" ] || fail "prometheus never saw the crash and step 60 (crashes '$crashes', step '$step')"
+[ -n "$ok" ] || fail "prometheus never saw the crash and its recovery (crashes '$crashes', recovered '$recovered')"
 api targets | $PY -c '
 import json, sys
 t = json.load(sys.stdin)["data"]["activeTargets"]
@@ -120,5 +126,16 @@ for series in fmstack_step fmstack_step_seconds_count fmstack_tokens_per_second 
   echo "$series = $v"
 done
 [ "$(query fmstack_world_size)" = 4 ] || fail "world size $(query fmstack_world_size), expected 4"
+# The crash fires its alert in Prometheus, from the shipped rules.
+for _ in $(seq 40); do
+  firing=$(api alerts | $PY -c '
+import json, sys
+a = json.load(sys.stdin)["data"]["alerts"]
+print(" ".join(x["labels"]["alertname"] + ":" + x["labels"].get("kind", "") for x in a if x["state"] == "firing"))')
+  case " $firing " in *" FmstackFault:crash "*) break;; esac
+  sleep 0.5
+done
+case " $firing " in *" FmstackFault:crash "*) echo "alert firing: FmstackFault (crash)";;
+  *) fail "the crash did not fire FmstackFault (firing: $firing)";; esac
 [ "$(query fmstack_ranks_up)" = 4 ] || fail "ranks up $(query fmstack_ranks_up), expected 4"
 echo "metrics: prometheus scraped every series of a live run"
