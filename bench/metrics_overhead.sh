@@ -6,12 +6,12 @@
 # the median step time (steps 3 and on) side by side and the overhead
 # against off. The registry is updated from the step events the supervisor
 # reads anyway, and the gauges at most 4 times a second.
-#   bash bench/metrics_overhead.sh [REPS] [STEPS] [SCRAPE]   (defaults: 3, 40, 0.5)
+#   bash bench/metrics_overhead.sh [REPS] [STEPS] [SCRAPE]   (defaults: 5, 40, 0.5)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/scripts/lib/runs.sh"
 FMSTACK=${FMSTACK:-$root/build/fmstack}
-reps=${1:-3}
+reps=${1:-5}
 steps=${2:-40}
 scrape=${3:-0.5}
 work=$(mktemp -d)
@@ -63,11 +63,20 @@ for i in $(seq "$reps"); do
       pid=$!
       for _ in $(seq 100); do [ -s run/metrics/targets.json ] && break; sleep 0.05; done
       target=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))[0]["targets"][0])' run/metrics/targets.json)
-      ( while true; do
-          curl -sf --max-time 2 -H "Authorization: Bearer $(cat run/metrics/token)" "http://$target/metrics" \
-            > /dev/null && echo >> scrapes.txt
-          sleep "$scrape"
-        done ) &
+      # One process for all scrapes, as Prometheus is: no fork per scrape
+      # stealing the workers' cores.
+      python3 - "$target" run/metrics/token "$scrape" >> scrapes.txt <<'PY' &
+import sys, time, urllib.request
+target, token, every = sys.argv[1], open(sys.argv[2]).read(), float(sys.argv[3])
+while True:
+    req = urllib.request.Request(f"http://{target}/metrics", headers={"Authorization": "Bearer " + token})
+    try:
+        urllib.request.urlopen(req, timeout=2).read()
+        print(flush=True)
+    except OSError:
+        pass
+    time.sleep(every)
+PY
       scraper=$!
       wait "$pid" || { tail err.txt; exit 1; }
       kill "$scraper" 2>/dev/null || true
