@@ -36,9 +36,9 @@ struct SuperviseOptions {
   resilience::Policy policy{.max_restarts = 0};
   MonitorOptions monitor;
   double notice_deadline = 120;
-  double node_repair_seconds = 0;
+  double node_repair_seconds = 0;  // a lost node's slot is usable again after this; 0 = never
   // Prometheus /metrics on HOST:PORT (0: any free port), or "off".
-  std::string metrics_listen = "127.0.0.1:0";  // a lost node's slot is usable again after this; 0 = never
+  std::string metrics_listen = "127.0.0.1:0";
   std::vector<InjectRequest> inject;
   std::string checkpoint_dir;  // the node-local tier's root (corrupt-checkpoint)
   // Set by `fmstack run` after a supervisor-restart: continue the run in
