@@ -4,7 +4,8 @@
 # run's bearer token, and its HTTP API then returns each of the run's
 # series, a crash counted among the incidents. A scrape without the token is
 # refused, the exposition passes `promtool check metrics`, and the crash
-# fires its alert from deploy/prometheus/fmstack.rules.yml.
+# fires its alert from deploy/prometheus/fmstack.rules.yml; every query of
+# the Grafana dashboards in deploy/grafana/ returns data.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 . "$root/scripts/lib/runs.sh"
@@ -138,4 +139,21 @@ done
 case " $firing " in *" FmstackFault:crash "*) echo "alert firing: FmstackFault (crash)";;
   *) fail "the crash did not fire FmstackFault (firing: $firing)";; esac
 [ "$(query fmstack_ranks_up)" = 4 ] || fail "ranks up $(query fmstack_ranks_up), expected 4"
+# Every Grafana panel's query returns data for this run.
+$PY - "$root"/deploy/grafana/*.json <<PY || fail "a Grafana panel's query returned no data"
+import json, math, sys, urllib.parse, urllib.request
+bad = 0
+for path in sys.argv[1:]:
+    board = json.load(open(path))
+    for p in board["panels"]:
+        for t in p["targets"]:
+            expr = t["expr"].replace("\$run", "scraped")
+            url = "http://127.0.0.1:$port/api/v1/query?query=" + urllib.parse.quote(expr)
+            r = json.load(urllib.request.urlopen(url, timeout=5))["data"]["result"]
+            values = [float(x["value"][1]) for x in r]
+            ok = any(math.isfinite(v) for v in values)
+            bad += not ok
+            print(f"{'ok ' if ok else 'BAD'} {board['title']} / {p['title']}: {len(r)} series")
+sys.exit(1 if bad else 0)
+PY
 echo "metrics: prometheus scraped every series of a live run"
