@@ -54,14 +54,12 @@ void TrainCheckpointer::Reshaped() {
   engine_.reset();  // its threads end; what it wrote of an unfinished step stays uncommitted
   // Every rank is done with the old engine before rank 0 of the new world
   // removes uncommitted steps: none writes into them any more.
-  const std::vector<double> every = trainer_.AllValues(static_cast<double>(every_));
-  const std::vector<double> saved = trainer_.AllValues(static_cast<double>(saved_through_));
+  const GroupSaves g = AgreeOnSaves();
   engine_ = MakeEngine(/*collect_garbage=*/true);
-  every_ = static_cast<int64_t>(*std::max_element(every.begin(), every.end()));
+  every_ = g.every;
   // Every rank skips the same steps, or a save would wait for a part that
   // never comes.
-  saved_through_ = std::max(static_cast<int64_t>(*std::max_element(saved.begin(), saved.end())),
-                            trainer_.step());
+  saved_through_ = std::max(g.newest_saved, trainer_.step());
   // Rank 0's clean-up is done before any rank can write the next step: that
   // step's collectives wait for rank 0.
 }
@@ -197,9 +195,17 @@ std::optional<ckpt::SaveTiming> TrainCheckpointer::AfterStep(double step_seconds
   return std::nullopt;
 }
 
-void TrainCheckpointer::Rejoined(int64_t every, int64_t newest_saved) {
-  every_ = every;
-  if (saved_through_ < newest_saved && trainer_.step() == newest_saved && every_ > 0) Save();
+TrainCheckpointer::GroupSaves TrainCheckpointer::AgreeOnSaves() {
+  const std::vector<double> every = trainer_.AllValues(static_cast<double>(every_));
+  const std::vector<double> saved = trainer_.AllValues(static_cast<double>(saved_through_));
+  return {static_cast<int64_t>(*std::max_element(every.begin(), every.end())),
+          static_cast<int64_t>(*std::max_element(saved.begin(), saved.end()))};
+}
+
+void TrainCheckpointer::Rejoined() {
+  const GroupSaves g = AgreeOnSaves();
+  every_ = g.every;
+  if (saved_through_ < g.newest_saved && trainer_.step() == g.newest_saved && every_ > 0) Save();
 }
 
 void TrainCheckpointer::Finish() {

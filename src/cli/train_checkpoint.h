@@ -55,16 +55,12 @@ class TrainCheckpointer {
   void FailNextWrite() { fail_next_write_ = true; }
   void DieDuringNextSave() { die_during_save_ = true; }
 
-  int64_t every_steps() const { return every_; }
-  // The newest step this rank saved; -1 when none.
-  int64_t saved_through() const { return saved_through_; }
-  // After a checkpointless recovery (every rank, the same values): the
-  // cadence the ranks agreed on, and the newest step any of them began to
-  // save. A rank that saved a step does not save it again when the restored
-  // job reaches it once more; one that did not (a replacement) writes its
-  // part then, or now when the job stands at that step, so that the step
-  // commits.
-  void Rejoined(int64_t every, int64_t newest_saved);
+  // After a checkpointless recovery (collective): the ranks agree on the
+  // cadence and on the newest step any of them began to save. A rank that
+  // saved a step does not save it again when the restored job reaches it
+  // once more; one that did not (a replacement) writes its part then, or
+  // now when the job stands at that step, so that the step commits.
+  void Rejoined();
   // After an elastic reshape (collective over the new group): a save in
   // flight is abandoned (the ranks that left never finish it), and the
   // engine starts again as this rank of the new world. Steps up to the
@@ -74,6 +70,12 @@ class TrainCheckpointer {
  private:
   ckpt::SaveTiming Save();
   std::unique_ptr<ckpt::Engine> MakeEngine(bool collect_garbage);
+  // Collective: the group's cadence (the largest every_) and the newest
+  // step any rank began to save.
+  struct GroupSaves {
+    int64_t every = 0, newest_saved = -1;
+  };
+  GroupSaves AgreeOnSaves();
   void ChooseCadence(double blocking_seconds);
   double Mtti(std::string* source) const;
 

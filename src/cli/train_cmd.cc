@@ -275,7 +275,8 @@ int RunTrain(const TrainArgs& args) {
             metrics::SampleRecord rec{.run = run_started,
                                       .generation = peers.generation(),
                                       .step = s.step,
-                                      .micro_batch = config.micro_batch};
+                                      .micro_batch = config.micro_batch,
+                                      .ranges = {}};
             for (size_t r = 0; r < words.size(); r += kStepWords) {
               rec.ranges.emplace_back(static_cast<int64_t>(words[r + kMicroFirst]),
                                       static_cast<int64_t>(words[r + kMicroCount]));

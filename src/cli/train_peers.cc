@@ -147,15 +147,7 @@ bool TrainPeers::Reshape(int from_world, int from_rank) {
 bool TrainPeers::Restore(bool fresh) {
   control_.Progress(trainer_.step(), "restore");
   const train::PeerReplicas::Outcome o = peers_.Restore(trainer_, fresh);
-  if (o.step >= 0) {
-    // The survivors' checkpoint cadence and newest save hold for everyone.
-    const std::vector<double> every =
-        trainer_.AllValues(static_cast<double>(checkpoints_.every_steps()));
-    const std::vector<double> saved =
-        trainer_.AllValues(static_cast<double>(checkpoints_.saved_through()));
-    checkpoints_.Rejoined(static_cast<int64_t>(*std::max_element(every.begin(), every.end())),
-                          static_cast<int64_t>(*std::max_element(saved.begin(), saved.end())));
-  }
+  if (o.step >= 0) checkpoints_.Rejoined();  // the survivors' cadence and saves hold for all
   return Report(o, fresh);
 }
 

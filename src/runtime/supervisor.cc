@@ -58,10 +58,9 @@ RunResult Supervisor::Run() {
       std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
                          std::chrono::system_clock::now().time_since_epoch())
                          .count());
-  double wall_before = 0;
   if (o_.resume_supervisor) {
     LoadState();
-    wall_before = result_.ledger.wall();
+    wall_before_ = result_.ledger.wall();
   }
   pending_ = o_.inject;
   for (size_t i = 0; i < pending_.size(); ++i) pending_[i].id = fmt::format("job-{}", i);
@@ -71,7 +70,7 @@ RunResult Supervisor::Run() {
 
   for (;;) {
     RunAttempt();
-    result_.ledger.SetWall(wall_before + Since(start_, Clock::now()));
+    result_.ledger.SetWall(wall_before_ + Since(start_, Clock::now()));
     if (reexec_) {
       result_.reexec = true;
       break;
@@ -111,7 +110,7 @@ RunResult Supervisor::Run() {
   }
   result_.restarts = history_.restarts;
   result_.seconds = Since(start_, Clock::now());
-  result_.ledger.SetWall(wall_before + result_.seconds);
+  result_.ledger.SetWall(wall_before_ + result_.seconds);
   SaveState();
   WriteInfo(result_.reexec        ? "restarting"
             : result_.finished    ? "finished"

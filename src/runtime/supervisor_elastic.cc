@@ -49,28 +49,15 @@ void Supervisor::OutOfService(int slot) {
 }
 
 bool Supervisor::BeginShrink(const Seen& seen) {
-  const int per_node = o_.layout.procs_per_node;
   if (seen.event.rank < 0) return false;
-  const int node = seen.event.rank / per_node;
+  const int node = seen.event.rank / o_.layout.procs_per_node;
   if (dropped_[node] || ActiveNodes() < 2) return false;
   const int from_world = ActiveWorld();
-  std::vector<int> lost;
-  for (int l = 0; l < per_node; ++l) lost.push_back(node * per_node + l);
-  for (const int r : lost) {
-    if (alive_[r]) ::kill(workers_[r].pid, SIGKILL);
-    monitor_->Retire(r);
-  }
-  store_->Set(comm::FailureKey(env_.generation), fmt::format("{} {}", lost.front(), seen.what));
+  const std::vector<int> lost = RanksOf(node);
+  LoseRanks(lost, seen, /*replace=*/false);
+  for (const int r : lost) monitor_->Retire(r);
   dropped_[node] = true;
   OutOfService(slot_[node]);
-  ++history_.restarts;
-  ++env_.generation;
-  const auto now = Clock::now();
-  const auto backoff =
-      std::chrono::milliseconds(static_cast<int64_t>(decision_->backoff_seconds * 1e3));
-  rejoin_ = Rejoin{lost, now + backoff, now + std::chrono::seconds(10), /*spawn=*/false};
-  relaunch_at_ = detected_at_;
-  restored_ = false;
   Note(fmt::format(
       "elastic: node {} dropped{}: {} -> {} data-parallel ranks in generation {}, the global "
       "batch kept",
@@ -111,9 +98,7 @@ void Supervisor::MaybeGrow() {
   if (!MoveToSpare(node)) return;
   const int from_world = ActiveWorld();
   dropped_[node] = false;
-  const int per_node = o_.layout.procs_per_node;
-  std::vector<int> ranks;
-  for (int l = 0; l < per_node; ++l) ranks.push_back(node * per_node + l);
+  const std::vector<int> ranks = RanksOf(node);
   const auto now = Clock::now();
   detected_at_ = relaunch_at_ = now;
   fired_at_.reset();

@@ -207,8 +207,7 @@ void Supervisor::Fire(const InjectRequest& r) {
     network_->SetLink(slot_[r.rank / o_.layout.procs_per_node], false);
   } else if (r.kind == "node-down") {
     const int node = r.rank / o_.layout.procs_per_node;
-    for (int l = 0; l < o_.layout.procs_per_node; ++l) {
-      const int k = node * o_.layout.procs_per_node + l;
+    for (const int k : RanksOf(node)) {
       if (alive_[k]) ::kill(workers_[k].pid, SIGKILL);
     }
     if (network_) network_->SetLink(slot_[node], false);

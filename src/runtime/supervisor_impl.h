@@ -105,6 +105,10 @@ class Supervisor {
   // survivors rebuild their groups without restarting. False when the
   // fault cannot be handled so (the caller restarts everything).
   bool BeginRejoin(const Seen& seen, bool moved_to_spare);
+  // The start of every in-place recovery: `lost` are killed and named in
+  // the store, the next generation begins, and rejoin_ waits for them to be
+  // gone (then replaced, or not: an elastic shrink).
+  void LoseRanks(const std::vector<int>& lost, const Seen& seen, bool replace);
   void AdvanceRejoin();
   // The in-place recovery cannot go on: every rank restarts from the checkpoint.
   void AbandonRejoin(const std::string& why);
@@ -131,6 +135,12 @@ class Supervisor {
   void MetricsOnIncident(const std::string& kind);
   void MetricsOnRecovered(const std::string& kind, double seconds);
   bool Dropped(int rank) const { return dropped_[rank / o_.layout.procs_per_node]; }
+  std::vector<int> RanksOf(int node) const {
+    std::vector<int> ranks;
+    for (int l = 0; l < o_.layout.procs_per_node; ++l)
+      ranks.push_back(node * o_.layout.procs_per_node + l);
+    return ranks;
+  }
   // A rank's place in the training group (nodes dropped, the rest close
   // up node-major); -1 when its node is dropped.
   int GroupRank(int rank) const;
@@ -213,6 +223,7 @@ class Supervisor {
   std::unique_ptr<metrics::Registry> registry_;
   std::unique_ptr<metrics::Exporter> exporter_;
   Clock::time_point next_publish_;
+  double wall_before_ = 0;                    // the ledger's wall time before a supervisor-restart
   double last_save_ = 0;                      // Unix seconds of the newest save, for its interval
   std::vector<bool> dropped_;                 // by job node: not training (elastic)
   std::map<int, Clock::time_point> repairs_;  // slot out of service -> back in the pool

@@ -103,7 +103,7 @@ void Supervisor::Publish() {
   if (now < next_publish_) return;
   next_publish_ = now + std::chrono::milliseconds(250);
   metrics::Registry& m = *registry_;
-  result_.ledger.SetWall(Since(start_, now));
+  result_.ledger.SetWall(wall_before_ + Since(start_, now));
   for (const std::string& b : metrics::Ledger::Buckets())
     m.Set("fmstack_goodput_seconds", {{"bucket", b}}, result_.ledger.Get(b));
   m.Set("fmstack_goodput_ratio", {}, result_.ledger.Goodput());

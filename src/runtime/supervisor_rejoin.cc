@@ -15,17 +15,7 @@
 
 namespace fmstack::runtime::internal {
 
-bool Supervisor::BeginRejoin(const Seen& seen, bool moved_to_spare) {
-  const int per_node = o_.layout.procs_per_node;
-  if (seen.event.rank < 0 || o_.layout.world() < 2) return false;
-  std::vector<int> lost;
-  const int node = seen.event.rank / per_node;
-  if (moved_to_spare || seen.event.kind == resilience::EventKind::kNodeLost) {
-    for (int l = 0; l < per_node; ++l) lost.push_back(node * per_node + l);
-  } else {
-    lost.push_back(seen.event.rank);
-  }
-  if (static_cast<int>(lost.size()) >= ActiveWorld()) return false;  // nobody survives
+void Supervisor::LoseRanks(const std::vector<int>& lost, const Seen& seen, bool replace) {
   for (const int r : lost) {
     if (alive_[r]) ::kill(workers_[r].pid, SIGKILL);
   }
@@ -37,9 +27,20 @@ bool Supervisor::BeginRejoin(const Seen& seen, bool moved_to_spare) {
   const auto now = Clock::now();
   const auto backoff =
       std::chrono::milliseconds(static_cast<int64_t>(decision_->backoff_seconds * 1e3));
-  rejoin_ = Rejoin{lost, now + backoff, now + std::chrono::seconds(10)};
+  rejoin_ = Rejoin{lost, now + backoff, now + std::chrono::seconds(10), replace};
   relaunch_at_ = detected_at_;
   restored_ = false;
+}
+
+bool Supervisor::BeginRejoin(const Seen& seen, bool moved_to_spare) {
+  if (seen.event.rank < 0 || o_.layout.world() < 2) return false;
+  const int node = seen.event.rank / o_.layout.procs_per_node;
+  const std::vector<int> lost =
+      moved_to_spare || seen.event.kind == resilience::EventKind::kNodeLost
+          ? RanksOf(node)
+          : std::vector<int>{seen.event.rank};
+  if (static_cast<int>(lost.size()) >= ActiveWorld()) return false;  // nobody survives
+  LoseRanks(lost, seen, /*replace=*/true);
   std::string names;
   for (const int r : lost) names += fmt::format("{}{}", names.empty() ? "" : ", ", r);
   Note(fmt::format(
