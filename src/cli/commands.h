@@ -37,5 +37,8 @@ Runner AddSimCommand(CLI::App& app);
 Runner AddRunCommand(CLI::App& app, std::span<char* const> argv);
 Runner AddFaultCommand(CLI::App& app);
 Runner AddReportCommand(CLI::App& app);
+Runner AddAgentCommand(CLI::App& app);
+Runner AddNodeCommand(CLI::App& app);
+Runner AddBurninCommand(CLI::App& app);
 
 }  // namespace fmstack::cli

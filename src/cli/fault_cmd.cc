@@ -13,9 +13,11 @@
 #include "cli/commands.h"
 #include "cli/report_sim.h"
 #include "metrics/goodput.h"
+#include "metrics/report_html.h"
 #include "metrics/samples.h"
 #include "runtime/inject.h"
 #include "spec/job_spec.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace fmstack::cli {
@@ -36,10 +38,39 @@ int Inject(const FaultArgs& a) {
 }
 
 struct ReportArgs {
-  std::string run_dir, vs_sim;
+  std::string run_dir, vs_sim, html;
   bool json = false;
   int trials = 200;
 };
+
+// The page and, beside it, each chart as STEM-NAME.svg.
+void WriteHtml(const std::string& path, const std::string& run_dir, const runtime::RunInfo& info,
+               const metrics::Ledger& ledger) {
+  const std::vector<metrics::Chart> charts =
+      metrics::RunCharts(metrics::ReadStepPoints(run_dir), ledger);
+  std::vector<std::string> events;
+  {
+    std::ifstream in(run_dir + "/nodes/events.jsonl");
+    std::string line;
+    while (events.size() < 10000 && std::getline(in, line)) events.push_back(line);
+  }
+  const std::filesystem::path out(path);
+  if (out.has_parent_path()) std::filesystem::create_directories(out.parent_path());
+  auto write = [](const std::filesystem::path& p, const std::string& text) {
+    AtomicFileWriter w(p.string());
+    w.Write(text.data(), text.size());
+    w.Commit();
+  };
+  write(out, metrics::RunHtml(fmt::format("fmstack run {} ({})", info.job, info.state), charts,
+                              ledger, events));
+  for (const metrics::Chart& c : charts) {
+    std::filesystem::path svg = out;
+    svg.replace_filename(out.stem().string() + "-" + c.name + ".svg");
+    write(svg, c.svg);
+  }
+  std::cerr << fmt::format("report: {} and {} charts beside it ({}-*.svg)\n", path, charts.size(),
+                           out.stem().string());
+}
 
 int Report(const ReportArgs& args) {
   const std::string& run_dir = args.run_dir;
@@ -85,6 +116,7 @@ int Report(const ReportArgs& args) {
     throw Error(fmt::format("{}: malformed ledger ({})", path, e.what()));
   }
   const runtime::RunInfo info = runtime::ReadRunInfo(run_dir);
+  if (!args.html.empty()) WriteHtml(args.html, run_dir, info, ledger);
   std::cout << fmt::format("run {} ({}): {} ranks, goodput {:.1f}%\n\n", info.job, info.state,
                            info.world, 100 * ledger.Goodput())
             << ledger.RenderText();
@@ -125,6 +157,9 @@ Runner AddReportCommand(CLI::App& app) {
       "ledger's audit");
   cmd->add_option("run_dir", a->run_dir, "the run's directory (its --out)")->required();
   cmd->add_flag("--json", a->json, "the ledger as JSON");
+  cmd->add_option("--html", a->html,
+                  "also write a self-contained HTML page (loss, tokens/s, goodput, fault "
+                  "timeline, incidents) and its charts as SVG files beside it");
   cmd->add_option("--vs-sim", a->vs_sim,
                   "the run's job file: put the ledger beside what `fmstack sim` predicts for it "
                   "under the fault load the run met")

@@ -21,6 +21,9 @@ int main(int argc, char** argv) {
       fmstack::cli::AddRunCommand(app, std::span<char* const>(argv, static_cast<size_t>(argc)));
   const fmstack::cli::Runner fault = fmstack::cli::AddFaultCommand(app);
   const fmstack::cli::Runner report = fmstack::cli::AddReportCommand(app);
+  const fmstack::cli::Runner agent = fmstack::cli::AddAgentCommand(app);
+  const fmstack::cli::Runner node = fmstack::cli::AddNodeCommand(app);
+  const fmstack::cli::Runner burnin = fmstack::cli::AddBurninCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -37,6 +40,9 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("ckpt")) return ckpt();
     if (app.got_subcommand("fault")) return fault();
     if (app.got_subcommand("report")) return report();
+    if (app.got_subcommand("agent")) return agent();
+    if (app.got_subcommand("node")) return node();
+    if (app.got_subcommand("burnin")) return burnin();
   } catch (const fmstack::Error& e) {
     std::cerr << "fmstack: error: " << e.what() << "\n";
     return 2;

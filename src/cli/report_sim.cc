@@ -88,7 +88,9 @@ VsSim CompareWithSim(const metrics::Ledger& ledger, const spec::JobSpec& job, in
     catalog::FaultCause c;
     c.name = kind;
     c.component = "run";
-    c.recovery = resilience::RecoveryOf(k);
+    // An unhealthy node is taken out of the job (drained or replaced).
+    c.recovery = k == resilience::EventKind::kNodeUnhealthy ? catalog::Recovery::kReplace
+                                                            : resilience::RecoveryOf(k);
     c.rate_per_node_hour = n / (static_cast<double>(nodes) * played / 3600);
     c.detect_seconds = k == resilience::EventKind::kHang ? job.resilience.heartbeat_timeout : 0;
     c.out_of_service_seconds = job.resilience.node_repair > 0 ? job.resilience.node_repair : 1e9;

@@ -42,6 +42,7 @@ struct RunArgs {
   int max_restarts = -1;  // -1 = resilience.max_restarts (jobs) / 0 (commands)
   int max_procs = 0;      // 0 = from the cores
   double heartbeat_timeout = 30;
+  bool health = false;
   std::string metrics_listen = "127.0.0.1:0";
 };
 
@@ -180,6 +181,8 @@ int RunCommand(const RunArgs& args, std::span<char* const> argv) {
   o.grace_seconds = args.grace;
   o.metrics_listen = args.metrics_listen;
   o.netns = args.netns;
+  o.health.enabled = args.health;
+  o.health.self_exe = SelfExe();
   // Everything the program prints goes to the terminal, tagged by rank.
   auto line = [](int rank, bool is_stderr, const std::string& text) {
     (is_stderr ? std::cerr : std::cout) << fmt::format("[rank {}] {}\n", rank, text) << std::flush;
@@ -226,6 +229,15 @@ int RunJob(const RunArgs& args, std::span<char* const> argv) {
   o.resume_supervisor = std::getenv("FMSTACK_SUPERVISOR_RESUME") != nullptr;
   ApplyResilience(job, o);
   if (args.max_restarts >= 0) o.policy.max_restarts = args.max_restarts;
+  const spec::HealthSpec& h = job.health;
+  o.health = {.enabled = h.agent || args.health,
+              .self_exe = SelfExe(),
+              .checks_file = h.checks,
+              .devices = h.devices,
+              .auto_actions = h.auto_actions,
+              .reboot_seconds = h.reboot_time,
+              .replace_seconds = h.replace_time,
+              .reboot_command = h.reboot_command};
   std::cerr << fmt::format(
       "fmstack run: {} on the local backend: {} nodes x {} processes{}; logs in {}\n", job.name,
       layout.nodes, layout.procs_per_node, o.netns ? " (nodes in network namespaces)" : "",
@@ -351,6 +363,9 @@ Runner AddRunCommand(CLI::App& app, std::span<char* const> argv) {
                   "serve Prometheus metrics at HOST:PORT/metrics (PORT 0: any free one; off: "
                   "none); RUN_DIR/metrics/ has the bearer token and a file_sd target file")
       ->default_val("127.0.0.1:0");
+  cmd->add_flag("--health", args->health,
+                "start a health agent on every node slot (the built-in checks; a job's [health] "
+                "table configures them)");
   cmd->add_option("--max-procs", args->max_procs,
                   "most worker processes the local backend may start (default 8 x cores, at "
                   "least 16)")

@@ -16,16 +16,78 @@
 extern char** environ;
 
 namespace fmstack::cluster {
+namespace {
 
-std::vector<std::string> WorkerEnvironment(const LocalLayout& layout, const LaunchEnv& env,
-                                           int rank) {
-  const int node = rank / layout.procs_per_node, local = rank % layout.procs_per_node;
+std::map<std::string, std::string> InheritedEnvironment() {
   std::map<std::string, std::string> vars;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string kv = *e;
     const size_t eq = kv.find('=');
     if (eq != std::string::npos) vars[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
+  return vars;
+}
+
+// Forks and execs argv with exactly `env`: stdout and stderr onto out_fd and
+// err_fd, control_fd (when >= 0) as fd 3, in the network namespace at
+// `netns` (when not null), in a process group of its own, killed when the
+// caller dies. Returns the pid, or -1 with *exec_errno saying why.
+pid_t ForkExec(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+               const char* netns, int out_fd, int err_fd, int control, int* exec_errno) {
+  std::vector<char*> cargv, cenv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  for (const auto& e : env) cenv.push_back(const_cast<char*>(e.c_str()));
+  cenv.push_back(nullptr);
+  int status[2];
+  if (::pipe2(status, O_CLOEXEC) != 0) {
+    *exec_errno = errno;
+    return -1;
+  }
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // Only async-signal-safe calls from here to exec.
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::signal(SIGPIPE, SIG_DFL);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the supervisor
+    if (::getppid() != parent) ::_exit(127);
+    if (netns != nullptr) {
+      const int fd = ::open(netns, O_RDONLY | O_CLOEXEC);
+      if (fd < 0 || ::setns(fd, CLONE_NEWNET) != 0) {
+        const int e = errno;
+        (void)!::write(status[1], &e, sizeof e);
+        ::_exit(127);
+      }
+    }
+    ::setpgid(0, 0);
+    ::dup2(out_fd, 1);
+    ::dup2(err_fd, 2);
+    if (control == 3) {
+      ::fcntl(3, F_SETFD, 0);  // dup2 onto itself would keep close-on-exec
+    } else if (control >= 0) {
+      ::dup2(control, 3);
+    }
+    ::execvpe(cargv[0], cargv.data(), cenv.data());
+    const int e = errno;
+    (void)!::write(status[1], &e, sizeof e);
+    ::_exit(127);
+  }
+  ::close(status[1]);
+  *exec_errno = pid < 0 ? errno : 0;
+  const bool failed = pid < 0 || ::read(status[0], exec_errno, sizeof *exec_errno) > 0;
+  ::close(status[0]);
+  return failed ? -1 : pid;
+}
+
+}  // namespace
+
+std::vector<std::string> WorkerEnvironment(const LocalLayout& layout, const LaunchEnv& env,
+                                           int rank) {
+  const int node = rank / layout.procs_per_node, local = rank % layout.procs_per_node;
+  std::map<std::string, std::string> vars = InheritedEnvironment();
   // Each worker gets an equal share of the cores, as torchrun sets
   // OMP_NUM_THREADS, unless the user chose a number.
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
@@ -75,67 +137,48 @@ std::vector<WorkerProcess> SpawnWorkers(const LocalLayout& layout, const LaunchE
     std::vector<std::string> envs = WorkerEnvironment(layout, env, rank);
     const int control = control_fds.empty() ? -1 : control_fds.at(static_cast<size_t>(rank));
     if (control >= 0) envs.push_back("FMSTACK_CONTROL_FD=3");
-    std::vector<char*> cargv, cenv;
-    for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-    cargv.push_back(nullptr);
-    for (const auto& e : envs) cenv.push_back(const_cast<char*>(e.c_str()));
-    cenv.push_back(nullptr);
-    int out[2], err[2], status[2];
-    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 ||
-        ::pipe2(status, O_CLOEXEC) != 0) {
+    int out[2], err[2];
+    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
       kill_started();
       throw Error(fmt::format("cannot create pipes for rank {}: {}", rank, std::strerror(errno)));
     }
     const int node = rank / layout.procs_per_node;
     const char* netns = env.node_netns.empty() ? nullptr : env.node_netns[node].c_str();
-    const pid_t parent = ::getpid();
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      // Only async-signal-safe calls from here to exec.
-      sigset_t none;
-      sigemptyset(&none);
-      sigprocmask(SIG_SETMASK, &none, nullptr);
-      ::signal(SIGPIPE, SIG_DFL);
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the supervisor
-      if (::getppid() != parent) ::_exit(127);
-      if (netns != nullptr) {
-        const int fd = ::open(netns, O_RDONLY | O_CLOEXEC);
-        if (fd < 0 || ::setns(fd, CLONE_NEWNET) != 0) {
-          const int e = errno;
-          (void)!::write(status[1], &e, sizeof e);
-          ::_exit(127);
-        }
-      }
-      ::setpgid(0, 0);
-      ::dup2(out[1], 1);
-      ::dup2(err[1], 2);
-      if (control == 3) {
-        ::fcntl(3, F_SETFD, 0);  // dup2 onto itself would keep close-on-exec
-      } else if (control >= 0) {
-        ::dup2(control, 3);
-      }
-      ::execvpe(cargv[0], cargv.data(), cenv.data());
-      const int e = errno;
-      (void)!::write(status[1], &e, sizeof e);
-      ::_exit(127);
-    }
+    int exec_errno = 0;
+    const pid_t pid = ForkExec(argv, envs, netns, out[1], err[1], control, &exec_errno);
     ::close(out[1]);
     ::close(err[1]);
-    ::close(status[1]);
-    int exec_errno = 0;
-    const bool failed = pid < 0 || ::read(status[0], &exec_errno, sizeof exec_errno) > 0;
-    ::close(status[0]);
-    if (failed) {
+    if (pid < 0) {
       ::close(out[0]);
       ::close(err[0]);
       kill_started();
-      throw Error(fmt::format("cannot start rank {}: {}: {}", rank, argv[0],
-                              std::strerror(pid < 0 ? errno : exec_errno)));
+      throw Error(
+          fmt::format("cannot start rank {}: {}: {}", rank, argv[0], std::strerror(exec_errno)));
     }
     workers.push_back(
         {rank, rank / layout.procs_per_node, rank % layout.procs_per_node, pid, out[0], err[0]});
   }
   return workers;
+}
+
+pid_t SpawnNodeProcess(const std::vector<std::string>& argv,
+                       const std::map<std::string, std::string>& env, const std::string& netns,
+                       int control_fd, const std::string& log_path) {
+  if (argv.empty()) throw Error("no node process command to run");
+  std::map<std::string, std::string> vars = InheritedEnvironment();
+  for (const auto& [k, v] : env) vars[k] = v;
+  if (control_fd >= 0) vars["FMSTACK_CONTROL_FD"] = "3";
+  std::vector<std::string> envs;
+  for (const auto& [k, v] : vars) envs.push_back(k + "=" + v);
+  const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log < 0)
+    throw Error(fmt::format("cannot open {} for {}: {}", log_path, argv[0], std::strerror(errno)));
+  int exec_errno = 0;
+  const pid_t pid = ForkExec(argv, envs, netns.empty() ? nullptr : netns.c_str(), log, log,
+                             control_fd, &exec_errno);
+  ::close(log);
+  if (pid < 0) throw Error(fmt::format("cannot start {}: {}", argv[0], std::strerror(exec_errno)));
+  return pid;
 }
 
 }  // namespace fmstack::cluster

@@ -51,4 +51,12 @@ std::vector<WorkerProcess> SpawnWorkers(const LocalLayout& layout, const LaunchE
                                         const std::vector<int>& control_fds = {},
                                         const std::vector<int>& only = {});
 
+// One helper process of a node (its health agent): argv with `env` added to
+// this process's environment, in `netns` when not empty, `control_fd` as its
+// fd 3 (when >= 0), stdout and stderr appended to `log_path`. It dies with
+// the caller. Throws Error naming argv[0] and the cause.
+pid_t SpawnNodeProcess(const std::vector<std::string>& argv,
+                       const std::map<std::string, std::string>& env, const std::string& netns,
+                       int control_fd, const std::string& log_path);
+
 }  // namespace fmstack::cluster

@@ -160,6 +160,8 @@ std::string_view EventName(EventKind k) {
       return "supervisor-restart";
     case EventKind::kPeerRestoreFailed:
       return "peer-restore-failed";
+    case EventKind::kNodeUnhealthy:
+      return "node-unhealthy";
   }
   return "?";
 }
@@ -174,6 +176,8 @@ std::string_view VerbName(Verb v) {
       return "save and stop";
     case Verb::kStop:
       return "stop";
+    case Verb::kCarryOn:
+      return "carry on";
   }
   return "?";
 }
@@ -189,8 +193,44 @@ catalog::Recovery RecoveryOf(EventKind k) {
   }
 }
 
+catalog::Recovery RecoveryOf(const RuntimeEvent& e) {
+  if (e.kind != EventKind::kNodeUnhealthy) return RecoveryOf(e.kind);
+  switch (e.node_action) {
+    case NodeAction::kReboot:
+      return catalog::Recovery::kReboot;
+    case NodeAction::kReplace:
+    case NodeAction::kDrain:
+      return catalog::Recovery::kReplace;
+    case NodeAction::kNone:
+      break;
+  }
+  return catalog::Recovery::kRestart;
+}
+
+std::string_view NodeActionName(NodeAction a) {
+  switch (a) {
+    case NodeAction::kNone:
+      return "none";
+    case NodeAction::kDrain:
+      return "drain";
+    case NodeAction::kReboot:
+      return "reboot";
+    case NodeAction::kReplace:
+      return "replace";
+  }
+  return "?";
+}
+
+std::optional<NodeAction> ParseNodeAction(std::string_view name) {
+  for (NodeAction a :
+       {NodeAction::kNone, NodeAction::kDrain, NodeAction::kReboot, NodeAction::kReplace}) {
+    if (NodeActionName(a) == name) return a;
+  }
+  return std::nullopt;
+}
+
 std::optional<EventKind> ParseEventName(std::string_view name) {
-  for (int k = 0; k <= static_cast<int>(EventKind::kPeerRestoreFailed); ++k) {
+  for (int k = 0; k <= static_cast<int>(EventKind::kNodeUnhealthy); ++k) {
     if (EventName(static_cast<EventKind>(k)) == name) return static_cast<EventKind>(k);
   }
   return std::nullopt;
@@ -200,6 +240,45 @@ namespace {
 
 double Backoff(const Policy& p, int restarts) {
   return std::min(p.backoff_max_seconds, p.backoff_seconds * std::pow(2.0, restarts));
+}
+
+// A drained node still trains correctly, so leaving it must cost nothing:
+// save and move to a spare, or shrink around it (elastic: the peers hold
+// its state); with neither, it keeps its ranks until the job ends, as a
+// Slurm drain lets running jobs finish.
+Decision DecideDrain(const Policy& policy, const JobView& job, const RunHistory& history,
+                     int64_t replicas_per_node) {
+  Decision d;
+  if (history.restarts >= policy.max_restarts) {
+    d.verb = Verb::kCarryOn;
+    d.reason = fmt::format(
+        "drain: the restart budget is spent ({} of {}; resilience.max_restarts), so the node "
+        "keeps its ranks until the job ends",
+        history.restarts, policy.max_restarts);
+    return d;
+  }
+  const JobView shrunk{job.dp_full, job.dp_active - replicas_per_node + 1, job.spares_ready};
+  d.action = OnMaintenance(policy, job.spares_ready > 0 ? job : shrunk);
+  d.action.dp_after =
+      job.dp_active - (d.action.placement == Placement::kDropReplica ? replicas_per_node : 0);
+  switch (d.action.placement) {
+    case Placement::kSpare:
+      d.verb = Verb::kSaveAndRestart;
+      d.reason = "drain: save the current step, then move the node's ranks to a spare";
+      return d;
+    case Placement::kDropReplica:
+      d.verb = Verb::kRestart;
+      d.reason = fmt::format(
+          "drain, no spare: elastic shrink to {} replicas, their peers hold the node's state",
+          d.action.dp_after);
+      return d;
+    default:
+      d.verb = Verb::kCarryOn;
+      d.reason =
+          "drain, no spare and no room to shrink: the node keeps its ranks until the job ends or "
+          "a spare is free";
+      return d;
+  }
 }
 
 }  // namespace
@@ -226,6 +305,15 @@ Decision Decide(const Policy& policy, const JobView& job, const RunHistory& hist
                       : fmt::format("stop: the restart budget ({}) is spent", policy.max_restarts));
       d.backoff_seconds = 0;
       return d;
+    case EventKind::kNodeUnhealthy:
+      if (event.node_action == NodeAction::kDrain)
+        return DecideDrain(policy, job, history, replicas_per_node);
+      if (event.node_action == NodeAction::kNone) {
+        d.verb = Verb::kCarryOn;
+        d.reason = "node-unhealthy: its check asks for no action";
+        return d;
+      }
+      break;
     default:
       break;
   }
@@ -239,7 +327,7 @@ Decision Decide(const Policy& policy, const JobView& job, const RunHistory& hist
   }
   const bool silent = event.kind == EventKind::kSilentCorruption;
   // A node to reboot or replace is out with every rank it carries.
-  const catalog::Recovery recovery = RecoveryOf(event.kind);
+  const catalog::Recovery recovery = RecoveryOf(event);
   d.action =
       OnFault(policy, job,
               {.recovery = recovery,
@@ -251,7 +339,8 @@ Decision Decide(const Policy& policy, const JobView& job, const RunHistory& hist
     // failed checkpoint tier or diverging numbers are not fixed by them,
     // and a peer restore that failed falls back to the checkpoint.
     const bool lost_ranks = event.kind == EventKind::kCrash || event.kind == EventKind::kHang ||
-                            event.kind == EventKind::kNodeLost;
+                            event.kind == EventKind::kNodeLost ||
+                            event.kind == EventKind::kNodeUnhealthy;
     if (event.kind == EventKind::kPeerRestoreFailed) {
       d.action.restore = Restore::kCheckpoint;
       d.action.reason = "the peer copies could not serve: relaunch and load the newest checkpoint";

@@ -110,6 +110,7 @@ enum class EventKind {
   kSignal,             // SIGINT/SIGTERM to the supervisor: save and stop
   kSupervisorRestart,  // the supervisor itself restarted
   kPeerRestoreFailed,  // checkpointless recovery found no usable peer copy
+  kNodeUnhealthy,      // a node's health check failed (Xid, ECC, NIC, disk...)
 };
 std::string_view EventName(EventKind k);
 std::optional<EventKind> ParseEventName(std::string_view name);
@@ -117,13 +118,24 @@ std::optional<EventKind> ParseEventName(std::string_view name);
 // place; a silent node (hang) is rebooted; a node off the network replaced.
 catalog::Recovery RecoveryOf(EventKind k);
 
+// What a failed health check asks for its node (the check table's action).
+// A drained node still works: the job leaves it when it can do so without
+// loss. A node to reboot or replace is broken now: its ranks are lost.
+enum class NodeAction { kNone, kDrain, kReboot, kReplace };
+std::string_view NodeActionName(NodeAction a);  // "none", "drain", "reboot", "replace"
+std::optional<NodeAction> ParseNodeAction(std::string_view name);
+
 struct RuntimeEvent {
   EventKind kind = EventKind::kCrash;
   int rank = -1;     // the rank to blame, -1 when not known
   int64_t step = 0;  // the newest step any rank completed when it happened
   // Silent corruption: the newest step whose replicas were checked equal.
   int64_t verified_step = -1;
+  // kNodeUnhealthy: what the failed check asks for the blamed rank's node.
+  NodeAction node_action = NodeAction::kNone;
 };
+// RecoveryOf(kind), or for an unhealthy node what its check asks for.
+catalog::Recovery RecoveryOf(const RuntimeEvent& e);
 
 // What happened before, as far as the decision needs it.
 struct RunHistory {
@@ -137,6 +149,7 @@ enum class Verb {
   kSaveAndRestart,  // emergency checkpoint of the current step first, then restart
   kSaveAndStop,     // emergency checkpoint, then end the run (interrupted)
   kStop,            // end the run now: failed
+  kCarryOn,         // nothing to do now (a drained node keeps its ranks until it can leave)
 };
 std::string_view VerbName(Verb v);
 

@@ -9,8 +9,8 @@
 #include <fstream>
 #include <random>
 
-#include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/json_file.h"
 
 namespace fmstack::runtime {
 namespace fs = std::filesystem;
@@ -22,25 +22,6 @@ std::string ControlDir(const std::string& run_dir) {
   return run_dir + "/control";
 }
 
-void WriteJson(const std::string& path, const nlohmann::json& j) {
-  const std::string text = j.dump(2) + "\n";
-  AtomicFileWriter w(path);
-  w.Write(text.data(), text.size());
-  w.Commit();
-}
-
-nlohmann::json ReadBoundedJson(const std::string& path, size_t max_bytes) {
-  std::error_code ec;
-  const auto size = fs::file_size(path, ec);
-  if (ec) throw Error(fmt::format("{}: {}", path, ec.message()));
-  if (size > max_bytes)
-    throw Error(fmt::format("{}: {} bytes, expected at most {}", path, size, max_bytes));
-  std::ifstream in(path);
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) throw Error(path + ": not a JSON object");
-  return j;
-}
-
 }  // namespace
 
 bool IsWorkerKind(const std::string& kind) {
@@ -49,14 +30,27 @@ bool IsWorkerKind(const std::string& kind) {
   return std::find(kinds.begin(), kinds.end(), kind) != kinds.end();
 }
 
+bool IsDeviceKind(const std::string& kind) {
+  return kind == "xid-79" || kind == "xid-48" || kind == "xid-13" || kind == "ecc-dbe" ||
+         kind == "gpu-hot" || kind == "gpu-lost";
+}
+
+nlohmann::json DeviceChange(const std::string& kind) {
+  if (kind.starts_with("xid-")) return {{"xid", std::stoi(kind.substr(4))}};
+  if (kind == "ecc-dbe") return {{"ecc_dbe", 1}};
+  if (kind == "gpu-hot") return {{"temperature_c", 95}};
+  if (kind == "gpu-lost") return {{"present", false}};
+  throw Error("not a device fault kind: " + kind);
+}
+
 void WriteRunInfo(const std::string& run_dir, const RunInfo& i) {
-  WriteJson(run_dir + "/run.json", {{"pid", i.pid},
-                                    {"world", i.world},
-                                    {"nodes", i.nodes},
-                                    {"procs_per_node", i.procs_per_node},
-                                    {"netns", i.netns},
-                                    {"job", i.job},
-                                    {"state", i.state}});
+  WriteJsonFile(run_dir + "/run.json", {{"pid", i.pid},
+                                        {"world", i.world},
+                                        {"nodes", i.nodes},
+                                        {"procs_per_node", i.procs_per_node},
+                                        {"netns", i.netns},
+                                        {"job", i.job},
+                                        {"state", i.state}});
 }
 
 RunInfo ReadRunInfo(const std::string& run_dir) {
@@ -67,7 +61,7 @@ RunInfo ReadRunInfo(const std::string& run_dir) {
                     "`--out` of `fmstack run`, runs/<job> by default)",
                     run_dir));
   }
-  const nlohmann::json j = ReadBoundedJson(path, 64 * 1024);
+  const nlohmann::json j = ReadJsonFile(path, 64 * 1024);
   try {
     RunInfo i;
     i.pid = j.at("pid");
@@ -103,8 +97,8 @@ std::string RequestInjection(const std::string& run_dir, const InjectRequest& r)
   fs::create_directories(ControlDir(run_dir));
   std::random_device rd;
   const std::string id = fmt::format("cli-{}-{:08x}", ::getpid(), rd());
-  WriteJson(fmt::format("{}/inject-{}.json", ControlDir(run_dir), id),
-            {{"id", id}, {"kind", r.kind}, {"rank", r.rank}, {"at_step", r.at_step}});
+  WriteJsonFile(fmt::format("{}/inject-{}.json", ControlDir(run_dir), id),
+                {{"id", id}, {"kind", r.kind}, {"rank", r.rank}, {"at_step", r.at_step}});
   return id;
 }
 
@@ -122,7 +116,7 @@ std::vector<InjectRequest> TakeRequests(const std::string& run_dir,
   std::sort(files.begin(), files.end());
   for (const fs::path& p : files) {
     try {
-      const nlohmann::json j = ReadBoundedJson(p.string(), kMaxRequestBytes);
+      const nlohmann::json j = ReadJsonFile(p.string(), kMaxRequestBytes);
       InjectRequest r;
       r.id = j.at("id");
       r.kind = j.at("kind");

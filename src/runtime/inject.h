@@ -24,6 +24,11 @@ struct InjectRequest {
 
 // Kinds the worker carries out itself, on a command from the supervisor.
 bool IsWorkerKind(const std::string& kind);
+// Kinds raised on the rank's (fake) accelerator, for its node's health agent
+// to find: xid-79, xid-48, xid-13, ecc-dbe, gpu-hot, gpu-lost.
+bool IsDeviceKind(const std::string& kind);
+// The fake device edit for a device kind (health::RaiseOnFakeDevice).
+nlohmann::json DeviceChange(const std::string& kind);
 
 // What a live run publishes about itself in RUN_DIR/run.json.
 struct RunInfo {

@@ -66,6 +66,7 @@ RunResult Supervisor::Run() {
   for (size_t i = 0; i < pending_.size(); ++i) pending_[i].id = fmt::format("job-{}", i);
   std::erase_if(pending_, [&](const InjectRequest& r) { return fired_.contains(r.id); });
   StartMetrics();
+  StartAgents();
   WriteInfo("running");
 
   for (;;) {
@@ -109,6 +110,8 @@ RunResult Supervisor::Run() {
     SaveState();
   }
   result_.restarts = history_.restarts;
+  WriteNodes();
+  StopAgents();
   result_.seconds = Since(start_, Clock::now());
   result_.ledger.SetWall(wall_before_ + result_.seconds);
   SaveState();
@@ -218,6 +221,8 @@ void Supervisor::SpawnRanks(const std::vector<int>& ranks, const std::string& ba
     result_.exits[w.rank] = {};
     ++running_;
   }
+  for (size_t s = 0; s < agents_.size(); ++s) SendPids(static_cast<int>(s));
+  WriteNodes();
 }
 
 void Supervisor::RunAttempt() {
@@ -240,6 +245,7 @@ void Supervisor::RunAttempt() {
     const auto now = Clock::now();
     if (rejoin_) AdvanceRejoin();
     RepairNodes();
+    TendAgents();
     MaybeGrow();
     Publish();
     if (running_ > 0) {
@@ -290,6 +296,7 @@ void Supervisor::RunAttempt() {
 void Supervisor::Poll() {
   std::vector<pollfd> fds{{signals_->fd(), POLLIN, 0}};
   for (const Stream& s : streams_) fds.push_back({s.fd, POLLIN, 0});
+  for (const AgentProc& a : agents_) fds.push_back({a.fd, POLLIN, 0});  // -1: ignored
   ::poll(fds.data(), fds.size(), 100);
   for (int sig : signals_->Take()) {
     if (sig == SIGCHLD) continue;
@@ -306,7 +313,8 @@ void Supervisor::Poll() {
     }
   }
   char buf[65536];
-  for (size_t i = 1; i < fds.size(); ++i) {
+  PollAgents(std::span(fds).subspan(1 + streams_.size()));
+  for (size_t i = 1; i < 1 + streams_.size(); ++i) {
     if (fds[i].revents == 0) continue;
     Stream& s = streams_[i - 1];
     const ssize_t n = ::read(s.fd, buf, sizeof buf);

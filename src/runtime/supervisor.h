@@ -21,6 +21,19 @@
 
 namespace fmstack::runtime {
 
+// Health agents (`fmstack agent`), one per node slot, and what the
+// supervisor does with their verdicts.
+struct HealthOptions {
+  bool enabled = false;
+  std::string self_exe;          // the fmstack binary to start agents with
+  std::string checks_file;       // "" = the built-in table
+  std::string devices = "none";  // none | nvml | fake (one fake GPU per rank, under RUN_DIR/nodes)
+  bool auto_actions = true;      // act on verdicts (off: log what would be done)
+  // The local backend's stand-ins for a node's reboot and its replacement.
+  double reboot_seconds = 5, replace_seconds = 30;
+  std::string reboot_command;  // run with FMSTACK_NODE set instead of waiting reboot_seconds
+};
+
 struct SuperviseOptions {
   cluster::LocalLayout layout;
   std::vector<std::string> argv;  // the worker command
@@ -40,6 +53,7 @@ struct SuperviseOptions {
   // Prometheus /metrics on HOST:PORT (0: any free port), or "off".
   std::string metrics_listen = "127.0.0.1:0";
   std::vector<InjectRequest> inject;
+  HealthOptions health;
   std::string checkpoint_dir;  // the node-local tier's root (corrupt-checkpoint)
   // Set by `fmstack run` after a supervisor-restart: continue the run in
   // run_dir (its restart count, ledger and fired injections).

@@ -79,6 +79,10 @@ void Supervisor::RepairNodes() {
     }
     const int slot = it->first;
     it = repairs_.erase(it);
+    if (!health_.empty()) {  // health decides: a drained slot waits for an operator
+      if (health_[slot].admin != "drain" || !health_[slot].repair.empty()) NodeReturns(slot);
+      continue;
+    }
     if (network_) network_->SetLink(slot, true);
     spares_.push_back(slot);
     Note(fmt::format("slot {} repaired: back in the pool of free slots ({} free)", slot,

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "health/device.h"
 #include "runtime/supervisor_impl.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
@@ -71,6 +72,7 @@ void Supervisor::Reap() {
   int status = 0;
   pid_t pid;
   while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+    if (OnNodeProcessExit(pid, status)) continue;
     for (const auto& w : workers_) {
       if (w.pid != pid) continue;
       RankExit& x = result_.exits[w.rank];
@@ -113,7 +115,8 @@ void Supervisor::Reap() {
 void Supervisor::CheckHealth() {
   if (decision_) return;
   const auto now = Clock::now();
-  if (network_ && now >= next_link_check_) {
+  // With health agents, each node's agent watches its NIC (nic-link).
+  if (network_ && agents_.empty() && now >= next_link_check_) {
     // A node's NIC: its link state, once a second (the survivors' collectives
     // would only notice at their timeout).
     next_link_check_ = now + std::chrono::seconds(1);
@@ -214,6 +217,18 @@ void Supervisor::Fire(const InjectRequest& r) {
     Detect({{.kind = resilience::EventKind::kNodeLost, .rank = r.rank, .step = monitor_->MaxStep()},
             fmt::format("node {} went down (slot {}): its {} ranks are gone", node, slot_[node],
                         o_.layout.procs_per_node)});
+  } else if (IsDeviceKind(r.kind)) {
+    if (o_.health.devices != "fake") {
+      Note(
+          fmt::format("fault injection {}: the run has no fake devices ([health] devices = "
+                      "\"fake\"); ignored",
+                      r.kind));
+      return;
+    }
+    const int slot = slot_[r.rank / o_.layout.procs_per_node],
+              gpu = r.rank % o_.layout.procs_per_node;
+    health::RaiseOnFakeDevice(DevicesDir(slot), gpu, DeviceChange(r.kind));
+    Note(fmt::format("fault injection: {} on gpu {} of {}", r.kind, gpu, SlotName(slot)));
   } else if (r.kind == "notice") {
     Detect({{.kind = resilience::EventKind::kNotice, .rank = r.rank, .step = monitor_->MaxStep()},
             fmt::format("termination notice for node {} ({:.0f} s to save)",
@@ -250,6 +265,19 @@ void Supervisor::Detect(const Seen& seen) {
                           .spares_ready = static_cast<int64_t>(spares_.size())},
                          history_, seen.event, o_.layout.procs_per_node);
 
+  if (d.verb == resilience::Verb::kCarryOn) {
+    Note(fmt::format("{}; decision: carry on: {}", seen.what, d.reason));
+    result_.ledger.incidents().push_back(
+        {.kind = std::string(resilience::EventName(seen.event.kind)),
+         .rank = seen.event.rank,
+         .step = seen.event.step,
+         .at = Since(start_, detected_at_),
+         .recovery_seconds = 0,
+         .decision = "carry on: " + d.reason,
+         .what = seen.what});
+    SaveState();
+    return;
+  }
   if (seen.event.kind == resilience::EventKind::kNonFinite)
     history_.last_nonfinite_step = seen.event.step;
   if (d.max_restore_step >= 0) max_restore_step_ = d.max_restore_step;
@@ -311,6 +339,8 @@ void Supervisor::Detect(const Seen& seen) {
       }
       KillAll(SIGKILL);
       break;
+    case resilience::Verb::kCarryOn:
+      break;
     case resilience::Verb::kSaveAndRestart:
     case resilience::Verb::kSaveAndStop:
       SendAll({{"cmd", "stop"}, {"reason", inc.kind}, {"deadline_s", o_.notice_deadline}});
@@ -329,6 +359,12 @@ bool Supervisor::MoveToSpare(int node) {
     // network is skipped, and stays out of the pool.
     if (network_ && !network_->LinkUp(spare)) {
       Note(fmt::format("spare slot {} failed its check (its link is down): skipped", spare));
+      continue;
+    }
+    if (!SlotHealthy(spare)) {
+      Note(fmt::format("spare {} is not healthy ({}): skipped", SlotName(spare),
+                       health_[spare].failing.empty() ? health_[spare].reason
+                                                      : health_[spare].failing.begin()->second));
       continue;
     }
     if (spare == slot_[node]) {

@@ -3,6 +3,7 @@
 // (detection, decisions, injection, persisted state).
 #pragma once
 
+#include <poll.h>
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,7 @@
 #include "metrics/exporter.h"
 #include "metrics/registry.h"
 #include "runtime/control.h"
+#include "runtime/nodes.h"
 #include "runtime/supervisor.h"
 #include "util/dir_lock.h"
 #include "util/error.h"
@@ -134,6 +137,34 @@ class Supervisor {
   void MetricsOnCheckpoint(int64_t step, double blocking_seconds);
   void MetricsOnIncident(const std::string& kind);
   void MetricsOnRecovered(const std::string& kind, double seconds);
+  // Node health (supervisor_health.cc): agents per slot, their verdicts,
+  // node states and operators' requests. No-ops when o_.health is off.
+  void StartAgents();
+  void StartAgent(int slot);
+  void StopAgents();
+  void TendAgents();  // restarts dead agents, takes `fmstack node` requests
+  // True when `pid` was an agent's or a reboot command's.
+  bool OnNodeProcessExit(pid_t pid, int status);
+  void OnAgentMessage(int slot, const nlohmann::json& m);
+  void ActOnNode(int slot, resilience::NodeAction action, const std::string& reason,
+                 const std::string& by);
+  // The slot leaves service: drained with `reason`, rebooted or replaced.
+  void TakeOut(int slot, resilience::NodeAction action, const std::string& reason,
+               const std::string& by);
+  void NodeReturns(int slot);  // repaired: healthy devices, link up, in the pool
+  void HandleNodeOps();
+  std::string ApplyNodeOp(const NodeOp& op, const std::string& name);
+  void SendPids(int slot);
+  void ResetFakeDevices(int slot);
+  std::string DevicesDir(int slot) const;
+  int JobNodeOn(int slot) const;  // the job node running on `slot`, -1 = none
+  bool SlotHealthy(int slot) const;
+  std::string NodeState(int slot) const;
+  void WriteNodes() const;
+  void PublishNodes();  // node states and device readings as Prometheus series
+  void LogNodeEvent(int slot, const std::string& action, const std::string& by,
+                    const std::string& reason) const;
+  static std::string SlotName(int slot) { return "node" + std::to_string(slot); }
   bool Dropped(int rank) const { return dropped_[rank / o_.layout.procs_per_node]; }
   std::vector<int> RanksOf(int node) const {
     std::vector<int> ranks;
@@ -148,6 +179,7 @@ class Supervisor {
   // the group's rank 0.
   int Lead() const;
   void Poll();
+  void PollAgents(std::span<const pollfd> fds);  // fds: the agents', in slot order
   void Deliver(Stream& s, std::string_view data);
   void OnControl(int rank, const nlohmann::json& m);
   void OnStepEvent(int rank, const nlohmann::json& e);
@@ -228,6 +260,26 @@ class Supervisor {
   std::vector<bool> dropped_;                 // by job node: not training (elastic)
   std::map<int, Clock::time_point> repairs_;  // slot out of service -> back in the pool
   std::optional<Rejoin> rejoin_;
+  struct AgentProc {
+    pid_t pid = -1;
+    int fd = -1;
+    LineReader reader;
+    Clock::time_point restart_at = Clock::time_point::max();
+    int starts = 0;
+  };
+  struct SlotHealth {
+    nlohmann::json devices;  // the agent's newest reading
+    std::string admin{};     // "" = in service, "drain" = out (or leaving) with `reason`
+    std::string repair{};    // "" | "reboot" | "replace": under way
+    std::string reason{}, by{};
+    double since = 0;                              // Unix seconds of the admin change
+    std::map<std::string, std::string> failing{};  // check -> reason, checks asking for an action
+    pid_t reboot_pid = -1;
+  };
+  std::vector<AgentProc> agents_;   // by slot; empty when health is off
+  std::vector<SlotHealth> health_;  // by slot
+  bool auto_actions_ = true;
+  Clock::time_point next_node_ops_;
 };
 
 }  // namespace fmstack::runtime::internal

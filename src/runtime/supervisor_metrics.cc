@@ -65,12 +65,28 @@ void Supervisor::StartMetrics() {
   m.Gauge("fmstack_restarts", "automatic restarts so far (resilience.max_restarts budget)");
   m.Counter("fmstack_incidents_total", "faults detected, by kind, and elastic grows");
   // Every kind from 0, so that the first fault of a kind is an increase.
-  for (int k = 0; k <= static_cast<int>(resilience::EventKind::kPeerRestoreFailed); ++k)
+  for (int k = 0; k <= static_cast<int>(resilience::EventKind::kNodeUnhealthy); ++k)
     m.Add("fmstack_incidents_total",
           {{"kind", std::string(resilience::EventName(static_cast<resilience::EventKind>(k)))}}, 0);
   m.Add("fmstack_incidents_total", {{"kind", "grow"}}, 0);
   m.Histogram("fmstack_recovery_seconds", "detection to the first completed step after it",
               kSecondsBuckets);
+  if (o_.health.enabled) {
+    // Node agents' readings, under dcgm-exporter's names and labels.
+    m.Gauge("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).");
+    m.Gauge("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).");
+    m.Gauge("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).");
+    m.Gauge("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).");
+    m.Gauge("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).");
+    m.Gauge("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.");
+    m.Gauge("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "Total number of single-bit volatile ECC errors.");
+    m.Gauge("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Total number of double-bit volatile ECC errors.");
+    m.Gauge("fmstack_node_state",
+            "1 for each node slot's state (allocated, idle, draining, "
+            "drained, down)");
+    m.Gauge("fmstack_health_check_failing", "1 for each failing check that asks for an action");
+    m.Gauge("fmstack_health_agent_up", "whether the node's health agent runs");
+  }
   m.Gauge("fmstack_goodput_seconds", "wall time by the goodput ledger's buckets");
   m.Gauge("fmstack_goodput_ratio", "productive share of the wall time so far");
   m.Gauge("fmstack_ranks_up", "worker processes alive");
@@ -113,6 +129,7 @@ void Supervisor::Publish() {
   m.Set("fmstack_nodes_dropped", {}, o_.layout.nodes - ActiveNodes());
   m.Set("fmstack_spare_slots", {}, static_cast<double>(spares_.size()));
   if (monitor_) m.Set("fmstack_step", {}, static_cast<double>(monitor_->MaxStep()));
+  PublishNodes();
 }
 
 void Supervisor::MetricsOnStep(const nlohmann::json& e) {

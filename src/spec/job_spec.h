@@ -85,7 +85,13 @@ inline const std::vector<std::string>& InjectKinds() {
                                                  "supervisor-restart",
                                                  "notice",
                                                  "corrupt-replica",
-                                                 "node-down"};
+                                                 "node-down",
+                                                 "xid-79",
+                                                 "xid-48",
+                                                 "xid-13",
+                                                 "ecc-dbe",
+                                                 "gpu-hot",
+                                                 "gpu-lost"};
   return kinds;
 }
 
@@ -134,6 +140,17 @@ struct ResilienceSpec {
   double node_repair = 0;
 };
 
+// [health]: node health agents for `fmstack run` (absent: none).
+struct HealthSpec {
+  bool agent = false;            // one `fmstack agent` per node slot
+  std::string checks;            // check table file, resolved against the job file; "" = built-in
+  std::string devices = "none";  // none | nvml | fake (one fake GPU per rank, for rehearsals)
+  bool auto_actions = true;      // act on failed checks (false: only log them)
+  double reboot_time = 5;        // local backend: how long a node's reboot takes
+  double replace_time = 30;      // local backend: how long a replacement takes to arrive
+  std::string reboot_command;    // run (sh -c, FMSTACK_NODE set) to reboot a node instead
+};
+
 struct DataSpec {
   double size_bytes = 0;  // training corpus on disk; 0 = not set
   std::string dir;        // `fmstack data prepare` output (train.bin, val.bin, tokenizer.bpe),
@@ -150,6 +167,7 @@ struct JobSpec {
   CheckpointSpec checkpoint;
   FaultsSpec faults;
   ResilienceSpec resilience;
+  HealthSpec health;
   DataSpec data;
   std::optional<ClusterSpec> cluster;  // [cluster] inline or cluster = "file.toml"
   // Where keys that later cross-checks name were written ("parallel.dp").
@@ -166,6 +184,7 @@ JobSpec ParseJobSpec(std::string_view text, const std::string& name,
 // Read the [faults] and [resilience] tables (absent: the defaults).
 FaultsSpec ReadFaults(StrictTable& root, const catalog::Catalog& catalog);
 ResilienceSpec ReadResilience(StrictTable& root);
+HealthSpec ReadHealth(StrictTable& root, const std::string& job_dir);
 
 // Reads `model = "preset"` or a [model] table (preset + overrides) from `root`.
 workload::TransformerShape ReadModel(StrictTable& root);

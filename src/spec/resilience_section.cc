@@ -2,6 +2,8 @@
 // the job recovers.
 #include <fmt/format.h>
 
+#include <filesystem>
+
 #include "spec/job_spec.h"
 
 namespace fmstack::spec {
@@ -82,6 +84,34 @@ ResilienceSpec ReadResilience(StrictTable& root) {
   }
   t->Finish();
   return r;
+}
+
+HealthSpec ReadHealth(StrictTable& root, const std::string& job_dir) {
+  static const std::vector<std::string> kDevices = {"none", "nvml", "fake"};
+  HealthSpec h;
+  std::optional<StrictTable> t = root.Table("health");
+  if (!t) return h;
+  h.agent = t->Bool("agent").value_or(true);
+  h.checks = t->String("checks").value_or("");
+  if (!h.checks.empty()) {
+    std::filesystem::path p(h.checks);
+    if (p.is_relative() && !job_dir.empty()) p = std::filesystem::path(job_dir) / p;
+    if (!std::filesystem::is_regular_file(p))
+      t->Fail("checks", p.string() + " is not a file",
+              "`fmstack agent --print-checks` prints the built-in table to start from");
+    h.checks = std::filesystem::absolute(p).string();
+  }
+  h.devices = t->Choice("devices", kDevices).value_or(h.devices);
+  h.auto_actions = t->Bool("auto_actions").value_or(h.auto_actions);
+  h.reboot_time = t->Seconds("reboot_time").value_or(h.reboot_time);
+  h.replace_time = t->Seconds("replace_time").value_or(h.replace_time);
+  for (auto [key, v] :
+       {std::pair{"reboot_time", h.reboot_time}, {"replace_time", h.replace_time}}) {
+    if (!(v >= 0 && v <= 7 * 86400)) t->Fail(key, "expected a duration between 0 and 7 days");
+  }
+  h.reboot_command = t->String("reboot_command").value_or("");
+  t->Finish();
+  return h;
 }
 
 }  // namespace fmstack::spec

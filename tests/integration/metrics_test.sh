@@ -54,6 +54,8 @@ heartbeat_timeout = "4s"
 collective_timeout = "20s"
 restart_backoff = "0s"
 straggler_steps = 100000
+[health]
+devices = "fake"
 TOML
 
 "$FMSTACK" run job.toml --out runs/scraped > run.out 2> run.err &
@@ -139,6 +141,26 @@ done
 case " $firing " in *" FmstackFault:crash "*) echo "alert firing: FmstackFault (crash)";;
   *) fail "the crash did not fire FmstackFault (firing: $firing)";; esac
 [ "$(query fmstack_ranks_up)" = 4 ] || fail "ranks up $(query fmstack_ranks_up), expected 4"
+# The health agents' device readings under dcgm-exporter's names; an Xid
+# (13, an application error: no node action) fires FmstackGpuXid.
+for series in 'DCGM_FI_DEV_GPU_TEMP{Hostname="node1",gpu="1"}' DCGM_FI_DEV_FB_FREE \
+  DCGM_FI_DEV_POWER_USAGE DCGM_FI_DEV_ECC_DBE_VOL_TOTAL 'fmstack_node_state{state="allocated"}' \
+  fmstack_health_agent_up; do
+  v=$(query "$series")
+  [ -n "$v" ] || fail "prometheus has no $series"
+  echo "$series = $v"
+done
+"$FMSTACK" fault inject runs/scraped --rank 3 --kind xid-13 > /dev/null
+for _ in $(seq 40); do
+  firing=$(api alerts | $PY -c '
+import json, sys
+a = json.load(sys.stdin)["data"]["alerts"]
+print(" ".join(x["labels"]["alertname"] + ":" + x["labels"].get("Hostname", "") + "/" + x["labels"].get("gpu", "") for x in a if x["state"] == "firing"))')
+  case " $firing " in *" FmstackGpuXid:node1/1 "*) break;; esac
+  sleep 0.5
+done
+case " $firing " in *" FmstackGpuXid:node1/1 "*) echo "alert firing: FmstackGpuXid (node1 gpu 1)";;
+  *) fail "the Xid did not fire FmstackGpuXid (firing: $firing)";; esac
 # Every Grafana panel's query returns data for this run.
 $PY - "$root"/deploy/grafana/*.json <<PY || fail "a Grafana panel's query returned no data"
 import json, math, sys, urllib.parse, urllib.request

@@ -179,6 +179,58 @@ TEST(Decide, TheSameNonFiniteStepTwiceIsDivergenceNotAFault) {
   EXPECT_NE(d.reason.find("diverges"), std::string::npos);
 }
 
+RuntimeEvent Unhealthy(NodeAction a) {
+  return {.kind = EventKind::kNodeUnhealthy, .rank = 2, .step = 5, .node_action = a};
+}
+
+TEST(Decide, AnUnhealthyNodeToRebootOrReplaceLosesItsRanks) {
+  const Policy p{.strategy = Strategy::kCheckpointless, .max_restarts = 3};
+  const Decision replace = Decide(p, {4, 4, 1}, {}, Unhealthy(NodeAction::kReplace), 2);
+  EXPECT_EQ(replace.verb, Verb::kRestart);
+  EXPECT_EQ(replace.action.placement, Placement::kSpare);
+  EXPECT_EQ(replace.action.restore, Restore::kPeers);
+  // No spare: the rebooted node is waited for, from the newest checkpoint.
+  const Decision reboot =
+      Decide({.max_restarts = 3}, {4, 4, 0}, {}, Unhealthy(NodeAction::kReboot), 2);
+  EXPECT_EQ(reboot.verb, Verb::kRestart);
+  EXPECT_EQ(reboot.action.placement, Placement::kWaitForNode);
+  EXPECT_EQ(RecoveryOf(Unhealthy(NodeAction::kReboot)), Recovery::kReboot);
+  EXPECT_EQ(RecoveryOf(Unhealthy(NodeAction::kReplace)), Recovery::kReplace);
+  // A check that asks for nothing changes nothing.
+  EXPECT_EQ(Decide(p, {4, 4, 1}, {}, Unhealthy(NodeAction::kNone)).verb, Verb::kCarryOn);
+}
+
+TEST(Decide, ADrainedNodeIsLeftWithoutLoss) {
+  // A spare: save, then move.
+  const Decision spare =
+      Decide({.max_restarts = 3}, {4, 4, 1}, {}, Unhealthy(NodeAction::kDrain), 2);
+  EXPECT_EQ(spare.verb, Verb::kSaveAndRestart);
+  EXPECT_EQ(spare.action.placement, Placement::kSpare);
+  // Elastic with room: shrink by the node's two ranks, the peers hold their state.
+  const Policy elastic{.strategy = Strategy::kElastic, .min_dp_fraction = 0.5, .max_restarts = 3};
+  const Decision shrink = Decide(elastic, {4, 4, 0}, {}, Unhealthy(NodeAction::kDrain), 2);
+  EXPECT_EQ(shrink.verb, Verb::kRestart);
+  EXPECT_EQ(shrink.action.placement, Placement::kDropReplica);
+  EXPECT_EQ(shrink.action.dp_after, 2);
+  // No spare, no room, or no budget: the node keeps its ranks (a Slurm drain
+  // lets the running job finish), the run is never stopped for it.
+  EXPECT_EQ(Decide(elastic, {4, 2, 0}, {}, Unhealthy(NodeAction::kDrain), 2).verb, Verb::kCarryOn);
+  EXPECT_EQ(Decide({.max_restarts = 3}, {4, 4, 0}, {}, Unhealthy(NodeAction::kDrain), 2).verb,
+            Verb::kCarryOn);
+  const Decision spent =
+      Decide({.max_restarts = 1}, {4, 4, 1}, {.restarts = 1}, Unhealthy(NodeAction::kDrain), 2);
+  EXPECT_EQ(spent.verb, Verb::kCarryOn);
+  EXPECT_NE(spent.reason.find("budget"), std::string::npos) << spent.reason;
+}
+
+TEST(NodeAction, NamesRoundTrip) {
+  for (NodeAction a :
+       {NodeAction::kNone, NodeAction::kDrain, NodeAction::kReboot, NodeAction::kReplace})
+    EXPECT_EQ(ParseNodeAction(NodeActionName(a)), a);
+  EXPECT_FALSE(ParseNodeAction("reimage"));
+  EXPECT_EQ(ParseEventName("node-unhealthy"), EventKind::kNodeUnhealthy);
+}
+
 TEST(Strategy, NamesRoundTrip) {
   for (Strategy s : {Strategy::kCheckpointRestart, Strategy::kCheckpointless, Strategy::kElastic}) {
     EXPECT_EQ(ParseStrategy(StrategyName(s)), s);

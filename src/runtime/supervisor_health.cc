@@ -1,0 +1,523 @@
+// The supervisor's node health: one `fmstack agent` per node slot (job nodes
+// and spares), started in the slot's network namespace, reporting verdicts
+// and device readings on a control channel. A failed check whose action is
+// drain, reboot or replace takes its node out: the job's side is decided by
+// resilience::Decide (an unhealthy-node event), the node's side here (drained
+// with its reason; rebooted or replaced, then back in the pool). Operators
+// act through `fmstack node`, at most kMaxNodesPerAction nodes at a time.
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include "health/agent.h"
+#include "health/device.h"
+#include "runtime/nodes.h"
+#include "runtime/supervisor_impl.h"
+#include "util/json_file.h"
+
+namespace fmstack::runtime::internal {
+namespace {
+
+double UnixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+std::string Supervisor::DevicesDir(int slot) const {
+  return fmt::format("{}/nodes/{}/devices", o_.run_dir, SlotName(slot));
+}
+
+void Supervisor::StartAgents() {
+  if (!o_.health.enabled) return;
+  const int slots = o_.layout.nodes + o_.spares;
+  health_.assign(static_cast<size_t>(slots), {});
+  agents_.resize(static_cast<size_t>(slots));
+  auto_actions_ = o_.health.auto_actions;
+  std::filesystem::create_directories(o_.run_dir + "/nodes");
+  for (int s = 0; s < slots; ++s) {
+    if (o_.health.devices == "fake") ResetFakeDevices(s);
+    StartAgent(s);
+  }
+  WriteNodes();
+}
+
+void Supervisor::ResetFakeDevices(int slot) {
+  if (o_.health.devices == "fake")
+    health::ResetFakeDevices(DevicesDir(slot), o_.layout.procs_per_node);
+}
+
+void Supervisor::StartAgent(int slot) {
+  AgentProc& a = agents_[slot];
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+    throw Error(
+        fmt::format("socketpair for the agent of {}: {}", SlotName(slot), std::strerror(errno)));
+  std::vector<std::string> argv = {o_.health.self_exe, "agent",     "--node",
+                                   SlotName(slot),     "--run-dir", o_.run_dir};
+  if (!o_.health.checks_file.empty()) {
+    argv.push_back("--checks");
+    argv.push_back(o_.health.checks_file);
+  }
+  argv.push_back("--devices");
+  argv.push_back(o_.health.devices == "fake" ? "fake:" + DevicesDir(slot) : o_.health.devices);
+  std::map<std::string, std::string> env;
+  std::string netns;
+  if (network_) {
+    env["FMSTACK_HOST"] = network_->node_addresses().at(static_cast<size_t>(slot));
+    netns = network_->namespace_paths().at(static_cast<size_t>(slot));
+  }
+  try {
+    a.pid = cluster::SpawnNodeProcess(
+        argv, env, netns, sv[1], fmt::format("{}/logs/agent-{}.log", o_.run_dir, SlotName(slot)));
+  } catch (...) {
+    ::close(sv[0]);
+    ::close(sv[1]);
+    throw;
+  }
+  ::close(sv[1]);
+  a.fd = sv[0];
+  a.reader = LineReader();
+  ++a.starts;
+  SendPids(slot);
+}
+
+void Supervisor::StopAgents() {
+  for (AgentProc& a : agents_) {
+    if (a.pid > 0) ::kill(a.pid, SIGKILL);
+    if (a.fd >= 0) ::close(a.fd);
+    a.fd = -1;
+  }
+  for (AgentProc& a : agents_) {
+    if (a.pid > 0) ::waitpid(a.pid, nullptr, 0);  // SIGKILLed: returns at once
+    a.pid = -1;
+  }
+}
+
+bool Supervisor::OnNodeProcessExit(pid_t pid, int status) {
+  for (int s = 0; s < static_cast<int>(agents_.size()); ++s) {
+    AgentProc& a = agents_[s];
+    if (a.pid != pid) continue;
+    a.pid = -1;
+    if (a.fd >= 0) ::close(a.fd);
+    a.fd = -1;
+    // An agent is restarted (its liveness is a check of its own); one that
+    // keeps dying is left down and said so.
+    const std::string how = WIFSIGNALED(status)
+                                ? fmt::format("killed by signal {}", WTERMSIG(status))
+                                : fmt::format("exited {}", WEXITSTATUS(status));
+    if (a.starts < 5) {
+      a.restart_at = Clock::now() + std::chrono::seconds(1);
+      Note(fmt::format("health agent of {} {} (see logs/agent-{}.log): restarting it", SlotName(s),
+                       how, SlotName(s)));
+    } else {
+      a.restart_at = Clock::time_point::max();
+      Note(fmt::format("health agent of {} {} for the {}th time: left down", SlotName(s), how,
+                       a.starts));
+    }
+    return true;
+  }
+  for (int s = 0; s < static_cast<int>(health_.size()); ++s) {
+    SlotHealth& h = health_[s];
+    if (h.reboot_pid != pid) continue;
+    h.reboot_pid = -1;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+      NodeReturns(s);
+    } else {
+      h.repair.clear();
+      h.reason = fmt::format("reboot command failed ({}); see logs/reboot-{}.log",
+                             WIFEXITED(status) ? fmt::format("exit {}", WEXITSTATUS(status))
+                                               : fmt::format("signal {}", WTERMSIG(status)),
+                             SlotName(s));
+      LogNodeEvent(s, "reboot-failed", "supervisor", h.reason);
+      WriteNodes();
+    }
+    return true;
+  }
+  return false;
+}
+
+void Supervisor::TendAgents() {
+  if (agents_.empty()) return;
+  const auto now = Clock::now();
+  for (int s = 0; s < static_cast<int>(agents_.size()); ++s) {
+    if (agents_[s].pid < 0 && now >= agents_[s].restart_at) {
+      try {
+        StartAgent(static_cast<int>(s));
+      } catch (const std::exception& e) {
+        agents_[s].restart_at = now + std::chrono::seconds(5);
+        Note(fmt::format("health agent of {}: {}", SlotName(static_cast<int>(s)), e.what()));
+      }
+    }
+  }
+  if (now >= next_node_ops_) {
+    next_node_ops_ = now + std::chrono::milliseconds(200);
+    HandleNodeOps();
+  }
+}
+
+void Supervisor::PollAgents(std::span<const pollfd> fds) {
+  char buf[16384];
+  for (size_t s = 0; s < fds.size() && s < agents_.size(); ++s) {
+    AgentProc& a = agents_[s];
+    if (fds[s].revents == 0 || a.fd < 0) continue;
+    const ssize_t n = ::read(a.fd, buf, sizeof buf);
+    if (n <= 0) {
+      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      ::close(a.fd);  // the process's exit is reaped (and it restarted) by Reap
+      a.fd = -1;
+      continue;
+    }
+    std::vector<std::string> lines;
+    try {
+      lines = a.reader.Feed(buf, static_cast<size_t>(n));
+    } catch (const std::exception& e) {
+      Note(fmt::format("health agent of {}: {}; killed", SlotName(static_cast<int>(s)), e.what()));
+      ::kill(a.pid, SIGKILL);
+      continue;
+    }
+    for (const std::string& line : lines) {
+      if (const std::optional<nlohmann::json> m = ParseLine(line))
+        OnAgentMessage(static_cast<int>(s), *m);
+    }
+  }
+}
+
+void Supervisor::SendPids(int slot) {
+  if (agents_.empty() || agents_[slot].fd < 0) return;
+  nlohmann::json pids = nlohmann::json::object();
+  const int node = JobNodeOn(slot);
+  if (node >= 0) {
+    for (const int r : RanksOf(node)) {
+      if (r < static_cast<int>(workers_.size()) && alive_[r])
+        pids[std::to_string(r)] = workers_[r].pid;
+    }
+  }
+  SendLine(agents_[slot].fd, {{"cmd", "pids"}, {"pids", pids}});
+}
+
+int Supervisor::JobNodeOn(int slot) const {
+  for (int n = 0; n < o_.layout.nodes; ++n) {
+    if (slot_[n] == slot && !dropped_[n]) return n;
+  }
+  return -1;
+}
+
+bool Supervisor::SlotHealthy(int slot) const {
+  if (health_.empty()) return true;
+  const SlotHealth& h = health_[slot];
+  return h.admin.empty() && h.failing.empty();
+}
+
+std::string Supervisor::NodeState(int slot) const {
+  const SlotHealth& h = health_[slot];
+  if (JobNodeOn(slot) >= 0) return h.admin == "drain" ? "draining" : "allocated";
+  if (h.admin == "drain") return "drained";  // a reboot or replacement may be under way
+  if (std::find(spares_.begin(), spares_.end(), slot) != spares_.end()) return "idle";
+  return "down";
+}
+
+void Supervisor::OnAgentMessage(int slot, const nlohmann::json& m) {
+  SlotHealth& h = health_[slot];
+  const std::string ev = m.value("ev", "");
+  if (ev == "devices") {
+    if (m["devices"].is_array() && m["devices"].size() <= 64) h.devices = m["devices"];
+    return;
+  }
+  if (ev != "verdict") return;
+  health::Verdict v;
+  try {
+    v = health::VerdictFromJson(m);
+  } catch (const std::exception& e) {
+    Note(fmt::format("health agent of {}: {}", SlotName(slot), e.what()));
+    return;
+  }
+  const bool acts = v.action != resilience::NodeAction::kNone;
+  if (v.ok) {
+    if (h.failing.erase(v.check) > 0) {
+      LogNodeEvent(slot, "check-passed", "agent:" + v.check, v.reason);
+      WriteNodes();
+    }
+    return;
+  }
+  const bool first = !h.failing.contains(v.check);
+  if (acts) h.failing[v.check] = v.reason;
+  if (first) {
+    Note(fmt::format("health: {} failed {} ({}, {}): {}", SlotName(slot), v.check,
+                     health::SeverityName(v.severity), resilience::NodeActionName(v.action),
+                     v.reason));
+    LogNodeEvent(slot, "check-failed", "agent:" + v.check,
+                 fmt::format("{} ({} -> {})", v.reason, health::SeverityName(v.severity),
+                             resilience::NodeActionName(v.action)));
+  }
+  if (!acts) {
+    WriteNodes();
+    return;
+  }
+  // Act once per failure: on a node that is up (allocated or idle); the
+  // agent repeats the verdict, so a node resumed while still failing goes
+  // out again.
+  if (!h.admin.empty() || !h.repair.empty()) {
+    WriteNodes();
+    return;
+  }
+  const std::string reason = "fmstack: " + v.reason;
+  if (!auto_actions_) {
+    if (first)
+      Note(fmt::format("health: automatic actions are off: would {} {} ({})",
+                       resilience::NodeActionName(v.action), SlotName(slot), reason));
+    WriteNodes();
+    return;
+  }
+  ActOnNode(slot, v.action, reason, "agent:" + v.check);
+}
+
+void Supervisor::ActOnNode(int slot, resilience::NodeAction action, const std::string& reason,
+                           const std::string& by) {
+  SlotHealth& h = health_[slot];
+  const int node = JobNodeOn(slot);
+  if (node < 0) {  // idle, or already out: no job is involved
+    TakeOut(slot, action, reason, by);
+    return;
+  }
+  if (decision_) {
+    Note(
+        fmt::format("health: {} needs {} but a recovery is under way; it is acted on when the "
+                    "agent reports again",
+                    SlotName(slot), resilience::NodeActionName(action)));
+    h.failing.clear();  // so that the repeated verdict counts as new
+    return;
+  }
+  const std::string what =
+      fmt::format("{} (slot {}, job node {}) needs {}: {} [{}]", SlotName(slot), slot, node,
+                  resilience::NodeActionName(action), reason, by);
+  Detect({{.kind = resilience::EventKind::kNodeUnhealthy,
+           .rank = node * o_.layout.procs_per_node,
+           .step = monitor_ ? monitor_->MaxStep() : 0,
+           .node_action = action},
+          what});
+  if (slot_[node] != slot || dropped_[node] ||
+      (decision_ && decision_->verb == resilience::Verb::kStop)) {
+    TakeOut(slot, action, reason, by);
+    return;
+  }
+  if (!decision_) {  // carry on: the node stays until the job can leave it
+    h.admin = "drain";
+    h.reason = reason;
+    h.by = by;
+    h.since = UnixNow();
+    LogNodeEvent(slot, "draining", by, reason + "; the job keeps it until it can leave");
+  } else {
+    // No spare: the node is rebooted or replaced in place while the job restarts.
+    ResetFakeDevices(slot);
+    h.failing.clear();
+    LogNodeEvent(slot, std::string(resilience::NodeActionName(action)) + "-in-place", by, reason);
+  }
+  WriteNodes();
+}
+
+void Supervisor::TakeOut(int slot, resilience::NodeAction action, const std::string& reason,
+                         const std::string& by) {
+  SlotHealth& h = health_[slot];
+  std::erase(spares_, slot);
+  h.admin = "drain";
+  h.reason = reason;
+  h.by = by;
+  h.since = UnixNow();
+  repairs_.erase(slot);
+  const std::string name = SlotName(slot);
+  if (action == resilience::NodeAction::kReboot || action == resilience::NodeAction::kReplace) {
+    h.repair = std::string(resilience::NodeActionName(action));
+    const double seconds = action == resilience::NodeAction::kReboot ? o_.health.reboot_seconds
+                                                                     : o_.health.replace_seconds;
+    if (action == resilience::NodeAction::kReboot && !o_.health.reboot_command.empty()) {
+      try {
+        h.reboot_pid = cluster::SpawnNodeProcess(
+            {"/bin/sh", "-c", o_.health.reboot_command},
+            {{"FMSTACK_NODE", name}, {"FMSTACK_NODE_SLOT", std::to_string(slot)}}, "", -1,
+            fmt::format("{}/logs/reboot-{}.log", o_.run_dir, name));
+      } catch (const std::exception& e) {
+        h.repair.clear();
+        h.reason += fmt::format("; reboot command failed to start: {}", e.what());
+      }
+    } else {
+      repairs_[slot] =
+          Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(seconds * 1e3));
+    }
+  }
+  Note(fmt::format("health: {} drained ({}){}", name, reason,
+                   h.repair.empty() ? ": it stays out until `fmstack node resume`"
+                                    : fmt::format(": {} under way", h.repair)));
+  LogNodeEvent(slot, h.repair.empty() ? "drain" : h.repair, by, reason);
+  WriteNodes();
+}
+
+void Supervisor::NodeReturns(int slot) {
+  SlotHealth& h = health_[slot];
+  if (network_) network_->SetLink(slot, true);
+  ResetFakeDevices(slot);
+  const std::string what = h.repair.empty() ? "repaired" : h.repair + " done";
+  h = {.devices = h.devices};  // back in service: only the newest reading stays
+  if (std::find(spares_.begin(), spares_.end(), slot) == spares_.end()) spares_.push_back(slot);
+  Note(fmt::format("health: {} {}: back in the pool of free slots ({} free)", SlotName(slot), what,
+                   spares_.size()));
+  LogNodeEvent(slot, "returned", "supervisor", what);
+  WriteNodes();
+}
+
+void Supervisor::LogNodeEvent(int slot, const std::string& action, const std::string& by,
+                              const std::string& reason) const {
+  const nlohmann::json e = {{"time", UnixNow()}, {"node", SlotName(slot)},
+                            {"action", action},  {"by", by},
+                            {"reason", reason},  {"state", NodeState(slot)}};
+  std::ofstream out(o_.run_dir + "/nodes/events.jsonl", std::ios::app);
+  out << e.dump() << "\n";
+}
+
+void Supervisor::WriteNodes() const {
+  if (health_.empty()) return;
+  nlohmann::json nodes = nlohmann::json::array();
+  const auto now = Clock::now();
+  for (size_t s = 0; s < health_.size(); ++s) {
+    const SlotHealth& h = health_[s];
+    const int slot = static_cast<int>(s);
+    const int node = JobNodeOn(slot);
+    nlohmann::json failing = nlohmann::json::object();
+    for (const auto& [check, reason] : h.failing) failing[check] = reason;
+    nlohmann::json n = {
+        {"name", SlotName(slot)},
+        {"slot", slot},
+        {"state", NodeState(slot)},
+        {"job_node", node},
+        {"ranks", node >= 0 ? nlohmann::json(RanksOf(node)) : nlohmann::json::array()},
+        {"reason", h.reason},
+        {"by", h.by},
+        {"since", h.since},
+        {"repair", h.repair},
+        {"failing", failing},
+        {"devices", h.devices.is_array() ? h.devices.size() : 0},
+        {"agent", agents_[s].pid > 0 ? "up" : "down"}};
+    if (const auto it = repairs_.find(slot); it != repairs_.end())
+      n["back_in_s"] = std::max(0.0, Since(now, it->second));
+    nodes.push_back(n);
+  }
+  WriteJsonFile(o_.run_dir + "/nodes.json",
+                {{"updated", UnixNow()}, {"auto_actions", auto_actions_}, {"nodes", nodes}});
+}
+
+void Supervisor::PublishNodes() {
+  if (!registry_ || health_.empty()) return;
+  metrics::Registry& m = *registry_;
+  for (const char* name :
+       {"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED",
+        "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_XID_ERRORS",
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "fmstack_node_state",
+        "fmstack_health_check_failing", "fmstack_health_agent_up"})
+    m.Clear(name);  // states and devices come and go: no stale series
+  for (int s = 0; s < static_cast<int>(health_.size()); ++s) {
+    const SlotHealth& h = health_[s];
+    const std::string node = SlotName(s);
+    m.Set("fmstack_node_state", {{"node", node}, {"state", NodeState(s)}}, 1);
+    m.Set("fmstack_health_agent_up", {{"node", node}}, agents_[s].pid > 0 ? 1 : 0);
+    for (const auto& [check, reason] : h.failing)
+      m.Set("fmstack_health_check_failing", {{"node", node}, {"check", check}}, 1);
+    if (!h.devices.is_array()) continue;
+    for (const nlohmann::json& d : h.devices) {
+      if (!d.is_object() || !d.value("present", true)) continue;
+      const metrics::Labels labels = {{"gpu", std::to_string(d.value("index", 0))},
+                                      {"UUID", d.value("uuid", "")},
+                                      {"device", fmt::format("nvidia{}", d.value("index", 0))},
+                                      {"modelName", d.value("name", "")},
+                                      {"Hostname", node}};
+      const double total = d.value("fb_total_mib", 0.0), used = d.value("fb_used_mib", 0.0);
+      const std::vector<int> xids = d.value("xid", std::vector<int>{});
+      m.Set("DCGM_FI_DEV_GPU_TEMP", labels, d.value("temperature_c", 0.0));
+      m.Set("DCGM_FI_DEV_GPU_UTIL", labels, d.value("utilization_pct", 0.0));
+      m.Set("DCGM_FI_DEV_FB_USED", labels, used);
+      m.Set("DCGM_FI_DEV_FB_FREE", labels, std::max(0.0, total - used));
+      m.Set("DCGM_FI_DEV_POWER_USAGE", labels, d.value("power_w", 0.0));
+      m.Set("DCGM_FI_DEV_XID_ERRORS", labels, xids.empty() ? 0 : xids.back());
+      m.Set("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", labels, d.value("ecc_sbe", 0.0));
+      m.Set("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", labels, d.value("ecc_dbe", 0.0));
+    }
+  }
+}
+
+void Supervisor::HandleNodeOps() {
+  std::vector<std::string> errors;
+  for (const NodeOp& op : TakeNodeOps(o_.run_dir, &errors)) {
+    nlohmann::json answer = {{"id", op.id}, {"op", op.op}, {"results", nlohmann::json::array()}};
+    if (op.op == "auto") {
+      auto_actions_ = op.enable;
+      Note(fmt::format("health: automatic node actions turned {} by an operator",
+                       op.enable ? "on" : "off"));
+      for (size_t s = 0; s < health_.size(); ++s)
+        LogNodeEvent(static_cast<int>(s), op.enable ? "auto-on" : "auto-off", "operator",
+                     op.reason);
+      answer["results"].push_back(
+          {{"node", "*"},
+           {"ok", true},
+           {"result", op.enable ? "automatic actions on" : "automatic actions off"}});
+    } else {
+      for (const std::string& name : op.nodes) {
+        std::string result;
+        bool ok = false;
+        try {
+          result = ApplyNodeOp(op, name);
+          ok = true;
+        } catch (const std::exception& e) {
+          result = e.what();
+        }
+        answer["results"].push_back({{"node", name}, {"ok", ok}, {"result", result}});
+      }
+    }
+    WriteNodes();
+    AnswerNodeOp(o_.run_dir, op.id, answer);
+  }
+  for (const std::string& e : errors) Note(e);
+}
+
+std::string Supervisor::ApplyNodeOp(const NodeOp& op, const std::string& name) {
+  int slot = -1;
+  for (size_t s = 0; s < health_.size(); ++s) {
+    if (SlotName(static_cast<int>(s)) == name) slot = static_cast<int>(s);
+  }
+  if (slot < 0) throw Error(fmt::format("{}: no such node in this run", name));
+  SlotHealth& h = health_[slot];
+  const std::string reason = op.reason.empty() ? "operator" : "operator: " + op.reason;
+  const int node = JobNodeOn(slot);
+  if (op.op == "drain") {
+    if (!h.admin.empty()) return fmt::format("already {} ({})", NodeState(slot), h.reason);
+    ActOnNode(slot, resilience::NodeAction::kDrain, reason, "operator");
+    return NodeState(slot);
+  }
+  if (op.op == "resume") {
+    if (!h.repair.empty())
+      throw Error(fmt::format("{}: {} is under way; it returns by itself", name, h.repair));
+    if (h.admin.empty() && (node >= 0 || NodeState(slot) == "idle")) return "already up";
+    repairs_.erase(slot);
+    if (node >= 0) {               // a draining node that the job could not leave
+      h = {.devices = h.devices};  // back in service: only the newest reading stays
+    } else {
+      NodeReturns(slot);
+    }
+    LogNodeEvent(slot, "resume", "operator", reason);
+    return NodeState(slot);
+  }
+  // reboot / replace
+  if (node >= 0)
+    throw Error(
+        fmt::format("{} runs job node {} (ranks {}): drain it first (`fmstack node drain`), "
+                    "then {} it",
+                    name, node, fmt::join(RanksOf(node), ","), op.op));
+  if (!h.repair.empty()) return fmt::format("{} already under way", h.repair);
+  TakeOut(slot, *resilience::ParseNodeAction(op.op), h.admin.empty() ? reason : h.reason,
+          "operator");
+  return NodeState(slot);
+}
+
+}  // namespace fmstack::runtime::internal
