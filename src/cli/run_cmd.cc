@@ -19,10 +19,12 @@
 #include "catalog/catalog.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
+#include "health/checks.h"
 #include "metrics/samples.h"
 #include "runtime/supervisor.h"
 #include "spec/job_spec.h"
 #include "util/error.h"
+#include "util/strict_table.h"
 #include "util/text_table.h"
 #include "util/units.h"
 
@@ -43,6 +45,7 @@ struct RunArgs {
   int max_procs = 0;      // 0 = from the cores
   double heartbeat_timeout = 30;
   bool health = false;
+  double peak_gflops = 0;  // the group's peak matmul GFLOP/s: the MFU denominator
   std::string metrics_listen = "127.0.0.1:0";
 };
 
@@ -213,6 +216,8 @@ int RunJob(const RunArgs& args, std::span<char* const> argv) {
   o.argv = {SelfExe(), "train", std::filesystem::absolute(args.job).string(), "--out", out};
   if (args.steps > 0) o.argv.insert(o.argv.end(), {"--steps", std::to_string(args.steps)});
   if (args.until > 0) o.argv.insert(o.argv.end(), {"--until", std::to_string(args.until)});
+  if (args.peak_gflops > 0)
+    o.argv.insert(o.argv.end(), {"--peak-gflops", fmt::format("{}", args.peak_gflops)});
   if (!args.resume.empty()) {
     o.argv.insert(o.argv.end(), {"--resume", std::filesystem::absolute(args.resume).string()});
   }
@@ -237,7 +242,13 @@ int RunJob(const RunArgs& args, std::span<char* const> argv) {
               .auto_actions = h.auto_actions,
               .reboot_seconds = h.reboot_time,
               .replace_seconds = h.replace_time,
-              .reboot_command = h.reboot_command};
+              .reboot_command = h.reboot_command,
+              .burnin_expect = h.burnin,
+              .burnin_tolerance = h.burnin_tolerance,
+              .burnin_seconds = h.burnin_seconds};
+  // A malformed check table stops the run here, not in every agent.
+  if (o.health.enabled && !h.checks.empty())
+    (void)health::ParseCheckTable(ReadTextFile(h.checks), h.checks);
   std::cerr << fmt::format(
       "fmstack run: {} on the local backend: {} nodes x {} processes{}; logs in {}\n", job.name,
       layout.nodes, layout.procs_per_node, o.netns ? " (nodes in network namespaces)" : "",
@@ -363,6 +374,10 @@ Runner AddRunCommand(CLI::App& app, std::span<char* const> argv) {
                   "serve Prometheus metrics at HOST:PORT/metrics (PORT 0: any free one; off: "
                   "none); RUN_DIR/metrics/ has the bearer token and a file_sd target file")
       ->default_val("127.0.0.1:0");
+  cmd->add_option("--peak-gflops", args->peak_gflops,
+                  "the whole group's peak matmul GFLOP/s, for MFU (fmstack_mfu); on the local "
+                  "backend this machine's sgemm: `fmstack burnin --threads N` measures it")
+      ->check(CLI::PositiveNumber);
   cmd->add_flag("--health", args->health,
                 "start a health agent on every node slot (the built-in checks; a job's [health] "
                 "table configures them)");

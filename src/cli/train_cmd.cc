@@ -334,7 +334,9 @@ int RunTrain(const TrainArgs& args) {
                      {"comm_exposed_s", s.comm.exposed},
                      {"replica_s", replica_s},
                      {"verified", verified},
-                     {"tokens", config.tokens_per_step()}});
+                     {"tokens", config.tokens_per_step()},
+                     {"flops_per_token", flops_per_token},
+                     {"peak_flops", peak * 1e9}});
         } else if (lead())
           progress.Show(
               s.step, config.steps,

@@ -32,6 +32,10 @@ struct HealthOptions {
   // The local backend's stand-ins for a node's reboot and its replacement.
   double reboot_seconds = 5, replace_seconds = 30;
   std::string reboot_command;  // run with FMSTACK_NODE set instead of waiting reboot_seconds
+  // A repaired node passes `fmstack burnin --expect burnin_expect` before it
+  // is back in the pool ("" = no burn-in).
+  std::string burnin_expect;
+  double burnin_tolerance = 0.7, burnin_seconds = 2;
 };
 
 struct SuperviseOptions {

@@ -80,7 +80,7 @@ void Supervisor::RepairNodes() {
     const int slot = it->first;
     it = repairs_.erase(it);
     if (!health_.empty()) {  // health decides: a drained slot waits for an operator
-      if (health_[slot].admin != "drain" || !health_[slot].repair.empty()) NodeReturns(slot);
+      if (health_[slot].admin != "drain" || !health_[slot].repair.empty()) NodeRepaired(slot);
       continue;
     }
     if (network_) network_->SetLink(slot, true);

@@ -87,6 +87,14 @@ void Supervisor::StartAgent(int slot) {
 }
 
 void Supervisor::StopAgents() {
+  for (SlotHealth& h : health_) {  // a repair under way ends with the run
+    for (pid_t* pid : {&h.burnin_pid, &h.reboot_pid}) {
+      if (*pid <= 0) continue;
+      ::kill(-*pid, SIGKILL);
+      ::waitpid(*pid, nullptr, 0);
+      *pid = -1;
+    }
+  }
   for (AgentProc& a : agents_) {
     if (a.pid > 0) ::kill(a.pid, SIGKILL);
     if (a.fd >= 0) ::close(a.fd);
@@ -123,10 +131,28 @@ bool Supervisor::OnNodeProcessExit(pid_t pid, int status) {
   }
   for (int s = 0; s < static_cast<int>(health_.size()); ++s) {
     SlotHealth& h = health_[s];
+    if (h.burnin_pid == pid) {
+      h.burnin_pid = -1;
+      h.repair.clear();
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        LogNodeEvent(s, "burnin-passed", "supervisor", "");
+        ReturnToPool(s, "burn-in passed");
+      } else {
+        h.reason = fmt::format("burn-in failed ({}); see logs/burnin-{}.log",
+                               WIFEXITED(status) ? fmt::format("exit {}", WEXITSTATUS(status))
+                                                 : fmt::format("signal {}", WTERMSIG(status)),
+                               SlotName(s));
+        Note(fmt::format("health: {}: {}; it stays drained", SlotName(s), h.reason));
+        LogNodeEvent(s, "burnin-failed", "supervisor", h.reason);
+        WriteNodes();
+      }
+      return true;
+    }
     if (h.reboot_pid != pid) continue;
+
     h.reboot_pid = -1;
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-      NodeReturns(s);
+      NodeRepaired(s);
     } else {
       h.repair.clear();
       h.reason = fmt::format("reboot command failed ({}); see logs/reboot-{}.log",
@@ -356,11 +382,46 @@ void Supervisor::TakeOut(int slot, resilience::NodeAction action, const std::str
   WriteNodes();
 }
 
-void Supervisor::NodeReturns(int slot) {
+void Supervisor::NodeRepaired(int slot) {
   SlotHealth& h = health_[slot];
   if (network_) network_->SetLink(slot, true);
   ResetFakeDevices(slot);
-  const std::string what = h.repair.empty() ? "repaired" : h.repair + " done";
+  h.failing.clear();
+  if (o_.health.burnin_expect.empty()) {
+    ReturnToPool(slot, h.repair.empty() ? "repaired" : h.repair + " done");
+    return;
+  }
+  StartBurnin(slot);
+}
+
+void Supervisor::StartBurnin(int slot) {
+  SlotHealth& h = health_[slot];
+  const std::string name = SlotName(slot);
+  const std::string done = h.repair.empty() ? "repaired" : h.repair + " done";
+  // A lone node's burn-in: no rank, no store, one thread.
+  std::map<std::string, std::string> env = {
+      {"OMP_NUM_THREADS", "1"}, {"WORLD_SIZE", ""}, {"RANK", ""}, {"FMSTACK_RUN", ""}};
+  std::string netns;
+  if (network_) netns = network_->namespace_paths().at(static_cast<size_t>(slot));
+  try {
+    h.burnin_pid = cluster::SpawnNodeProcess(
+        {o_.health.self_exe, "burnin", "--expect", o_.health.burnin_expect, "--tolerance",
+         fmt::format("{}", o_.health.burnin_tolerance), "--seconds",
+         fmt::format("{}", o_.health.burnin_seconds)},
+        env, netns, -1, fmt::format("{}/logs/burnin-{}.log", o_.run_dir, name));
+    h.repair = "burn-in";
+    Note(fmt::format("health: {} {}: burn-in before it returns to the pool", name, done));
+    LogNodeEvent(slot, "burnin", "supervisor", done);
+  } catch (const std::exception& e) {
+    h.repair.clear();
+    h.reason = fmt::format("burn-in could not start: {}", e.what());
+    LogNodeEvent(slot, "burnin-failed", "supervisor", h.reason);
+  }
+  WriteNodes();
+}
+
+void Supervisor::ReturnToPool(int slot, const std::string& what) {
+  SlotHealth& h = health_[slot];
   h = {.devices = h.devices};  // back in service: only the newest reading stays
   if (std::find(spares_.begin(), spares_.end(), slot) == spares_.end()) spares_.push_back(slot);
   Note(fmt::format("health: {} {}: back in the pool of free slots ({} free)", SlotName(slot), what,
@@ -502,8 +563,9 @@ std::string Supervisor::ApplyNodeOp(const NodeOp& op, const std::string& name) {
     repairs_.erase(slot);
     if (node >= 0) {               // a draining node that the job could not leave
       h = {.devices = h.devices};  // back in service: only the newest reading stays
-    } else {
-      NodeReturns(slot);
+    } else {  // the operator vouches for it: no burn-in; a check still failing drains it again
+      if (network_) network_->SetLink(slot, true);
+      ReturnToPool(slot, "resumed by an operator");
     }
     LogNodeEvent(slot, "resume", "operator", reason);
     return NodeState(slot);

@@ -151,7 +151,11 @@ class Supervisor {
   // The slot leaves service: drained with `reason`, rebooted or replaced.
   void TakeOut(int slot, resilience::NodeAction action, const std::string& reason,
                const std::string& by);
-  void NodeReturns(int slot);  // repaired: healthy devices, link up, in the pool
+  // Repaired: healthy devices and link, then burn-in (when configured),
+  // then back in the pool.
+  void NodeRepaired(int slot);
+  void StartBurnin(int slot);
+  void ReturnToPool(int slot, const std::string& what);
   void HandleNodeOps();
   std::string ApplyNodeOp(const NodeOp& op, const std::string& name);
   void SendPids(int slot);
@@ -275,6 +279,7 @@ class Supervisor {
     double since = 0;                              // Unix seconds of the admin change
     std::map<std::string, std::string> failing{};  // check -> reason, checks asking for an action
     pid_t reboot_pid = -1;
+    pid_t burnin_pid = -1;
   };
   std::vector<AgentProc> agents_;   // by slot; empty when health is off
   std::vector<SlotHealth> health_;  // by slot

@@ -53,6 +53,9 @@ void Supervisor::StartMetrics() {
   m.Histogram("fmstack_step_seconds", "wall time of one optimizer step (the group's rank 0)",
               kSecondsBuckets);
   m.Gauge("fmstack_tokens_per_second", "tokens trained per second in the newest step");
+  m.Gauge("fmstack_model_flops_per_second",
+          "model FLOP/s of the newest step (6N + attention per token, x tokens/s)");
+  m.Gauge("fmstack_mfu", "model FLOP/s over the group's peak (`fmstack run --peak-gflops`)");
   m.Gauge("fmstack_loss", "training loss of the newest step");
   m.Gauge("fmstack_grad_norm", "global gradient norm of the newest step, before clipping");
   m.Gauge("fmstack_learning_rate", "learning rate of the newest step");
@@ -142,7 +145,13 @@ void Supervisor::MetricsOnStep(const nlohmann::json& e) {
   m.Set("fmstack_learning_rate", {}, e.value("lr", 0.0));
   m.Set("fmstack_comm_exposed_seconds", {}, e.value("comm_exposed_s", 0.0));
   m.Set("fmstack_steps_total_planned", {}, e.value("steps", 0.0));
-  if (step_s > 0) m.Set("fmstack_tokens_per_second", {}, e.value("tokens", 0.0) / step_s);
+  if (step_s > 0) {
+    const double tok_s = e.value("tokens", 0.0) / step_s;
+    const double flops = tok_s * e.value("flops_per_token", 0.0), peak = e.value("peak_flops", 0.0);
+    m.Set("fmstack_tokens_per_second", {}, tok_s);
+    if (flops > 0) m.Set("fmstack_model_flops_per_second", {}, flops);
+    if (flops > 0 && peak > 0) m.Set("fmstack_mfu", {}, flops / peak);
+  }
 }
 
 void Supervisor::MetricsOnCheckpoint(int64_t step, double blocking_seconds) {

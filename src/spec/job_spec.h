@@ -149,6 +149,9 @@ struct HealthSpec {
   double reboot_time = 5;        // local backend: how long a node's reboot takes
   double replace_time = 30;      // local backend: how long a replacement takes to arrive
   std::string reboot_command;    // run (sh -c, FMSTACK_NODE set) to reboot a node instead
+  std::string burnin;            // expected figures: a repaired node's burn-in must pass
+  double burnin_tolerance = 0.7;
+  double burnin_seconds = 2;
 };
 
 struct DataSpec {

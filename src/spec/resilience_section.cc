@@ -110,6 +110,19 @@ HealthSpec ReadHealth(StrictTable& root, const std::string& job_dir) {
     if (!(v >= 0 && v <= 7 * 86400)) t->Fail(key, "expected a duration between 0 and 7 days");
   }
   h.reboot_command = t->String("reboot_command").value_or("");
+  h.burnin = t->String("burnin").value_or("");
+  if (!h.burnin.empty()) {
+    std::filesystem::path p(h.burnin);
+    if (p.is_relative() && !job_dir.empty()) p = std::filesystem::path(job_dir) / p;
+    if (!std::filesystem::is_regular_file(p))
+      t->Fail("burnin", p.string() + " is not a file",
+              "write the expected figures on known-good hardware: fmstack burnin --calibrate FILE");
+    h.burnin = std::filesystem::absolute(p).string();
+  }
+  h.burnin_tolerance = t->Number("burnin_tolerance", 0.01, 1).value_or(h.burnin_tolerance);
+  h.burnin_seconds = t->Seconds("burnin_seconds").value_or(h.burnin_seconds);
+  if (!(h.burnin_seconds >= 0.1 && h.burnin_seconds <= 3600))
+    t->Fail("burnin_seconds", "expected a duration from 0.1 s to 1 h");
   t->Finish();
   return h;
 }

@@ -7,7 +7,9 @@
 # application Xid (13) changes nothing. Operators' actions on a live run:
 # too many nodes, unknown names, reboot of a busy node and dry runs change
 # nothing; drain/resume of the spare and the kill switch work. Burn-in passes
-# a healthy node and fails one whose GEMM is throttled.
+# a healthy node and fails one whose GEMM is throttled; a replaced node
+# rejoins the pool only once its burn-in passes. `fmstack report --html`
+# draws the run.
 set -euo pipefail
 . "$(dirname "$0")/../../scripts/lib/runs.sh"
 : "${FMSTACK:?path to the fmstack binary}"
@@ -56,7 +58,8 @@ restart_backoff = "0s"
 straggler_steps = 1000
 [health]
 devices = "fake"
-replace_time = "10min"
+replace_time = "${REPLACE:-10min}"
+${BURNIN:-}
 $3
 TOML
 }
@@ -121,6 +124,37 @@ grep -E '^node1 +drained' cut.nodes | grep -q "interface eth0 is" || { cat cut.n
 grep -E '^node2 +allocated' cut.nodes >/dev/null || fail "cut: the job did not move to node2"
 echo "cut: node1 drained (eth0 down), job node 1 on node2, hash equal"
 
+# Burn-in: healthy passes, throttled GEMM fails.
+"$FMSTACK" burnin --seconds 1 --calibrate ref.json > cal.out || { cat cal.out; fail "burnin: calibration failed"; }
+"$FMSTACK" burnin --seconds 1 --expect ref.json --tolerance 0.5 > healthy.out ||
+  { cat healthy.out; fail "burnin: a healthy node failed"; }
+"$FMSTACK" burnin --seconds 1 --expect ref.json --tolerance 0.5 > slow.out &
+slow=$!
+/usr/bin/python3 "$THROTTLE" 0.15 "$slow" &
+if wait "$slow"; then cat slow.out; fail "burnin: a throttled node passed"; fi
+grep -q "gemm .* FAIL" slow.out || { cat slow.out; fail "burnin: the throttled GEMM is not named"; }
+cat healthy.out slow.out
+"$FMSTACK" run --nodes 2 --procs-per-node 1 --out runs/burnin -- "$FMSTACK" burnin --seconds 1 \
+  --expect "$work/ref.json" --tolerance 0.5 > multi.out 2>&1 || { cat multi.out; fail "burnin: two nodes"; }
+grep -E '^\[rank 0\] 1 ' multi.out | grep -q pass || { cat multi.out; fail "burnin: no all-reduce row for node 1"; }
+# A replaced node passes burn-in before it is back in the pool; one whose
+# burn-in fails stays drained with the reason.
+/usr/bin/python3 -c 'import json; r = json.load(open("ref.json")); r["gemm_gflops"] *= 1000
+json.dump(r, open("ref_bad.json", "w"))'
+for case in good bad; do
+  ref=ref.json; [ "$case" = bad ] && ref=ref_bad.json
+  REPLACE=1s BURNIN="burnin = \"$ref\"
+burnin_tolerance = 0.05
+burnin_seconds = \"0.5s\"" run "repair_$case" 600 "$(inject xid-79 1 20)"
+  grep -q '"action":"burnin"' "runs/repair_$case/nodes/events.jsonl" || fail "repair_$case: no burn-in after the replacement"
+done
+grep -q '"action":"burnin-passed"' runs/repair_good/nodes/events.jsonl || fail "repair_good: burn-in did not pass"
+[ "$(node_field runs/repair_good node1 state)" = idle ] || fail "repair_good: node1 is not back in the pool"
+grep -q '"action":"burnin-failed"' runs/repair_bad/nodes/events.jsonl || fail "repair_bad: burn-in did not fail"
+[ "$(node_field runs/repair_bad node1 state)" = drained ] || fail "repair_bad: node1 left the drain"
+node_field runs/repair_bad node1 reason | grep -q "burn-in failed" || fail "repair_bad: no burn-in reason"
+echo "repair: replaced node1 passed burn-in and rejoined the pool; with impossible figures it stayed drained"
+
 # Operators on a live run.
 job ops.toml 100000 ""
 "$FMSTACK" run ops.toml --out runs/ops > ops.out 2> ops.err &
@@ -153,17 +187,4 @@ bg=""
 grep -c . runs/ops/nodes/events.jsonl > /dev/null
 echo "ops: batch/name/busy refusals, dry run, drain+resume, kill switch: ok ($(wc -l < runs/ops/nodes/events.jsonl) events logged)"
 
-# Burn-in: healthy passes, throttled GEMM fails.
-"$FMSTACK" burnin --seconds 1 --calibrate ref.json > cal.out || { cat cal.out; fail "burnin: calibration failed"; }
-"$FMSTACK" burnin --seconds 1 --expect ref.json --tolerance 0.5 > healthy.out ||
-  { cat healthy.out; fail "burnin: a healthy node failed"; }
-"$FMSTACK" burnin --seconds 1 --expect ref.json --tolerance 0.5 > slow.out &
-slow=$!
-/usr/bin/python3 "$THROTTLE" 0.15 "$slow" &
-if wait "$slow"; then cat slow.out; fail "burnin: a throttled node passed"; fi
-grep -q "gemm .* FAIL" slow.out || { cat slow.out; fail "burnin: the throttled GEMM is not named"; }
-cat healthy.out slow.out
-"$FMSTACK" run --nodes 2 --procs-per-node 1 --out runs/burnin -- "$FMSTACK" burnin --seconds 1 \
-  --expect "$work/ref.json" --tolerance 0.5 > multi.out 2>&1 || { cat multi.out; fail "burnin: two nodes"; }
-grep -E '^\[rank 0\] 1 ' multi.out | grep -q pass || { cat multi.out; fail "burnin: no all-reduce row for node 1"; }
 echo "PASS"

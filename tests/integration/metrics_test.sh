@@ -58,7 +58,7 @@ straggler_steps = 100000
 devices = "fake"
 TOML
 
-"$FMSTACK" run job.toml --out runs/scraped > run.out 2> run.err &
+"$FMSTACK" run job.toml --out runs/scraped --peak-gflops 100 > run.out 2> run.err &
 run=$!
 for _ in $(seq 100); do [ -s runs/scraped/metrics/targets.json ] && break; sleep 0.1; done
 target=$($PY -c 'import json, sys; print(json.load(open(sys.argv[1]))[0]["targets"][0])' runs/scraped/metrics/targets.json)
@@ -123,7 +123,7 @@ for series in fmstack_step fmstack_step_seconds_count fmstack_tokens_per_second 
   fmstack_grad_norm fmstack_learning_rate fmstack_checkpoint_blocking_seconds_count \
   fmstack_checkpoint_last_timestamp_seconds fmstack_restarts 'fmstack_goodput_seconds{bucket="productive"}' \
   fmstack_goodput_ratio fmstack_ranks_up fmstack_world_size fmstack_recovery_seconds_count \
-  fmstack_up 'fmstack_incidents_total{kind="crash"}'; do
+  fmstack_up 'fmstack_incidents_total{kind="crash"}' fmstack_model_flops_per_second fmstack_mfu; do
   v=$(query "$series")
   [ -n "$v" ] || fail "prometheus has no $series"
   echo "$series = $v"
