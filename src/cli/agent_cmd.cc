@@ -14,6 +14,8 @@
 
 #include "cli/commands.h"
 #include "health/agent.h"
+#include "health/node_metrics.h"
+#include "metrics/exporter.h"
 #include "runtime/control.h"
 #include "util/error.h"
 #include "util/strict_table.h"
@@ -61,11 +63,35 @@ int Once(health::Agent& agent, const std::vector<health::CheckSpec>& checks, boo
   return critical ? 1 : 0;
 }
 
+// The node's own /metrics (when the run serves metrics): devices, host and
+// checks, on the node's address, behind the run's bearer token.
+struct NodeEndpoint {
+  metrics::Registry registry;
+  std::unique_ptr<metrics::Exporter> exporter;
+};
+
+std::unique_ptr<NodeEndpoint> StartEndpoint(int fd) {
+  const char* token_file = std::getenv("FMSTACK_METRICS_TOKEN_FILE");
+  if (token_file == nullptr) return nullptr;
+  std::string token = ReadTextFile(token_file);
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+  const char* host = std::getenv("FMSTACK_HOST");
+  auto e = std::make_unique<NodeEndpoint>();
+  health::DeclareNodeSeries(e->registry);
+  e->exporter = std::make_unique<metrics::Exporter>(e->registry,
+                                                    host != nullptr ? host : "127.0.0.1", 0, token);
+  runtime::SendLine(fd,
+                    {{"ev", "hello"},
+                     {"metrics", fmt::format("{}:{}", e->exporter->host(), e->exporter->port())}});
+  return e;
+}
+
 // Under the supervisor: verdicts and readings out, the node's worker pids in.
 int Serve(health::Agent& agent, int fd) {
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   runtime::LineReader reader;
   double next_reading = 0;
+  const std::unique_ptr<NodeEndpoint> endpoint = StartEndpoint(fd);
   for (;;) {
     const double now = Now();
     for (const health::Verdict& v : agent.Tick(now)) {
@@ -76,6 +102,9 @@ int Serve(health::Agent& agent, int fd) {
     if (now >= next_reading) {
       next_reading = now + 2;
       if (std::optional<std::vector<health::DeviceState>> read = agent.Readings(now)) {
+        if (endpoint)
+          health::PublishNodeSeries(endpoint->registry, agent.node().name, *read, agent.Current(),
+                                    agent.node().run_dir);
         nlohmann::json devices = nlohmann::json::array();
         for (const health::DeviceState& d : *read) devices.push_back(health::ToJson(d));
         if (!runtime::SendLine(fd, {{"ev", "devices"}, {"devices", devices}})) return 0;

@@ -66,6 +66,7 @@ void Supervisor::StartAgent(int slot) {
   argv.push_back("--devices");
   argv.push_back(o_.health.devices == "fake" ? "fake:" + DevicesDir(slot) : o_.health.devices);
   std::map<std::string, std::string> env;
+  if (exporter_) env["FMSTACK_METRICS_TOKEN_FILE"] = o_.run_dir + "/metrics/token";
   std::string netns;
   if (network_) {
     env["FMSTACK_HOST"] = network_->node_addresses().at(static_cast<size_t>(slot));
@@ -113,6 +114,10 @@ bool Supervisor::OnNodeProcessExit(pid_t pid, int status) {
     a.pid = -1;
     if (a.fd >= 0) ::close(a.fd);
     a.fd = -1;
+    if (!a.endpoint.empty()) {
+      a.endpoint.clear();
+      WriteTargets();
+    }
     // An agent is restarted (its liveness is a check of its own); one that
     // keeps dying is left down and said so.
     const std::string how = WIFSIGNALED(status)
@@ -250,6 +255,14 @@ std::string Supervisor::NodeState(int slot) const {
 void Supervisor::OnAgentMessage(int slot, const nlohmann::json& m) {
   SlotHealth& h = health_[slot];
   const std::string ev = m.value("ev", "");
+  if (ev == "hello") {  // the agent serves its own /metrics: scrape it too
+    const std::string endpoint = m.value("metrics", "");
+    if (endpoint.size() < 64 && endpoint.find_first_not_of("0123456789.:") == std::string::npos) {
+      agents_[slot].endpoint = endpoint;
+      WriteTargets();
+    }
+    return;
+  }
   if (ev == "devices") {
     if (m["devices"].is_array() && m["devices"].size() <= 64) h.devices = m["devices"];
     return;
@@ -474,11 +487,8 @@ void Supervisor::PublishNodes() {
   if (!registry_ || health_.empty()) return;
   metrics::Registry& m = *registry_;
   for (const char* name :
-       {"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED",
-        "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_XID_ERRORS",
-        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "fmstack_node_state",
-        "fmstack_health_check_failing", "fmstack_health_agent_up"})
-    m.Clear(name);  // states and devices come and go: no stale series
+       {"fmstack_node_state", "fmstack_health_check_failing", "fmstack_health_agent_up"})
+    m.Clear(name);  // states come and go: no stale series
   for (int s = 0; s < static_cast<int>(health_.size()); ++s) {
     const SlotHealth& h = health_[s];
     const std::string node = SlotName(s);
@@ -486,25 +496,6 @@ void Supervisor::PublishNodes() {
     m.Set("fmstack_health_agent_up", {{"node", node}}, agents_[s].pid > 0 ? 1 : 0);
     for (const auto& [check, reason] : h.failing)
       m.Set("fmstack_health_check_failing", {{"node", node}, {"check", check}}, 1);
-    if (!h.devices.is_array()) continue;
-    for (const nlohmann::json& d : h.devices) {
-      if (!d.is_object() || !d.value("present", true)) continue;
-      const metrics::Labels labels = {{"gpu", std::to_string(d.value("index", 0))},
-                                      {"UUID", d.value("uuid", "")},
-                                      {"device", fmt::format("nvidia{}", d.value("index", 0))},
-                                      {"modelName", d.value("name", "")},
-                                      {"Hostname", node}};
-      const double total = d.value("fb_total_mib", 0.0), used = d.value("fb_used_mib", 0.0);
-      const std::vector<int> xids = d.value("xid", std::vector<int>{});
-      m.Set("DCGM_FI_DEV_GPU_TEMP", labels, d.value("temperature_c", 0.0));
-      m.Set("DCGM_FI_DEV_GPU_UTIL", labels, d.value("utilization_pct", 0.0));
-      m.Set("DCGM_FI_DEV_FB_USED", labels, used);
-      m.Set("DCGM_FI_DEV_FB_FREE", labels, std::max(0.0, total - used));
-      m.Set("DCGM_FI_DEV_POWER_USAGE", labels, d.value("power_w", 0.0));
-      m.Set("DCGM_FI_DEV_XID_ERRORS", labels, xids.empty() ? 0 : xids.back());
-      m.Set("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", labels, d.value("ecc_sbe", 0.0));
-      m.Set("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", labels, d.value("ecc_dbe", 0.0));
-    }
   }
 }
 

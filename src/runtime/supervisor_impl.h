@@ -132,7 +132,8 @@ class Supervisor {
   int ActiveWorld() const { return ActiveNodes() * o_.layout.procs_per_node; }
   // Prometheus series (supervisor_metrics.cc): no-ops when metrics are off.
   void StartMetrics();
-  void Publish();  // the gauges, at most 4 times a second
+  void WriteTargets() const;  // RUN_DIR/metrics/targets.json: the supervisor and the agents
+  void Publish();             // the gauges, at most 4 times a second
   void MetricsOnStep(const nlohmann::json& e);
   void MetricsOnCheckpoint(int64_t step, double blocking_seconds);
   void MetricsOnIncident(const std::string& kind);
@@ -270,6 +271,7 @@ class Supervisor {
     LineReader reader;
     Clock::time_point restart_at = Clock::time_point::max();
     int starts = 0;
+    std::string endpoint;  // HOST:PORT of its /metrics, "" = not serving
   };
   struct SlotHealth {
     nlohmann::json devices;  // the agent's newest reading

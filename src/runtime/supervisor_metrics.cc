@@ -75,15 +75,6 @@ void Supervisor::StartMetrics() {
   m.Histogram("fmstack_recovery_seconds", "detection to the first completed step after it",
               kSecondsBuckets);
   if (o_.health.enabled) {
-    // Node agents' readings, under dcgm-exporter's names and labels.
-    m.Gauge("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).");
-    m.Gauge("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).");
-    m.Gauge("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).");
-    m.Gauge("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).");
-    m.Gauge("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).");
-    m.Gauge("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.");
-    m.Gauge("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "Total number of single-bit volatile ECC errors.");
-    m.Gauge("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Total number of double-bit volatile ECC errors.");
     m.Gauge("fmstack_node_state",
             "1 for each node slot's state (allocated, idle, draining, "
             "drained, down)");
@@ -103,17 +94,29 @@ void Supervisor::StartMetrics() {
   const std::string token = comm::NewStoreSecret();
   WritePrivate(dir + "/token", token);
   exporter_ = std::make_unique<metrics::Exporter>(m, host, static_cast<int>(port), token);
-  const nlohmann::json targets =
-      nlohmann::json::array({{{"targets", {fmt::format("{}:{}", host, exporter_->port())}},
-                              {"labels", {{"job", "fmstack"}, {"run", o_.job_name}}}}});
-  const std::string text = targets.dump(1) + "\n";
-  AtomicFileWriter w(dir + "/targets.json");
-  w.Write(text.data(), text.size());
-  w.Commit();
+  WriteTargets();
   Note(
       fmt::format("metrics: http://{}:{}/metrics (bearer token in {}/token; Prometheus file_sd: "
                   "{}/targets.json)",
                   host, exporter_->port(), dir, dir));
+}
+
+void Supervisor::WriteTargets() const {
+  if (!exporter_) return;
+  // The supervisor first, then each node agent that serves (job "fmstack-node").
+  nlohmann::json targets = nlohmann::json::array(
+      {{{"targets", {fmt::format("{}:{}", exporter_->host(), exporter_->port())}},
+        {"labels", {{"job", "fmstack"}, {"run", o_.job_name}}}}});
+  for (int s = 0; s < static_cast<int>(agents_.size()); ++s) {
+    if (agents_[s].endpoint.empty()) continue;
+    targets.push_back(
+        {{"targets", {agents_[s].endpoint}},
+         {"labels", {{"job", "fmstack-node"}, {"run", o_.job_name}, {"node", SlotName(s)}}}});
+  }
+  const std::string text = targets.dump(1) + "\n";
+  AtomicFileWriter w(o_.run_dir + "/metrics/targets.json");
+  w.Write(text.data(), text.size());
+  w.Commit();
 }
 
 void Supervisor::Publish() {

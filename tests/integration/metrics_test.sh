@@ -5,7 +5,9 @@
 # series, a crash counted among the incidents. A scrape without the token is
 # refused, the exposition passes `promtool check metrics`, and the crash
 # fires its alert from deploy/prometheus/fmstack.rules.yml; every query of
-# the Grafana dashboards in deploy/grafana/ returns data.
+# the Grafana dashboards in deploy/grafana/ returns data. With health agents,
+# each node's agent serves its devices (dcgm-exporter's names), host and
+# checks, scraped through the same target file; an Xid fires its alert.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 . "$root/scripts/lib/runs.sh"
@@ -143,9 +145,18 @@ case " $firing " in *" FmstackFault:crash "*) echo "alert firing: FmstackFault (
 [ "$(query fmstack_ranks_up)" = 4 ] || fail "ranks up $(query fmstack_ranks_up), expected 4"
 # The health agents' device readings under dcgm-exporter's names; an Xid
 # (13, an application error: no node action) fires FmstackGpuXid.
+# Each node agent serves its own /metrics, found through the same file_sd.
+[ "$(query 'count(up{job="fmstack-node"} == 1)')" = 2 ] || fail "the two node agents are not scraped"
+agent=$($PY -c 'import json, sys
+print([g for g in json.load(open(sys.argv[1])) if g["labels"]["job"] == "fmstack-node"][0]["targets"][0])' \
+  runs/scraped/metrics/targets.json)
+curl -sf --max-time 5 -H "Authorization: Bearer $(cat runs/scraped/metrics/token)" \
+  "http://$agent/metrics" > agent.txt || fail "a scrape of the agent at $agent failed"
+promtool check metrics < agent.txt || fail "promtool check metrics rejects the agent's exposition"
 for series in 'DCGM_FI_DEV_GPU_TEMP{Hostname="node1",gpu="1"}' DCGM_FI_DEV_FB_FREE \
   DCGM_FI_DEV_POWER_USAGE DCGM_FI_DEV_ECC_DBE_VOL_TOTAL 'fmstack_node_state{state="allocated"}' \
-  fmstack_health_agent_up; do
+  fmstack_health_agent_up 'fmstack_host_memory_available_bytes{node="node0"}' fmstack_host_load1 \
+  'fmstack_health_check_ok{check="nic-link"}'; do
   v=$(query "$series")
   [ -n "$v" ] || fail "prometheus has no $series"
   echo "$series = $v"
