@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "health/agent.h"
 #include "health/node_metrics.h"
+#include "health/program.h"
 #include "metrics/exporter.h"
 #include "runtime/control.h"
 #include "util/error.h"
@@ -25,9 +26,30 @@ namespace fmstack::cli {
 namespace {
 
 struct AgentArgs {
-  std::string checks, devices = "none", node = "localhost", run_dir = ".";
-  bool once = false, json = false, print_checks = false;
+  std::string checks, devices = "none", node, run_dir = ".";
+  bool once = false, json = false, print_checks = false, slurm_drain = false;
 };
+
+// Slurm's side of a failed check: the node is drained with the reason, so
+// the scheduler places nothing new on it (a running job may finish).
+bool DrainInSlurm(const std::string& node, const std::vector<health::Verdict>& verdicts) {
+  std::string reason;
+  for (const health::Verdict& v : verdicts) {
+    if (v.ok || v.action == resilience::NodeAction::kNone) continue;
+    reason += (reason.empty() ? "" : "; ") + v.reason;
+  }
+  if (reason.empty()) return true;
+  reason = ("fmstack: " + reason).substr(0, 200);
+  const health::ProgramResult r = health::RunProgram(
+      {"scontrol", "update", "nodename=" + node, "state=drain", "reason=" + reason}, 10);
+  if (!r.ok) {
+    std::cerr << fmt::format("fmstack agent: scontrol could not drain {} ({}): {}\n", node, r.how,
+                             r.output.substr(0, r.output.find('\n')));
+    return false;
+  }
+  std::cout << fmt::format("drained {} in Slurm: {}\n", node, reason);
+  return true;
+}
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -38,7 +60,8 @@ std::string ResultOf(const health::Verdict& v) {
   return v.timed_out ? "TIMEOUT" : "FAIL";
 }
 
-int Once(health::Agent& agent, const std::vector<health::CheckSpec>& checks, bool json) {
+int Once(health::Agent& agent, const std::vector<health::CheckSpec>& checks, bool json,
+         bool slurm_drain) {
   const std::vector<health::Verdict> verdicts = health::RunAllOnce(checks, agent.node());
   bool critical = false;
   nlohmann::json out = nlohmann::json::array();
@@ -60,6 +83,7 @@ int Once(health::Agent& agent, const std::vector<health::CheckSpec>& checks, boo
                              agent.node().devices->Describe())
               << t.RenderText();
   }
+  if (slurm_drain && !DrainInSlurm(agent.node().name, verdicts)) return 2;
   return critical ? 1 : 0;
 }
 
@@ -151,12 +175,17 @@ int RunAgent(const AgentArgs& a) {
                        : health::ParseCheckTable(ReadTextFile(a.checks), a.checks);
   health::NodeContext node;
   node.name = a.node;
+  if (node.name.empty()) {
+    char host[256] = {};
+    node.name = ::gethostname(host, sizeof host - 1) == 0 ? host : "localhost";
+  }
   node.run_dir = a.run_dir;
   if (const char* host = std::getenv("FMSTACK_HOST")) node.host = host;
   node.devices = health::OpenDevices(a.devices);
   node.expect_devices = node.devices->Count();
   health::Agent agent(checks, std::move(node));
-  if (a.once) return Once(agent, checks, a.json);
+  if (a.slurm_drain && !a.once) throw Error("--slurm-drain goes with --once");
+  if (a.once) return Once(agent, checks, a.json, a.slurm_drain);
   if (const char* fd = std::getenv(runtime::kControlFdEnv)) return Serve(agent, std::atoi(fd));
   return Watch(agent);
 }
@@ -172,12 +201,15 @@ Runner AddAgentCommand(CLI::App& app) {
   cmd->add_option("--checks", a->checks, "check table (TOML); default: the built-in one")
       ->check(CLI::ExistingFile);
   cmd->add_option("--devices", a->devices, "accelerators: none, nvml or fake:DIR");
-  cmd->add_option("--node", a->node, "this node's name in verdicts");
+  cmd->add_option("--node", a->node, "this node's name (default: the host name)");
   cmd->add_option("--run-dir", a->run_dir, "the disk check's default path");
   cmd->add_flag("--once", a->once,
                 "run every check once, print a table, exit 1 on a critical "
                 "failure");
   cmd->add_flag("--json", a->json, "with --once: the verdicts as JSON");
+  cmd->add_flag("--slurm-drain", a->slurm_drain,
+                "with --once: drain this node in Slurm (scontrol) when a check that asks for an "
+                "action fails; for Slurm's HealthCheckProgram (deploy/slurm/)");
   cmd->add_flag("--print-checks", a->print_checks, "print the built-in check table and exit");
   return [a] { return RunAgent(*a); };
 }

@@ -40,5 +40,6 @@ Runner AddReportCommand(CLI::App& app);
 Runner AddAgentCommand(CLI::App& app);
 Runner AddNodeCommand(CLI::App& app);
 Runner AddBurninCommand(CLI::App& app);
+Runner AddSlurmCommand(CLI::App& app);
 
 }  // namespace fmstack::cli

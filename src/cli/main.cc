@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   const fmstack::cli::Runner agent = fmstack::cli::AddAgentCommand(app);
   const fmstack::cli::Runner node = fmstack::cli::AddNodeCommand(app);
   const fmstack::cli::Runner burnin = fmstack::cli::AddBurninCommand(app);
+  const fmstack::cli::Runner slurm = fmstack::cli::AddSlurmCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("agent")) return agent();
     if (app.got_subcommand("node")) return node();
     if (app.got_subcommand("burnin")) return burnin();
+    if (app.got_subcommand("slurm")) return slurm();
   } catch (const fmstack::Error& e) {
     std::cerr << "fmstack: error: " << e.what() << "\n";
     return 2;

@@ -20,10 +20,9 @@
 #include <fstream>
 #include <set>
 
+#include "health/program.h"
 #include "util/strict_table.h"
 #include "util/units.h"
-
-extern char** environ;
 
 namespace fmstack::health {
 
@@ -273,8 +272,23 @@ std::string ReadSmallFile(const std::string& path) {
   return s;
 }
 
-// The interface that carries `host` (loopback when empty).
+// The interface that carries `host`; with no host (an agent started by hand
+// or by Slurm), the first interface up with an IPv4 address other than
+// loopback, else loopback.
 std::string InterfaceOf(const std::string& host) {
+  if (host.empty()) {
+    ifaddrs* list = nullptr;
+    std::string first;
+    if (::getifaddrs(&list) == 0) {
+      for (ifaddrs* a = list; a != nullptr && first.empty(); a = a->ifa_next) {
+        if (a->ifa_addr != nullptr && a->ifa_addr->sa_family == AF_INET &&
+            (a->ifa_flags & IFF_LOOPBACK) == 0 && (a->ifa_flags & IFF_UP) != 0)
+          first = a->ifa_name;
+      }
+      ::freeifaddrs(list);
+    }
+    if (!first.empty()) return first;
+  }
   const std::string want = host.empty() ? "127.0.0.1" : host;
   ifaddrs* list = nullptr;
   if (::getifaddrs(&list) != 0) return "";
@@ -402,66 +416,14 @@ Outcome CheckProcesses(const CheckSpec& c, const NodeContext& node, std::map<int
 // Runs argv with its output on a pipe; the check's deadline is the agent's,
 // but a command is a process we can kill, so it gets the deadline itself.
 Outcome CheckCommand(const CheckSpec& c, const NodeContext& node) {
-  int out[2];
-  if (::pipe2(out, O_CLOEXEC) != 0) return Fail(fmt::format("pipe: {}", std::strerror(errno)));
-  std::vector<char*> argv;
-  for (const std::string& a : c.command) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  // The environment is built before fork: the agent has threads, so the
-  // child may only make async-signal-safe calls until exec.
-  std::vector<std::string> env_strings{"FMSTACK_NODE=" + node.name};
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (!std::string_view(*e).starts_with("FMSTACK_NODE=")) env_strings.emplace_back(*e);
-  }
-  std::vector<char*> envp;
-  for (std::string& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(out[1], 1);
-    ::dup2(out[1], 2);
-    ::setpgid(0, 0);
-    ::execvpe(argv[0], argv.data(), envp.data());
-    ::_exit(127);
-  }
-  ::close(out[1]);
-  if (pid < 0) {
-    ::close(out[0]);
-    return Fail(fmt::format("fork: {}", std::strerror(errno)));
-  }
-  const double until = NowSeconds() + c.deadline_seconds;
-  std::string text;
-  char buf[4096];
-  for (;;) {
-    const double left = until - NowSeconds();
-    if (left <= 0) break;
-    pollfd p{out[0], POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(left * 1000) + 1) <= 0) continue;
-    const ssize_t n = ::read(out[0], buf, sizeof buf);
-    if (n <= 0) break;
-    if (text.size() < 4096) text.append(buf, static_cast<size_t>(n));
-  }
-  ::close(out[0]);
-  int status = 0;
-  pid_t done = ::waitpid(pid, &status, WNOHANG);
-  while (done == 0 && NowSeconds() < until) {
-    ::usleep(10000);
-    done = ::waitpid(pid, &status, WNOHANG);
-  }
-  if (done == 0) {
-    ::kill(-pid, SIGKILL);
-    ::waitpid(pid, &status, 0);
-    Outcome o = Fail(fmt::format("{} did not finish within {:.1f} s (deadline); killed",
-                                 c.command[0], c.deadline_seconds));
-    o.timed_out = true;
-    return o;
-  }
-  const std::string first_line = text.substr(0, text.find('\n'));
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Pass(first_line);
-  return Fail(fmt::format("{} {}: {}", c.command[0],
-                          WIFEXITED(status) ? fmt::format("exited {}", WEXITSTATUS(status))
-                                            : fmt::format("killed by signal {}", WTERMSIG(status)),
-                          first_line.empty() ? "(no output)" : first_line));
+  const ProgramResult r = RunProgram(c.command, c.deadline_seconds, {{"FMSTACK_NODE", node.name}});
+  const std::string first_line = r.output.substr(0, r.output.find('\n'));
+  if (r.ok) return Pass(first_line);
+  Outcome o = Fail(
+      fmt::format("{} {}{}", c.command[0], r.how,
+                  r.timed_out ? "" : ": " + (first_line.empty() ? "(no output)" : first_line)));
+  o.timed_out = r.timed_out;
+  return o;
 }
 
 }  // namespace

@@ -68,6 +68,7 @@ void Supervisor::StartAgent(int slot) {
   std::map<std::string, std::string> env;
   if (exporter_) env["FMSTACK_METRICS_TOKEN_FILE"] = o_.run_dir + "/metrics/token";
   std::string netns;
+  env["FMSTACK_HOST"] = "127.0.0.1";  // the local backend's nodes share loopback
   if (network_) {
     env["FMSTACK_HOST"] = network_->node_addresses().at(static_cast<size_t>(slot));
     netns = network_->namespace_paths().at(static_cast<size_t>(slot));

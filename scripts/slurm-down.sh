@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# scripts/slurm-down.sh DIR: stops the test cluster scripts/slurm-up.sh made
+# in DIR (daemons, namespaces, bridge) and removes DIR's state. Whatever it
+# cannot remove it names, and it exits non-zero.
+set -uo pipefail
+[ $# -eq 1 ] || { echo "usage: $0 DIR" >&2; exit 2; }
+dir=$1
+[ -f "$dir/state.env" ] || { echo "slurm-down: $dir has no cluster (no state.env)" >&2; exit 1; }
+pids=""
+while IFS='=' read -r kind value; do
+  case "$kind" in
+    slurmctld|slurmd|munged) pids="$pids $value"; kill -TERM "$value" 2> /dev/null ;;
+  esac
+done < "$dir/state.env"
+for _ in $(seq 50); do
+  alive=""
+  for p in $pids; do kill -0 "$p" 2> /dev/null && alive="$alive $p"; done
+  [ -z "$alive" ] && break
+  sleep 0.1
+done
+for p in $alive; do kill -KILL "$p" 2> /dev/null; done
+left=0
+while IFS='=' read -r kind value; do
+  case "$kind" in
+    netns) ip netns del "$value" 2> /dev/null || { ip netns list | grep -qw "$value" && { echo "slurm-down: cannot remove netns $value" >&2; left=1; }; } ;;
+    bridge) ip link del "$value" 2> /dev/null || { ip link show "$value" > /dev/null 2>&1 && { echo "slurm-down: cannot remove bridge $value" >&2; left=1; }; } ;;
+  esac
+done < "$dir/state.env"
+for p in $pids; do
+  kill -0 "$p" 2> /dev/null && { echo "slurm-down: process $p still runs" >&2; left=1; }
+done
+rm -rf "$dir/state.env" "$dir/state" "$dir/spool" "$dir/munge"
+exit $left
