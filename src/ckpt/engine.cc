@@ -175,6 +175,11 @@ Engine::~Engine() {
   drainer_.join();
 }
 
+void Engine::Committed(size_t tier, const Job& job) const {
+  if (options_.rank != 0 || !options_.on_committed) return;
+  options_.on_committed(job.step(), tiers_[tier]->name(), job.timing.commit_seconds[tier]);
+}
+
 void Engine::Note(const std::string& line) const {
   if (options_.log) options_.log(line);
 }
@@ -382,6 +387,7 @@ void Engine::WriteFirstTier(Job& job) {
     Point("index-written", 0);
     CommitStep(0, job);
     job.timing.commit_seconds[0] = Since(job.start);
+    Committed(0, job);
     job.first_tier_ok = true;
     Retain(0);
   } catch (const std::exception& e) {
@@ -418,6 +424,7 @@ void Engine::Drainer() {
       try {
         DrainTo(t, *job);
         job->timing.commit_seconds[t] = Since(job->start);
+        Committed(t, *job);
         Retain(t);
       } catch (const std::exception& e) {
         Fail(t, fmt::format("{} not saved: {}", StepDirName(job->step()), e.what()));

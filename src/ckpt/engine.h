@@ -66,6 +66,9 @@ struct EngineOptions {
   // "index-written", "manifest-written", "committed", "removing", "drained-chunk")
   // with the tier's name: crash tests kill the process there.
   std::function<void(std::string_view point, const std::string& tier)> fault_point;
+  // Rank 0: a step is committed on a tier, `seconds` after its save began
+  // (called from the engine's threads).
+  std::function<void(int64_t step, const std::string& tier, double seconds)> on_committed;
 };
 
 // Per save, what each part cost.
@@ -134,6 +137,7 @@ class Engine {
   void CollectGarbage(size_t first, size_t last);
   bool TierDown(size_t tier);
   void Note(const std::string& line) const;
+  void Committed(size_t tier, const Job& job) const;  // options_.on_committed, rank 0
   void Point(std::string_view point, size_t tier) const;
   void Fail(size_t tier, const std::string& what);
 

@@ -40,6 +40,9 @@ std::unique_ptr<ckpt::Engine> TrainCheckpointer::MakeEngine(bool collect_garbage
   o.keep = static_cast<int>(job_.checkpoint.keep);
   o.pool_bytes = static_cast<int64_t>(job_.checkpoint.pool_bytes);
   if (o.rank == 0) o.log = note_;
+  o.on_committed = [this](int64_t step, const std::string& tier, double seconds) {
+    if (on_committed_) on_committed_(step, tier, seconds);
+  };
   o.fault_point = [this](std::string_view point, const std::string& tier) {
     if (point != "shard-written" || tier != "local") return;
     if (die_during_save_.exchange(false)) ::raise(SIGKILL);

@@ -38,6 +38,10 @@ class TrainCheckpointer {
   // Returns its step, or nullopt when there is none (an error with `from`).
   std::optional<int64_t> Resume(std::optional<int64_t> max_step = std::nullopt,
                                 const std::string& from = "");
+  // Rank 0: each commit of a step on a tier (step, tier, seconds since the
+  // save began), from the engine's threads; set before the first save.
+  using CommitFn = std::function<void(int64_t, const std::string&, double)>;
+  void OnCommitted(CommitFn fn) { on_committed_ = std::move(fn); }
   // After each optimizer step (collective when it saves). Returns the save's
   // timing when it saved.
   std::optional<ckpt::SaveTiming> AfterStep(double step_seconds, int64_t last_step);
@@ -84,6 +88,7 @@ class TrainCheckpointer {
   const catalog::Catalog& catalog_;  // fault rates for the MTTI when the cluster has none
   train::Trainer& trainer_;
   Note note_;
+  CommitFn on_committed_;
   std::unique_ptr<ckpt::Engine> engine_;
   int64_t every_ = 0;  // steps between saves; 0 = not chosen yet
   int64_t saved_through_ = -1;

@@ -197,6 +197,9 @@ int RunTrain(const TrainArgs& args) {
         if (lead()) progress.Note(line);
       },
       TrainPeers::Joining());
+  checkpoints.OnCommitted([&](int64_t step, const std::string& tier, double seconds) {
+    control->Send({{"ev", "commit"}, {"step", step}, {"tier", tier}, {"seconds", seconds}});
+  });
   // The run's own newest checkpoint wins (a restarted worker continues its
   // run); --resume starts a run that has none from another run's checkpoint.
   // Either no newer than the supervisor allows after a silent corruption.

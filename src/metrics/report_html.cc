@@ -52,7 +52,8 @@ std::vector<double> Ticks(double lo, double hi, int n) {
 }
 
 std::string Num(double v) {
-  if (v != 0 && (std::abs(v) >= 1e5 || std::abs(v) < 1e-2)) return fmt::format("{:.2g}", v);
+  if (std::abs(v) >= 1e3 && std::abs(v) < 1e7) return fmt::format("{:.0f}", v);
+  if (v != 0 && (std::abs(v) >= 1e7 || std::abs(v) < 1e-2)) return fmt::format("{:.2g}", v);
   return fmt::format("{:.4g}", v);
 }
 

@@ -414,12 +414,17 @@ void Supervisor::OnControl(int rank, const nlohmann::json& m) {
       max_restore_step_ = -1;
       SaveState();
     }
+    MetricsOnRestore(m.value("source", "checkpoint"), seconds);
     const int64_t lost = result_.ledger.RollBack(step);
     if (recovering_) result_.ledger.incidents()[*recovering_].lost_steps += lost;
     if (lost > 0) Note(fmt::format("restored step {}: {} step(s) to train again", step, lost));
     if (m.value("source", "") == "peers")
       Note(fmt::format("checkpointless: step {} restored from peer memory in {:.3f} s: {}", step,
                        seconds, m.value("what", "")));
+    return;
+  }
+  if (ev == "commit" && m["tier"].is_string() && m["tier"].get<std::string>().size() < 64) {
+    MetricsOnCommit(m["tier"].get<std::string>(), m.value("seconds", 0.0));
     return;
   }
   if (ev == "ckpt" && rank == Lead() && !decision_) {

@@ -137,6 +137,8 @@ class Supervisor {
   void MetricsOnStep(const nlohmann::json& e);
   void MetricsOnCheckpoint(int64_t step, double blocking_seconds);
   void MetricsOnIncident(const std::string& kind);
+  void MetricsOnCommit(const std::string& tier, double seconds);
+  void MetricsOnRestore(const std::string& source, double seconds);
   void MetricsOnRecovered(const std::string& kind, double seconds);
   // Node health (supervisor_health.cc): agents per slot, their verdicts,
   // node states and operators' requests. No-ops when o_.health is off.

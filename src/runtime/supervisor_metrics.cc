@@ -62,6 +62,11 @@ void Supervisor::StartMetrics() {
   m.Gauge("fmstack_comm_exposed_seconds", "time the newest step waited for collectives");
   m.Histogram("fmstack_checkpoint_blocking_seconds", "the blocking part of a save",
               kSecondsBuckets);
+  m.Histogram("fmstack_checkpoint_commit_seconds",
+              "from a save's start to its step committed on a tier (local, shared, object)",
+              kSecondsBuckets);
+  m.Histogram("fmstack_checkpoint_restore_seconds",
+              "a restore's duration, from a checkpoint or from peers' memory", kSecondsBuckets);
   m.Gauge("fmstack_checkpoint_last_step", "the newest step a save began for");
   m.Gauge("fmstack_checkpoint_last_timestamp_seconds", "Unix time of the newest save");
   m.Gauge("fmstack_checkpoint_interval_seconds", "time between the two newest saves");
@@ -174,6 +179,16 @@ void Supervisor::MetricsOnIncident(const std::string& kind) {
 
 void Supervisor::MetricsOnRecovered(const std::string& kind, double seconds) {
   if (registry_) registry_->Observe("fmstack_recovery_seconds", {{"kind", kind}}, seconds);
+}
+
+void Supervisor::MetricsOnCommit(const std::string& tier, double seconds) {
+  if (registry_) registry_->Observe("fmstack_checkpoint_commit_seconds", {{"tier", tier}}, seconds);
+}
+
+void Supervisor::MetricsOnRestore(const std::string& source, double seconds) {
+  if (registry_)
+    registry_->Observe("fmstack_checkpoint_restore_seconds",
+                       {{"source", source == "peers" ? "peers" : "checkpoint"}}, seconds);
 }
 
 }  // namespace fmstack::runtime::internal

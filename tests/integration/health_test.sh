@@ -14,6 +14,7 @@ set -euo pipefail
 . "$(dirname "$0")/../../scripts/lib/runs.sh"
 : "${FMSTACK:?path to the fmstack binary}"
 THROTTLE="$(cd "$(dirname "$0")/../../scripts/lib" && pwd)/throttle.py"
+PNG_STATS="$(cd "$(dirname "$0")/../../scripts/lib" && pwd)/png_stats.py"
 work=$(mktemp -d)
 bg=""
 trap '[ -n "$bg" ] && kill "$bg" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
@@ -86,6 +87,13 @@ for n in 0 1 2; do [ -s "runs/base/logs/agent-node$n.log" ] || [ -f "runs/base/l
   fail "base: no agent log for node$n"; done
 echo "base: hash $h0, xid 13 left alone"
 
+# A malformed check table stops the run before anything starts.
+printf '[[check]]\nname = "y"\nkind = "nicc"\n' > bad_checks.toml
+job badtable.toml 300 'checks = "bad_checks.toml"'
+"$FMSTACK" run badtable.toml --out runs/badtable > bad.out 2>&1 && fail "a malformed check table ran"
+grep -q "bad_checks.toml:3:1: key 'check\[0\].kind'.*did you mean 'nic'" bad.out || { cat bad.out; fail "no clear check table error"; }
+[ ! -e runs/badtable ] || fail "a refused run left a run directory"
+
 # Xid 79 (fallen off the bus) on node 1's device: drained, moved to the spare.
 run xid 300 "$(inject xid-79 1 20)"
 [ "$(run_hash runs/xid)" = "$h0" ] || fail "xid: hash $(run_hash runs/xid) differs from the fault-free $h0"
@@ -115,6 +123,15 @@ ET.parse(f"{d}/xid-goodput.svg"); ET.parse(f"{d}/xid-tokens.svg")
 assert page.count("<svg") == 4 and "node-unhealthy" in page and ">replace<" in page, "page content"
 print(f"report: 4 charts, loss curve of {points} steps, 1 incident, node events")
 PY
+# Rendered by a browser, the page is not blank.
+command -v chromium > /dev/null || fail "chromium is not installed (scripts/bootstrap.sh)"
+timeout 120 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars \
+  --user-data-dir="$work/chromium" --window-size=800,1400 --screenshot="$work/report/shot.png" \
+  "file://$work/report/xid.html" > chromium.log 2>&1 || { tail -5 chromium.log; fail "chromium"; }
+read -r w h ink < <(/usr/bin/python3 "$PNG_STATS" report/shot.png)
+/usr/bin/python3 -c "import sys; sys.exit(0 if float('$ink') > 0.05 else 1)" ||
+  fail "the screenshot of the report is blank ($ink of its pixels drawn)"
+echo "report: chromium screenshot ${w}x${h}, $ink of its pixels drawn"
 
 # A cut link on node 1: its agent's NIC check sees it, the same recovery.
 run cut 300 "$(inject network-cut 1 20)"

@@ -125,7 +125,8 @@ for series in fmstack_step fmstack_step_seconds_count fmstack_tokens_per_second 
   fmstack_grad_norm fmstack_learning_rate fmstack_checkpoint_blocking_seconds_count \
   fmstack_checkpoint_last_timestamp_seconds fmstack_restarts 'fmstack_goodput_seconds{bucket="productive"}' \
   fmstack_goodput_ratio fmstack_ranks_up fmstack_world_size fmstack_recovery_seconds_count \
-  fmstack_up 'fmstack_incidents_total{kind="crash"}' fmstack_model_flops_per_second fmstack_mfu; do
+  fmstack_up 'fmstack_incidents_total{kind="crash"}' fmstack_model_flops_per_second fmstack_mfu \
+  'fmstack_checkpoint_commit_seconds_count{tier="local"}' 'fmstack_checkpoint_restore_seconds_count{source="peers"}'; do
   v=$(query "$series")
   [ -n "$v" ] || fail "prometheus has no $series"
   echo "$series = $v"
