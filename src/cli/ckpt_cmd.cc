@@ -48,8 +48,18 @@ std::vector<std::unique_ptr<ckpt::Tier>> TiersOf(const CkptArgs& a) {
   if (a.target.size() > 5 && a.target.substr(a.target.size() - 5) == ".toml") {
     const catalog::Catalog catalog = catalog::Catalog::LoadEmbedded();
     const spec::JobSpec job = spec::LoadJobSpec(a.target, catalog);
-    return MakeCheckpointTiers(job.checkpoint,
-                               (a.out.empty() ? "runs/" + job.name : a.out) + "/ckpt");
+    const std::string run_dir = a.out.empty() ? "runs/" + job.name : a.out;
+    // Looking creates nothing: a tier whose directory is missing holds no step.
+    const std::string local =
+        job.checkpoint.local_dir.empty() ? run_dir + "/ckpt" : job.checkpoint.local_dir;
+    for (const std::string& dir : {local, job.checkpoint.shared_dir}) {
+      if (!dir.empty() && !std::filesystem::is_directory(dir))
+        throw Error(fmt::format(
+            "{}: no checkpoints there (the directory does not exist); {}'s checkpoints are in "
+            "checkpoint.local / checkpoint.shared, or RUN_DIR/ckpt of its run (--out RUN_DIR)",
+            dir, a.target));
+    }
+    return MakeCheckpointTiers(job.checkpoint, run_dir + "/ckpt");
   }
   if (!std::filesystem::is_directory(a.target)) {
     throw Error(fmt::format("{}: not a job file (.toml), a checkpoint directory or an s3:// URL",

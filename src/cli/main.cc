@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <iostream>
+#include <string_view>
 
 #include "cli/commands.h"
 #include "util/error.h"
@@ -25,6 +26,21 @@ int main(int argc, char** argv) {
   const fmstack::cli::Runner node = fmstack::cli::AddNodeCommand(app);
   const fmstack::cli::Runner burnin = fmstack::cli::AddBurninCommand(app);
   const fmstack::cli::Runner slurm = fmstack::cli::AddSlurmCommand(app);
+  // `fmstack help [VERB]`, as git and most CLIs take it.
+  if (argc >= 2 && std::string_view(argv[1]) == "help") {
+    if (argc == 2) {
+      std::cout << app.help();
+      return 0;
+    }
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      if (sub->get_name() == argv[2]) {
+        std::cout << sub->help();
+        return 0;
+      }
+    }
+    std::cerr << fmt::format("fmstack: no command \"{}\"; `fmstack help` lists them\n", argv[2]);
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -72,7 +72,12 @@ ClusterSpec ReadClusterSpec(StrictTable& t, const catalog::Catalog& catalog) {
     instance = catalog.FindInstance(*name);
     if (instance == nullptr) {
       const std::vector<std::string> names = catalog.InstanceNames();
-      t.Fail("instance", "unknown instance type \"" + *name + "\"", DidYouMean(*name, names));
+      std::string hint = DidYouMean(*name, names);
+      if (hint.empty()) {
+        hint = "the catalog's instances:";
+        for (const std::string& n : names) hint += " " + n;
+      }
+      t.Fail("instance", "unknown instance type \"" + *name + "\"", hint);
     }
     c.accelerator = catalog.AcceleratorOf(*instance);
   }

@@ -73,9 +73,13 @@ std::string GroupThousands(double v) {
 
 }  // namespace
 
+// One grammar for every size and duration: a number, optional spaces, a
+// unit in any case, singular or plural, short or spelled out.
 double ParseBytes(std::string_view text) {
-  static constexpr std::array<Suffix, 14> kSuffixes = {{{"", 1},
+  static constexpr std::array<Suffix, 19> kSuffixes = {{{"", 1},
                                                         {"b", 1},
+                                                        {"byte", 1},
+                                                        {"bytes", 1},
                                                         {"kb", kKB},
                                                         {"mb", kMB},
                                                         {"gb", kGB},
@@ -87,28 +91,23 @@ double ParseBytes(std::string_view text) {
                                                         {"tib", kTiB},
                                                         {"pib", kTiB * 1024},
                                                         {"k", kKB},
-                                                        {"g", kGB}}};
-  return Parse(text, "size", kSuffixes, "\"420GB\", \"15TB\", \"1.5TiB\"");
+                                                        {"m", kMB},
+                                                        {"g", kGB},
+                                                        {"t", kTB},
+                                                        {"p", kPB}}};
+  return Parse(text, "size", kSuffixes, "\"420GB\", \"15TB\", \"15T\", \"1.5TiB\"");
 }
 
 double ParseSeconds(std::string_view text) {
-  static constexpr std::array<Suffix, 16> kSuffixes = {{{"", 1},
-                                                        {"s", 1},
-                                                        {"sec", 1},
-                                                        {"ms", 1e-3},
-                                                        {"m", kMinute},
-                                                        {"min", kMinute},
-                                                        {"mins", kMinute},
-                                                        {"h", kHour},
-                                                        {"hr", kHour},
-                                                        {"hours", kHour},
-                                                        {"d", kDay},
-                                                        {"day", kDay},
-                                                        {"days", kDay},
-                                                        {"w", 7 * kDay},
-                                                        {"y", kYear},
-                                                        {"years", kYear}}};
-  return Parse(text, "duration", kSuffixes, "\"900s\", \"15m\", \"2.5h\", \"54d\"");
+  static constexpr std::array<Suffix, 28> kSuffixes = {
+      {{"", 1},          {"s", 1},          {"sec", 1},          {"secs", 1},
+       {"second", 1},    {"seconds", 1},    {"ms", 1e-3},        {"m", kMinute},
+       {"min", kMinute}, {"mins", kMinute}, {"minute", kMinute}, {"minutes", kMinute},
+       {"h", kHour},     {"hr", kHour},     {"hrs", kHour},      {"hour", kHour},
+       {"hours", kHour}, {"d", kDay},       {"day", kDay},       {"days", kDay},
+       {"w", 7 * kDay},  {"wk", 7 * kDay},  {"week", 7 * kDay},  {"weeks", 7 * kDay},
+       {"y", kYear},     {"yr", kYear},     {"year", kYear},     {"years", kYear}}};
+  return Parse(text, "duration", kSuffixes, "\"900s\", \"15m\", \"30 minutes\", \"2.5h\", \"54d\"");
 }
 
 double ParseBandwidth(std::string_view text) {

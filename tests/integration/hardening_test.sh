@@ -103,4 +103,17 @@ AWS_ACCESS_KEY_ID=x AWS_SECRET_ACCESS_KEY=y timeout 120 "$FMSTACK" run s3down.to
 grep -q "object tier: unreachable, skipped\|object tier: cannot collect" s3down.out || { cat s3down.out; fail "S3 down: no warning naming the tier"; }
 grep -q "step-00000010 committed on local" s3down.out || fail "S3 down: the local tier did not commit"
 echo "S3 down: finished on the local tier in $(( $(date +%s) - start )) s, warned about the object tier"
+# Careless use that used to leave users stuck.
+printf '[cluster]\ninstance = "zzzz"\nnodes = 2\n' > c_unknown.toml
+job j_unknown.toml c_unknown.toml
+expect unknown-instance "the catalog's instances: " "$FMSTACK" plan j_unknown.toml
+mkdir empty && cd empty
+printf 'name = "nothing"\nmodel = "gpt-mini"\n' > nothing.toml
+expect ckpt-ls-nothing "runs/nothing/ckpt: no checkpoints there" "$FMSTACK" ckpt ls nothing.toml
+[ ! -e runs ] || fail "ckpt ls created runs/ while looking"
+cd ..
+"$FMSTACK" help > help.out || fail "fmstack help exited $?"
+grep -q "Subcommands:" help.out || fail "fmstack help printed no commands"
+"$FMSTACK" help run | grep -q -- "--health" || fail "fmstack help run printed no options"
+expect help-unknown 'no command "fly"' "$FMSTACK" help fly
 echo "PASS"

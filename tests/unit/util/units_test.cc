@@ -16,6 +16,13 @@ TEST(Units, ParseBytes) {
   EXPECT_DOUBLE_EQ(ParseBytes("800"), 800);
   EXPECT_THROW(ParseBytes("lots"), std::invalid_argument);
   EXPECT_THROW(ParseBytes("3 parsecs"), std::invalid_argument);
+  // One grammar: short or spelled out, any case.
+  EXPECT_DOUBLE_EQ(ParseBytes("15T"), 15e12);
+  EXPECT_DOUBLE_EQ(ParseBytes("2 bytes"), 2);
+  EXPECT_DOUBLE_EQ(ParseSeconds("30 minutes"), 1800);
+  EXPECT_DOUBLE_EQ(ParseSeconds("20 hours"), 72000);
+  EXPECT_DOUBLE_EQ(ParseSeconds("1 Week"), 7 * 86400);
+  EXPECT_DOUBLE_EQ(ParseSeconds("5 secs"), 5);
 }
 
 TEST(Units, ParseSecondsAndBandwidth) {
