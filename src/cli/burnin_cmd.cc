@@ -16,8 +16,8 @@
 #include "comm/hier_comm.h"
 #include "gpt/sgemm_peak.h"
 #include "health/burnin.h"
-#include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/json_file.h"
 #include "util/strict_table.h"
 #include "util/text_table.h"
 
@@ -135,10 +135,7 @@ int Burnin(const BurninArgs& a) {
     if (!nodes[0].problems.empty())
       throw Error("refusing to calibrate on a node that computes wrong results: " +
                   nodes[0].problems);
-    const std::string text = health::ToJson(nodes[0]).dump(1) + "\n";
-    AtomicFileWriter w(a.calibrate);
-    w.Write(text.data(), text.size());
-    w.Commit();
+    WriteJsonFile(a.calibrate, health::ToJson(nodes[0]));
     std::cout << fmt::format("expected figures written to {}\n", a.calibrate);
   }
   return Report(nodes, a);

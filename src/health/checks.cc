@@ -354,18 +354,8 @@ Outcome CheckDisk(const CheckSpec& c, const NodeContext& node) {
 }
 
 Outcome CheckMemory(const CheckSpec& c, const NodeContext&) {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  double kib = -1, unit_kib = 0;
-  std::string unit;
-  while (in >> key >> unit_kib >> unit) {
-    if (key == "MemAvailable:") {
-      kib = unit_kib;
-      break;
-    }
-  }
-  if (kib < 0) return Fail("/proc/meminfo has no MemAvailable");
-  const double bytes = kib * 1024;
+  const double bytes = MemInfoBytes("MemAvailable");
+  if (bytes < 0) return Fail("/proc/meminfo has no MemAvailable");
   if (bytes < c.min_available_bytes)
     return Fail(fmt::format("{} available (at least {})", units::FormatBytes(bytes),
                             units::FormatBytes(c.min_available_bytes)));
@@ -427,6 +417,16 @@ Outcome CheckCommand(const CheckSpec& c, const NodeContext& node) {
 }
 
 }  // namespace
+
+double MemInfoBytes(const std::string& key) {
+  std::ifstream in("/proc/meminfo");
+  std::string name, unit;
+  double kib = 0;
+  while (in >> name >> kib >> unit) {
+    if (name == key + ":") return kib * 1024;
+  }
+  return -1;
+}
 
 Outcome RunCheck(const CheckSpec& spec, const NodeContext& node,
                  std::map<int, double>* process_since) {

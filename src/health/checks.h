@@ -68,6 +68,9 @@ struct Outcome {
   bool timed_out = false;
 };
 
+// A /proc/meminfo field ("MemAvailable") in bytes; -1 when it is absent.
+double MemInfoBytes(const std::string& key);
+
 // Carries one check out. Never throws: an error is a failed outcome.
 // `process_since`: per pid, when it was first seen stopped or in D state
 // (the process check's memory between runs; nullptr for one-off runs).

@@ -5,6 +5,8 @@
 
 #include <fstream>
 
+#include "health/checks.h"
+
 namespace fmstack::health {
 namespace {
 
@@ -18,16 +20,6 @@ const char* const kDeviceFamilies[][2] = {
     {"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "Total number of single-bit volatile ECC errors."},
     {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Total number of double-bit volatile ECC errors."},
 };
-
-double MemInfo(const std::string& key) {
-  std::ifstream in("/proc/meminfo");
-  std::string k, unit;
-  double kib = 0;
-  while (in >> k >> kib >> unit) {
-    if (k == key + ":") return kib * 1024;
-  }
-  return 0;
-}
 
 }  // namespace
 
@@ -64,8 +56,8 @@ void PublishNodeSeries(metrics::Registry& m, const std::string& hostname,
     m.Set("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", l, static_cast<double>(d.ecc_dbe));
   }
   const metrics::Labels host = {{"Hostname", hostname}};
-  m.Set("fmstack_host_memory_available_bytes", host, MemInfo("MemAvailable"));
-  m.Set("fmstack_host_memory_total_bytes", host, MemInfo("MemTotal"));
+  m.Set("fmstack_host_memory_available_bytes", host, MemInfoBytes("MemAvailable"));
+  m.Set("fmstack_host_memory_total_bytes", host, MemInfoBytes("MemTotal"));
   std::ifstream load("/proc/loadavg");
   double load1 = 0;
   if (load >> load1) m.Set("fmstack_host_load1", host, load1);
