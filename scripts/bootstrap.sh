@@ -11,7 +11,7 @@ packages=(
   python3 python3-jsonschema
   libopenblas-openmp-dev bible-kjv libxxhash-dev libgloo-dev iproute2
   libcurl4-openssl-dev libssl-dev libcpp-httplib-dev prometheus
-  slurm-wlm slurmctld slurmd slurm-client munge chromium
+  slurm-wlm slurmctld slurmd slurmdbd slurm-client munge mariadb-server chromium
   clang libclang-rt-14-dev libomp-dev
 )
 

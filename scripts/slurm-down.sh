@@ -7,9 +7,13 @@ set -uo pipefail
 dir=$1
 [ -f "$dir/state.env" ] || { echo "slurm-down: $dir has no cluster (no state.env)" >&2; exit 1; }
 pids=""
+# What runs in the nodes' namespaces (job steps, their workers) goes first.
+while IFS='=' read -r kind value; do
+  [ "$kind" = netns ] && ip netns pids "$value" 2> /dev/null | xargs -r kill -KILL 2> /dev/null
+done < "$dir/state.env"
 while IFS='=' read -r kind value; do
   case "$kind" in
-    slurmctld|slurmd|munged) pids="$pids $value"; kill -TERM "$value" 2> /dev/null ;;
+    slurmctld|slurmd|slurmdbd|mariadbd|munged) pids="$pids $value"; kill -TERM "$value" 2> /dev/null ;;
   esac
 done < "$dir/state.env"
 for _ in $(seq 50); do
@@ -22,6 +26,9 @@ for p in $alive; do kill -KILL "$p" 2> /dev/null; done
 left=0
 while IFS='=' read -r kind value; do
   case "$kind" in
+    # A namespace lives on while orphaned TCP sockets of its killed
+    # processes wind down: its veth is removed from the host side at once.
+    veth) ip link del "$value" 2> /dev/null || { ip link show "$value" > /dev/null 2>&1 && { echo "slurm-down: cannot remove veth $value" >&2; left=1; }; } ;;
     netns) ip netns del "$value" 2> /dev/null || { ip netns list | grep -qw "$value" && { echo "slurm-down: cannot remove netns $value" >&2; left=1; }; } ;;
     bridge) ip link del "$value" 2> /dev/null || { ip link show "$value" > /dev/null 2>&1 && { echo "slurm-down: cannot remove bridge $value" >&2; left=1; }; } ;;
   esac
@@ -29,5 +36,5 @@ done < "$dir/state.env"
 for p in $pids; do
   kill -0 "$p" 2> /dev/null && { echo "slurm-down: process $p still runs" >&2; left=1; }
 done
-rm -rf "$dir/state.env" "$dir/state" "$dir/spool" "$dir/munge"
+rm -rf "$dir/state.env" "$dir/state" "$dir/spool" "$dir/munge" "$dir/db"
 exit $left

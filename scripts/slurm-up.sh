@@ -3,9 +3,12 @@
 # the job's [cluster] (its nodes, then its spares): its own munged, slurmctld
 # on the host as "ctl", one slurmd per node in its own network namespace on a
 # private bridge (10.77.0.0/24), configured by `fmstack slurm config`.
-# Everything it makes is recorded under DIR; scripts/slurm-down.sh DIR removes
-# it all. Needs root, iproute2 and Debian's slurm-wlm and munge
-# (scripts/bootstrap.sh). Clients: SLURM_CONF=DIR/etc/slurm.conf sinfo.
+# Accounting, so sacct shows jobs and their steps: slurmdbd on the host over
+# a private MariaDB (its own data directory, 127.0.0.1 only, a random
+# password). Everything it makes is recorded under DIR; scripts/slurm-down.sh
+# DIR removes it all. Needs root, iproute2 and Debian's slurm-wlm, slurmdbd,
+# mariadb-server and munge (scripts/bootstrap.sh). Clients:
+# SLURM_CONF=DIR/etc/slurm.conf sinfo.
 set -euo pipefail
 [ $# -eq 2 ] || { echo "usage: $0 DIR JOB.toml" >&2; exit 2; }
 dir=$(mkdir -p "$1" && cd "$1" && pwd)
@@ -13,7 +16,7 @@ job=$2
 root=$(cd "$(dirname "$0")/.." && pwd)
 FMSTACK=${FMSTACK:-$root/build/fmstack}
 net=${SLURM_NET:-10.77.0}
-for tool in slurmctld slurmd munged sinfo scontrol ip nsenter unshare; do
+for tool in slurmctld slurmd slurmdbd mariadbd mariadb-install-db munged sinfo scontrol sacctmgr ip nsenter unshare; do
   command -v "$tool" > /dev/null ||
     { echo "slurm-up: $tool is not installed (run scripts/bootstrap.sh)" >&2; exit 1; }
 done
@@ -22,7 +25,7 @@ done
 ip link show fmsl0 > /dev/null 2>&1 &&
   { echo "slurm-up: bridge fmsl0 exists: another test cluster runs (scripts/slurm-down.sh its DIR)" >&2; exit 1; }
 
-mkdir -p "$dir"/{etc,state,spool,log,munge}
+mkdir -p "$dir"/{etc,state,spool,log,munge,db}
 : > "$dir/state.env"
 record() { echo "$1" >> "$dir/state.env"; }
 trap 'echo "slurm-up: failed; removing what was made" >&2; "$root/scripts/slurm-down.sh" "$dir" > /dev/null 2>&1 || true' ERR
@@ -37,8 +40,42 @@ record "munged=$(cat "$dir/munge/munged.pid")"
 "$FMSTACK" slurm config "$job" --out "$dir/etc" --controller ctl --controller-addr "$net.1" \
   --node-addr-base "$net." --cpus "${SLURM_CPUS:-2}" --memory-mb "${SLURM_MEMORY_MB:-2000}" \
   --state-dir "$dir/state" --spool-dir "$dir/spool" --log-dir "$dir/log" \
-  --munge-socket "$dir/munge/munge.socket" > /dev/null
+  --munge-socket "$dir/munge/munge.socket" --accounting-host "$net.1" > /dev/null
 export SLURM_CONF="$dir/etc/slurm.conf"
+cluster_name=$(sed -n 's/^ClusterName=//p' "$SLURM_CONF")
+
+# MariaDB for slurmdbd, private to this cluster.
+db_port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+db_pass=$(head -c 18 /dev/urandom | base64 | tr -d '/+=')
+mariadb-install-db --no-defaults --user=root --datadir="$dir/db/data" --skip-test-db \
+  > "$dir/log/mariadb-install.log" 2>&1
+mariadbd --no-defaults --user=root --datadir="$dir/db/data" --socket="$dir/db/mysqld.sock" \
+  --bind-address=127.0.0.1 --port="$db_port" --pid-file="$dir/db/mariadbd.pid" \
+  --log-error="$dir/log/mariadbd.log" > "$dir/log/mariadbd.out" 2>&1 &
+record "mariadbd=$!"
+end=$((SECONDS + 30))
+until mariadb --no-defaults -S "$dir/db/mysqld.sock" -e 'select 1' > /dev/null 2>&1; do
+  [ $SECONDS -lt $end ] || { echo "slurm-up: MariaDB is not up after 30 s" >&2; tail -5 "$dir/log/mariadbd.log" >&2; false; }
+  sleep 0.1
+done
+mariadb --no-defaults -S "$dir/db/mysqld.sock" -e \
+  "CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY '$db_pass'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
+( umask 077; cat > "$dir/etc/slurmdbd.conf" <<CONF
+AuthType=auth/munge
+AuthInfo=socket=$dir/munge/munge.socket
+DbdHost=ctl
+DbdAddr=$net.1
+SlurmUser=root
+LogFile=$dir/log/slurmdbd.log
+PidFile=$dir/db/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$db_port
+StorageUser=slurm
+StoragePass=$db_pass
+StorageLoc=slurm_acct_db
+CONF
+)
 nodes=$(sed -n 's/^NodeName=\([^ ]*\) .*/\1/p' "$SLURM_CONF")
 
 ip link add fmsl0 type bridge
@@ -52,11 +89,23 @@ for n in $nodes; do
   ip netns add "$ns"
   record "netns=$ns"
   ip link add "fmslv$i" type veth peer name eth0 netns "$ns"
+  record "veth=fmslv$i"
   ip link set "fmslv$i" master fmsl0 up
   ip -n "$ns" addr add "$net.$((10 + i))/24" dev eth0
   ip -n "$ns" link set eth0 up
   ip -n "$ns" link set lo up
 done
+
+# slurmdbd as "ctl" too (DbdHost), on the bridge's address; the cluster is
+# registered before slurmctld first reports to it.
+unshare --uts sh -c "hostname ctl; exec slurmdbd -D" > "$dir/log/slurmdbd.out" 2>&1 &
+record "slurmdbd=$!"
+end=$((SECONDS + 30))
+until timeout 5 sacctmgr -n show cluster > /dev/null 2>&1; do
+  [ $SECONDS -lt $end ] || { echo "slurm-up: slurmdbd does not answer after 30 s" >&2; tail -5 "$dir/log/slurmdbd.log" >&2; false; }
+  sleep 0.2
+done
+timeout 10 sacctmgr -i add cluster "$cluster_name" > /dev/null
 
 # slurmctld answers as "ctl" (SlurmctldHost); each slurmd as its node,
 # entered with nsenter (ip netns exec remounts /sys and slurmd aborts).

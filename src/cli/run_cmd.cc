@@ -19,6 +19,7 @@
 #include "catalog/catalog.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
+#include "cli/run_slurm.h"
 #include "health/checks.h"
 #include "metrics/samples.h"
 #include "runtime/supervisor.h"
@@ -47,6 +48,9 @@ struct RunArgs {
   bool health = false;
   double peak_gflops = 0;  // the group's peak matmul GFLOP/s: the MFU denominator
   std::string metrics_listen = "127.0.0.1:0";
+  std::string backend;  // "" = the job's [cluster] backend
+  std::string partition;
+  bool detach = false;
 };
 
 // The merged live progress line: the slowest rank's step, rank 0's loss, the
@@ -196,21 +200,70 @@ int RunCommand(const RunArgs& args, std::span<char* const> argv) {
   return Finish(r, layout, out);
 }
 
+// From a login node: the batch script runs this same command inside the
+// allocation, with the run directory made absolute.
+int SubmitSlurm(const RunArgs& args, const spec::JobSpec& job, const cluster::LocalLayout& layout,
+                const std::string& out, std::span<char* const> argv) {
+  std::vector<std::string> words{SelfExe(), "run"};
+  size_t i = 0;
+  while (i < argv.size() && std::string(argv[i]) != "run") ++i;
+  for (++i; i < argv.size(); ++i) {
+    const std::string w = argv[i];
+    if (w == "--detach" || w.starts_with("--out=") || w.starts_with("--backend=") ||
+        w.starts_with("--partition="))
+      continue;
+    if (w == "--out" || w == "--backend" || w == "--partition") {
+      ++i;
+      continue;
+    }
+    words.push_back(w);
+  }
+  const std::string run_dir = std::filesystem::absolute(out).lexically_normal().string();
+  words.insert(words.end(), {"--out", run_dir, "--backend", "slurm"});
+  return SubmitToSlurm({.job_name = job.name,
+                        .partition = !args.partition.empty() ? args.partition
+                                     : job.cluster           ? job.cluster->partition
+                                                             : "",
+                        .run_dir = run_dir,
+                        .nodes = layout.nodes,
+                        .spares = job.cluster ? static_cast<int>(job.cluster->spares) : 0,
+                        .gpus_per_node = job.cluster && job.cluster->accelerator.name != "cpu"
+                                             ? static_cast<int>(job.cluster->instance.accelerators)
+                                             : 0,
+                        .run_argv = words,
+                        .detach = args.detach});
+}
+
 int RunJob(const RunArgs& args, std::span<char* const> argv) {
   const catalog::Catalog catalog = catalog::Catalog::LoadEmbedded();
   const spec::JobSpec job = spec::LoadJobSpec(args.job, catalog);
+  const std::string backend = !args.backend.empty() ? args.backend
+                              : job.cluster         ? job.cluster->backend
+                                                    : "";
   cluster::LocalLayout layout;
-  if (job.cluster && job.cluster->backend == "local") {
+  if (job.cluster && !job.cluster->backend.empty()) {
     layout = {static_cast<int>(job.cluster->nodes), static_cast<int>(job.cluster->procs_per_node)};
   } else if (args.nodes == 0 && args.procs_per_node == 0) {
     throw SpecError(job.PosOf("cluster"), "cluster.backend",
-                    "`fmstack run` needs [cluster] backend = \"local\" with nodes and "
-                    "procs_per_node (or --nodes and --procs-per-node)");
+                    "`fmstack run` needs [cluster] backend = \"local\" or \"slurm\" with nodes "
+                    "and procs_per_node (or --nodes and --procs-per-node)");
   }
   if (args.nodes > 0) layout.nodes = args.nodes;
   if (args.procs_per_node > 0) layout.procs_per_node = args.procs_per_node;
-  CheckProcessLimit(layout, args.max_procs);
   const std::string out = args.out.empty() ? "runs/" + job.name : args.out;
+  const bool on_slurm = backend == "slurm";
+  if (on_slurm) {
+    if (args.netns || (job.cluster && job.cluster->netns))
+      throw Error("--netns (cluster.netns) is for the local backend; Slurm's nodes are hosts");
+    if (job.health.agent || args.health)
+      throw Error(
+          "on Slurm, node checks run as Slurm's HealthCheckProgram (`fmstack slurm config "
+          "--health-check deploy/slurm/fmstack-healthcheck.sh`), which drains failing nodes; "
+          "[health] agent and --health are for the local backend");
+    if (std::getenv("SLURM_JOB_ID") == nullptr) return SubmitSlurm(args, job, layout, out, argv);
+  } else {
+    CheckProcessLimit(layout, args.max_procs);
+  }
   runtime::SuperviseOptions o;
   o.layout = layout;
   o.argv = {SelfExe(), "train", std::filesystem::absolute(args.job).string(), "--out", out};
@@ -234,6 +287,7 @@ int RunJob(const RunArgs& args, std::span<char* const> argv) {
   o.resume_supervisor = std::getenv("FMSTACK_SUPERVISOR_RESUME") != nullptr;
   ApplyResilience(job, o);
   if (args.max_restarts >= 0) o.policy.max_restarts = args.max_restarts;
+  if (on_slurm) UseAllocation(o);
   const spec::HealthSpec& h = job.health;
   o.health = {.enabled = h.agent || args.health,
               .self_exe = SelfExe(),
@@ -250,9 +304,9 @@ int RunJob(const RunArgs& args, std::span<char* const> argv) {
   if (o.health.enabled && !h.checks.empty())
     (void)health::ParseCheckTable(ReadTextFile(h.checks), h.checks);
   std::cerr << fmt::format(
-      "fmstack run: {} on the local backend: {} nodes x {} processes{}; logs in {}\n", job.name,
-      layout.nodes, layout.procs_per_node, o.netns ? " (nodes in network namespaces)" : "",
-      out + "/logs");
+      "fmstack run: {} on the {} backend: {} nodes x {} processes{}; logs in {}\n", job.name,
+      on_slurm ? "slurm" : "local", layout.nodes, layout.procs_per_node,
+      o.netns ? " (nodes in network namespaces)" : "", out + "/logs");
 
   MergedProgress progress(layout.world());
   nlohmann::json done;
@@ -361,6 +415,14 @@ Runner AddRunCommand(CLI::App& app, std::span<char* const> argv) {
   cmd->add_option("--transport", args->transport,
                   "auto: shared memory inside a node, Gloo across nodes; gloo: Gloo everywhere")
       ->check(CLI::IsMember({"auto", "gloo"}));
+  cmd->add_option("--backend", args->backend,
+                  "where the ranks run (default: cluster.backend): local processes, or a Slurm "
+                  "batch job with a srun step per rank")
+      ->check(CLI::IsMember({"local", "slurm"}));
+  cmd->add_option("--partition", args->partition,
+                  "Slurm partition (default: cluster.partition, else the cluster's default)");
+  cmd->add_flag("--detach", args->detach,
+                "Slurm: print the job id once submitted instead of following the job");
   cmd->add_flag("--netns", args->netns,
                 "put every node in its own network namespace on a bridge (root; cluster.netns)");
   cmd->add_option("--grace", args->grace,

@@ -98,6 +98,8 @@ Runner AddSlurmCommand(CLI::App& app) {
   config->add_option("--health-check", o.health_check,
                      "HealthCheckProgram: deploy/slurm/fmstack-healthcheck.sh, installed on "
                      "every node");
+  config->add_option("--accounting-host", o.accounting_host,
+                     "slurmdbd's address: jobs and steps are recorded for sacct (default: none)");
   config->add_option("--health-check-interval", o.health_check_interval, "seconds")
       ->check(CLI::Range(1, 86400));
   return [a, config] { return config->parsed() ? Config(*a) : 1; };

@@ -144,8 +144,13 @@ std::vector<WorkerProcess> SpawnWorkers(const LocalLayout& layout, const LaunchE
     }
     const int node = rank / layout.procs_per_node;
     const char* netns = env.node_netns.empty() ? nullptr : env.node_netns[node].c_str();
+    std::vector<std::string> words = argv;
+    if (!env.node_prefix.empty()) {
+      words = env.node_prefix.at(static_cast<size_t>(node));
+      words.insert(words.end(), argv.begin(), argv.end());
+    }
     int exec_errno = 0;
-    const pid_t pid = ForkExec(argv, envs, netns, out[1], err[1], control, &exec_errno);
+    const pid_t pid = ForkExec(words, envs, netns, out[1], err[1], control, &exec_errno);
     ::close(out[1]);
     ::close(err[1]);
     if (pid < 0) {
@@ -153,7 +158,7 @@ std::vector<WorkerProcess> SpawnWorkers(const LocalLayout& layout, const LaunchE
       ::close(err[0]);
       kill_started();
       throw Error(
-          fmt::format("cannot start rank {}: {}: {}", rank, argv[0], std::strerror(exec_errno)));
+          fmt::format("cannot start rank {}: {}: {}", rank, words[0], std::strerror(exec_errno)));
     }
     workers.push_back(
         {rank, rank / layout.procs_per_node, rank % layout.procs_per_node, pid, out[0], err[0]});

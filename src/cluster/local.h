@@ -34,6 +34,9 @@ struct LaunchEnv {
   // Per node, when nodes live in network namespaces: the namespace to enter
   // and the address its workers listen on (FMSTACK_HOST).
   std::vector<std::string> node_netns, node_host;
+  // Per node, when another program places the workers (srun for the Slurm
+  // backend): the words before the worker's argv.
+  std::vector<std::vector<std::string>> node_prefix;
 };
 
 // The environment of one worker, as "NAME=value" strings (inherited ones first).

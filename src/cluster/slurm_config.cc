@@ -82,13 +82,22 @@ SlurmConfig MakeSlurmConfig(const spec::ClusterSpec& c, const SlurmConfigOptions
       "SlurmdTimeout=10\nSlurmctldTimeout=10\nMessageTimeout=5\nKillWait=5\nMinJobAge=30\n"
       "# A job whose node fails is requeued (sbatch --requeue) rather than ended.\n"
       "JobRequeue=1\n"
-      "AccountingStorageType=accounting_storage/none\n"
-      "JobAcctGatherType=jobacct_gather/none\n"
+      "{}"
       "TopologyPlugin=topology/tree\n",
       c.nodes, c.spares, c.instance.name.empty() ? "this machine" : c.instance.name, o.cluster_name,
       o.controller, o.controller_addr.empty() ? "" : fmt::format("({})", o.controller_addr),
       o.munge_socket.empty() ? "" : fmt::format("socket={},", o.munge_socket), o.state_dir,
-      o.spool_dir, o.log_dir, o.log_dir, o.state_dir, o.spool_dir);
+      o.spool_dir, o.log_dir, o.log_dir, o.state_dir, o.spool_dir,
+      o.accounting_host.empty()
+          ? "AccountingStorageType=accounting_storage/none\nJobAcctGatherType=jobacct_gather/none\n"
+          : fmt::format("# Jobs and their steps in slurmdbd, for sacct.\n"
+                        "AccountingStorageType=accounting_storage/slurmdbd\n"
+                        "AccountingStorageHost={}\nJobAcctGatherType=jobacct_gather/linux\n{}",
+                        o.accounting_host,
+                        // For munge, Slurm reads the "password" as the socket to use.
+                        o.munge_socket.empty()
+                            ? ""
+                            : fmt::format("AccountingStoragePass={}\n", o.munge_socket)));
   if (gpus) s += "GresTypes=gpu\n";
   if (!o.health_check.empty())
     s += fmt::format(

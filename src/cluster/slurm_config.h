@@ -28,6 +28,7 @@ struct SlurmConfigOptions {
   std::string munge_socket;  // "" = munge's default socket
   std::string health_check;  // HealthCheckProgram (deploy/slurm/fmstack-healthcheck.sh); "" = none
   int64_t health_check_interval = 30;
+  std::string accounting_host;  // slurmdbd's address (AccountingStorageHost); "" = no accounting
 };
 
 struct SlurmConfig {

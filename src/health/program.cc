@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -22,7 +23,7 @@ double Now() {
 }  // namespace
 
 ProgramResult RunProgram(const std::vector<std::string>& args, double deadline_seconds,
-                         const std::map<std::string, std::string>& env) {
+                         const std::map<std::string, std::string>& env, size_t max_output) {
   ProgramResult r;
   if (args.empty()) {
     r.how = "could not start: no program";
@@ -70,7 +71,8 @@ ProgramResult RunProgram(const std::vector<std::string>& args, double deadline_s
     if (::poll(&p, 1, static_cast<int>(left * 1000) + 1) <= 0) continue;
     const ssize_t n = ::read(out[0], buf, sizeof buf);
     if (n <= 0) break;
-    if (r.output.size() < 4096) r.output.append(buf, static_cast<size_t>(n));
+    if (r.output.size() < max_output)
+      r.output.append(buf, std::min(static_cast<size_t>(n), max_output - r.output.size()));
   }
   ::close(out[0]);
   int status = 0;

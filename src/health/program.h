@@ -11,11 +11,12 @@ namespace fmstack::health {
 struct ProgramResult {
   bool ok = false;         // exited 0
   bool timed_out = false;  // killed (its process group) at the deadline
-  std::string output;      // stdout and stderr, the first 4 KiB
+  std::string output;      // stdout and stderr, the first `max_output` bytes
   std::string how;         // "exited 2", "killed by signal 9", "could not start: ..."
 };
 
 ProgramResult RunProgram(const std::vector<std::string>& argv, double deadline_seconds,
-                         const std::map<std::string, std::string>& env = {});
+                         const std::map<std::string, std::string>& env = {},
+                         size_t max_output = 4096);
 
 }  // namespace fmstack::health

@@ -49,13 +49,18 @@ void RankMonitor::OnStep(int rank, int64_t step, double compute_seconds) {
 }
 
 std::optional<SilentRank> RankMonitor::Hung(Clock::time_point now) const {
+  return SilentLongerThan(now, options_.heartbeat_timeout);
+}
+
+std::optional<SilentRank> RankMonitor::SilentLongerThan(Clock::time_point now,
+                                                        double seconds) const {
   if (!any_heard_) return std::nullopt;
   std::optional<SilentRank> worst;
   for (size_t r = 0; r < ranks_.size(); ++r) {
     const Rank& x = ranks_[r];
     if (x.exited) continue;
     const double silent = std::chrono::duration<double>(now - x.last).count();
-    if (silent <= options_.heartbeat_timeout) continue;
+    if (silent <= seconds) continue;
     if (!worst || silent > worst->silent_seconds)
       worst = SilentRank{static_cast<int>(r), silent, x.step, x.phase};
   }

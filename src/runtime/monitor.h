@@ -54,6 +54,8 @@ class RankMonitor {
   // heartbeat is judged from `start` only once another rank has sent one,
   // so a program that does not speak the protocol is never called hung.
   std::optional<SilentRank> Hung(Clock::time_point now) const;
+  // The same for any silence: a rank merely late, whose host may be gone.
+  std::optional<SilentRank> SilentLongerThan(Clock::time_point now, double seconds) const;
   // A rank slower than factor x the others' median for `steps` steps in a row.
   std::optional<int> Straggler() const { return straggler_; }
   int64_t StepOf(int rank) const { return ranks_[rank].step; }

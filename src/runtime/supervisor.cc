@@ -28,6 +28,13 @@ RunResult Supervisor::Run() {
   signals_ = std::make_unique<SignalFd>();
   if (o_.netns) network_ = std::make_unique<cluster::NodeNetwork>(o_.layout.nodes + o_.spares);
   if (network_) env_.master_addr = network_->bridge_address();
+  if (OnSlurm()) {
+    if (o_.netns) throw Error("network namespaces (--netns) are for the local backend");
+    if (static_cast<int>(o_.slurm.hosts.size()) < o_.layout.nodes + o_.spares)
+      throw Error(fmt::format("job {} has {} node(s); the run needs {} and {} spare(s)",
+                              o_.slurm.job_id, o_.slurm.hosts.size(), o_.layout.nodes, o_.spares));
+    env_.master_addr = o_.slurm.master_addr;
+  }
   for (int n = 0; n < o_.layout.nodes; ++n) slot_.push_back(n);
   dropped_.assign(static_cast<size_t>(o_.layout.nodes), false);
   for (int s = 0; s < o_.spares; ++s) spares_.push_back(o_.layout.nodes + s);
@@ -52,6 +59,10 @@ RunResult Supervisor::Run() {
   env_.job_id = o_.job_id;
   env_.extra = o_.extra_env;
   env_.extra["FMSTACK_STORE_SECRET"] = secret;
+  if (OnSlurm()) {
+    listener_ = std::make_unique<ControlListener>(env_.master_addr, secret);
+    env_.extra[kControlAddrEnv] = listener_->address();
+  }
   env_.extra["FMSTACK_LOG_DIR"] = o_.run_dir + "/logs";
   // Orders the sample ledger's records across reruns and supervisor restarts.
   env_.extra["FMSTACK_RUN_STARTED"] =
@@ -62,6 +73,7 @@ RunResult Supervisor::Run() {
     LoadState();
     wall_before_ = result_.ledger.wall();
   }
+  if (OnSlurm() && o_.slurm.restart_count > slurm_requeues_) NoteRequeue();
   pending_ = o_.inject;
   for (size_t i = 0; i < pending_.size(); ++i) pending_[i].id = fmt::format("job-{}", i);
   std::erase_if(pending_, [&](const InjectRequest& r) { return fired_.contains(r.id); });
@@ -126,6 +138,26 @@ RunResult Supervisor::Run() {
   return result_;
 }
 
+void Supervisor::NoteRequeue() {
+  slurm_requeues_ = o_.slurm.restart_count;
+  const std::string what = fmt::format(
+      "Slurm requeued job {} (restart {}): a node of the allocation, or its batch host with the "
+      "supervisor, was lost",
+      o_.slurm.job_id, o_.slurm.restart_count);
+  Note(what);
+  result_.ledger.incidents().push_back(
+      {.kind = "requeue",
+       .step = 0,  // the lost supervisor's last step is not known here
+       .at = 0,
+       .decision = "restart: a new supervisor continues the run in the new allocation; the "
+                   "workers resume from the newest checkpoint",
+       .what = what});
+  recovering_ = result_.ledger.incidents().size() - 1;
+  detected_at_ = start_;  // Slurm's own delay before the requeue is not counted
+  ++history_.restarts;
+  SaveState();
+}
+
 void Supervisor::Spawn() {
   const int world = o_.layout.world();
   control_fd_.assign(static_cast<size_t>(world), -1);
@@ -147,7 +179,9 @@ void Supervisor::Spawn() {
 void Supervisor::SpawnRanks(const std::vector<int>& ranks, const std::string& banner) {
   const int world = o_.layout.world();
   std::vector<int> child_ends(static_cast<size_t>(world), -1);
-  for (const int r : ranks) {
+  spawn_gen_.resize(static_cast<size_t>(world), -1);
+  // Slurm's workers dial the supervisor instead (AcceptControl).
+  for (const int r : OnSlurm() ? std::vector<int>{} : ranks) {
     int sv[2];
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
       for (const int fd : child_ends) ::close(fd);
@@ -166,6 +200,16 @@ void Supervisor::SpawnRanks(const std::vector<int>& ranks, const std::string& ba
     for (int n = 0; n < o_.layout.nodes; ++n) {
       env_.node_netns.push_back(network_->namespace_paths().at(static_cast<size_t>(slot_[n])));
       env_.node_host.push_back(network_->node_addresses().at(static_cast<size_t>(slot_[n])));
+    }
+  }
+  if (OnSlurm()) {
+    env_.node_prefix.clear();
+    env_.node_host.clear();
+    for (int n = 0; n < o_.layout.nodes; ++n) {
+      const cluster::SlurmHost& host = o_.slurm.hosts.at(static_cast<size_t>(slot_[n]));
+      env_.node_prefix.push_back(
+          cluster::SrunPrefix(o_.slurm, host, fmt::format("{}.node{}", o_.job_name, n)));
+      env_.node_host.push_back(host.addr);
     }
   }
   if (max_restore_step_ >= 0) {
@@ -216,7 +260,9 @@ void Supervisor::SpawnRanks(const std::vector<int>& ranks, const std::string& ba
     workers_[w.rank] = w;
     streams_.push_back({Stream::kOut, w.rank, w.out_fd, {}, {}});
     streams_.push_back({Stream::kErr, w.rank, w.err_fd, {}, {}});
-    streams_.push_back({Stream::kControl, w.rank, control_fd_[w.rank], {}, {}});
+    if (control_fd_[w.rank] >= 0)
+      streams_.push_back({Stream::kControl, w.rank, control_fd_[w.rank], {}, {}});
+    spawn_gen_[w.rank] = env_.generation;
     alive_[w.rank] = true;
     result_.exits[w.rank] = {};
     ++running_;
@@ -297,6 +343,9 @@ void Supervisor::Poll() {
   std::vector<pollfd> fds{{signals_->fd(), POLLIN, 0}};
   for (const Stream& s : streams_) fds.push_back({s.fd, POLLIN, 0});
   for (const AgentProc& a : agents_) fds.push_back({a.fd, POLLIN, 0});  // -1: ignored
+  if (listener_) {
+    for (const int fd : listener_->fds()) fds.push_back({fd, POLLIN, 0});
+  }
   ::poll(fds.data(), fds.size(), 100);
   for (int sig : signals_->Take()) {
     if (sig == SIGCHLD) continue;
@@ -313,7 +362,7 @@ void Supervisor::Poll() {
     }
   }
   char buf[65536];
-  PollAgents(std::span(fds).subspan(1 + streams_.size()));
+  PollAgents(std::span(fds).subspan(1 + streams_.size(), agents_.size()));
   for (size_t i = 1; i < 1 + streams_.size(); ++i) {
     if (fds[i].revents == 0) continue;
     Stream& s = streams_[i - 1];
@@ -328,6 +377,29 @@ void Supervisor::Poll() {
     }
   }
   std::erase_if(streams_, [](const Stream& s) { return s.fd < 0; });
+  if (listener_) AcceptControl();
+}
+
+void Supervisor::AcceptControl() {
+  std::vector<std::string> refused;
+  for (const ControlListener::Joined& j : listener_->Advance(&refused)) {
+    const bool waited = j.slot >= 0 && static_cast<size_t>(j.slot) < alive_.size() &&
+                        alive_[j.slot] && control_fd_[j.slot] < 0 &&
+                        spawn_gen_[j.slot] == j.generation;
+    if (!waited) {
+      // A worker of an earlier generation (its srun was killed, it was not):
+      // closing the connection ends it.
+      Note(
+          fmt::format("control connection for rank {} of generation {} closed: no such worker "
+                      "waits for one (now generation {})",
+                      j.slot, j.generation, env_.generation));
+      ::close(j.fd);
+      continue;
+    }
+    control_fd_[j.slot] = j.fd;
+    streams_.push_back({Stream::kControl, j.slot, j.fd, {}, {}});
+  }
+  for (const std::string& r : refused) Note(r);
 }
 
 void Supervisor::Deliver(Stream& s, std::string_view data) {

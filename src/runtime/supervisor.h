@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cluster/local.h"
+#include "cluster/slurm.h"
 #include "metrics/goodput.h"
 #include "resilience/policy.h"
 #include "runtime/inject.h"
@@ -59,6 +60,10 @@ struct SuperviseOptions {
   std::vector<InjectRequest> inject;
   HealthOptions health;
   std::string checkpoint_dir;  // the node-local tier's root (corrupt-checkpoint)
+  // The Slurm backend: the allocation's hosts are the node slots (the job's
+  // nodes, then spares); every rank starts as a srun step on its slot's host
+  // and dials the supervisor's control listener. No hosts: the local backend.
+  cluster::SlurmAllocation slurm;
   // Set by `fmstack run` after a supervisor-restart: continue the run in
   // run_dir (its restart count, ledger and fired injections).
   bool resume_supervisor = false;

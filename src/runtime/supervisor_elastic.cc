@@ -43,6 +43,23 @@ void Supervisor::SendRejoin(const std::vector<int>& except) {
 }
 
 void Supervisor::OutOfService(int slot) {
+  if (OnSlurm()) {
+    // The host leaves the allocation for good: a node Slurm finds down
+    // later would end the whole job while it is still in it.
+    released_.insert(slot);
+    std::vector<std::string> keep;
+    for (size_t s = 0; s < o_.slurm.hosts.size(); ++s) {
+      if (!released_.contains(static_cast<int>(s))) keep.push_back(o_.slurm.hosts[s].name);
+    }
+    const std::string name = o_.slurm.hosts.at(static_cast<size_t>(slot)).name;
+    try {
+      cluster::ShrinkAllocation(o_.slurm, keep, 10);
+      Note(fmt::format("slurm: {} released from job {}", name, o_.slurm.job_id));
+    } catch (const std::exception& e) {
+      Note(fmt::format("slurm: {} stays in job {}: {}", name, o_.slurm.job_id, e.what()));
+    }
+    return;
+  }
   if (o_.node_repair_seconds <= 0) return;
   repairs_[slot] =
       Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o_.node_repair_seconds * 1e3));

@@ -31,6 +31,7 @@ void Supervisor::SaveState() const {
   j["last_nonfinite_step"] = history_.last_nonfinite_step;
   j["futile_restarts"] = history_.futile_restarts;
   j["max_restore_step"] = max_restore_step_;
+  j["slurm_requeues"] = slurm_requeues_;
   j["fired"] = fired_;
   j["ledger"] = result_.ledger.ToJson();
   const std::string text = j.dump(1) + "\n";
@@ -41,6 +42,7 @@ void Supervisor::SaveState() const {
 
 void Supervisor::LoadState() {
   const std::string path = o_.run_dir + "/supervisor.json";
+  if (!std::filesystem::exists(path)) return;  // the first attempt saved nothing yet
   std::ifstream in(path);
   const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
@@ -52,6 +54,7 @@ void Supervisor::LoadState() {
   history_.last_nonfinite_step = j.value("last_nonfinite_step", int64_t{-1});
   history_.futile_restarts = j.value("futile_restarts", 0);
   max_restore_step_ = j.value("max_restore_step", int64_t{-1});
+  slurm_requeues_ = j.value("slurm_requeues", 0);
   for (const std::string& id : j.value("fired", std::vector<std::string>{})) fired_.insert(id);
   try {
     result_.ledger = metrics::Ledger::FromJson(j.value("ledger", nlohmann::json::object()));
@@ -75,6 +78,8 @@ void Supervisor::Reap() {
     if (OnNodeProcessExit(pid, status)) continue;
     for (const auto& w : workers_) {
       if (w.pid != pid) continue;
+      // A remote worker must not outlive its srun: close its lifeline.
+      if (OnSlurm() && control_fd_[w.rank] >= 0) ::shutdown(control_fd_[w.rank], SHUT_RDWR);
       RankExit& x = result_.exits[w.rank];
       x = {};
       x.rank = w.rank;
@@ -93,17 +98,13 @@ void Supervisor::Reap() {
         Detect(*report_);
         continue;
       }
-      if (network_) {
-        for (int n = 0; n < o_.layout.nodes; ++n) {
-          if (dropped_[n] || network_->LinkUp(slot_[n])) continue;
-          Detect({{.kind = resilience::EventKind::kNodeLost,
-                   .rank = n * o_.layout.procs_per_node,
-                   .step = monitor_->MaxStep()},
-                  fmt::format("node {} lost its network link ({} {})", n, Where(w.rank),
-                              ExitReason(x))});
-          break;
-        }
-        if (decision_) continue;
+      if (const auto lost = LostNode()) {
+        Detect({{.kind = resilience::EventKind::kNodeLost,
+                 .rank = lost->first * o_.layout.procs_per_node,
+                 .step = monitor_->MaxStep()},
+                fmt::format("node {} {} ({} {})", lost->first, lost->second, Where(w.rank),
+                            ExitReason(x))});
+        continue;
       }
       store_->Set(comm::FailureKey(env_.generation), fmt::format("{} {}", w.rank, ExitReason(x)));
       Detect({{.kind = resilience::EventKind::kCrash, .rank = w.rank, .step = monitor_->MaxStep()},
@@ -126,6 +127,23 @@ void Supervisor::CheckHealth() {
                .rank = n * o_.layout.procs_per_node,
                .step = monitor_->MaxStep()},
               fmt::format("node {} lost its network link (interface eth0 is down)", n)});
+      return;
+    }
+  }
+  // On Slurm a rank late with its heartbeat (a quarter of the timeout, at
+  // least a second) has its host asked whether it is still there: a host
+  // that no longer answers is lost now, not at the heartbeat timeout.
+  const double suspect = std::max(1.0, o_.monitor.heartbeat_timeout / 4);
+  if (const auto late = OnSlurm() && now >= next_link_check_
+                            ? monitor_->SilentLongerThan(now, suspect)
+                            : std::nullopt) {
+    next_link_check_ = now + std::chrono::seconds(1);
+    if (const auto lost = LostNode()) {
+      Detect({{.kind = resilience::EventKind::kNodeLost,
+               .rank = lost->first * o_.layout.procs_per_node,
+               .step = monitor_->MaxStep()},
+              fmt::format("node {} {} ({} sent no heartbeat for {:.1f} s)", lost->first,
+                          lost->second, Where(late->rank), late->silent_seconds)});
       return;
     }
   }
@@ -192,8 +210,12 @@ void Supervisor::Fire(const InjectRequest& r) {
   Note(fmt::format("fault injection: {} on {} at step {}", r.kind, Where(r.rank),
                    monitor_->StepOf(r.rank)));
   if (r.kind == "crash") {
-    ::kill(w.pid, SIGKILL);
+    SignalRank(r.rank, SIGKILL);
   } else if (r.kind == "hang") {
+    if (OnSlurm()) {
+      Note("fault injection hang: a SIGSTOP would stop srun, not the worker, on Slurm; ignored");
+      return;
+    }
     ::kill(w.pid, SIGSTOP);
   } else if (r.kind == "corrupt-checkpoint") {
     try {
@@ -201,7 +223,7 @@ void Supervisor::Fire(const InjectRequest& r) {
     } catch (const std::exception& e) {
       Note(fmt::format("fault injection corrupt-checkpoint: {}", e.what()));
     }
-    ::kill(w.pid, SIGKILL);  // the restart must read the checkpoint back
+    SignalRank(r.rank, SIGKILL);  // the restart must read the checkpoint back
   } else if (r.kind == "network-cut") {
     if (!network_) {
       Note("fault injection network-cut: the run has no network namespaces; ignored");
@@ -211,7 +233,7 @@ void Supervisor::Fire(const InjectRequest& r) {
   } else if (r.kind == "node-down") {
     const int node = r.rank / o_.layout.procs_per_node;
     for (const int k : RanksOf(node)) {
-      if (alive_[k]) ::kill(workers_[k].pid, SIGKILL);
+      if (alive_[k]) SignalRank(k, SIGKILL);
     }
     if (network_) network_->SetLink(slot_[node], false);
     Detect({{.kind = resilience::EventKind::kNodeLost, .rank = r.rank, .step = monitor_->MaxStep()},
@@ -357,8 +379,8 @@ bool Supervisor::MoveToSpare(int node) {
     spares_.erase(spares_.begin());
     // A spare is checked before it is trusted: one that cannot reach the
     // network is skipped, and stays out of the pool.
-    if (network_ && !network_->LinkUp(spare)) {
-      Note(fmt::format("spare slot {} failed its check (its link is down): skipped", spare));
+    if (std::string why; !SlotReachable(spare, &why)) {
+      Note(fmt::format("spare slot {} failed its check ({}): skipped", spare, why));
       continue;
     }
     if (!SlotHealthy(spare)) {
@@ -385,8 +407,49 @@ bool Supervisor::MoveToSpare(int node) {
 
 void Supervisor::KillAll(int sig) {
   for (const auto& w : workers_) {
-    if (alive_[w.rank]) ::kill(w.pid, sig);
+    if (alive_[w.rank]) SignalRank(w.rank, sig);
   }
+}
+
+void Supervisor::SignalRank(int rank, int sig) {
+  ::kill(workers_.at(static_cast<size_t>(rank)).pid, sig);
+  if (OnSlurm() && sig == SIGKILL && control_fd_[rank] >= 0)
+    ::shutdown(control_fd_[rank], SHUT_RDWR);
+}
+
+bool Supervisor::SlotReachable(int slot, std::string* why) const {
+  if (network_ && !network_->LinkUp(slot)) {
+    *why = "its link is down";
+    return false;
+  }
+  if (OnSlurm()) {
+    *why = cluster::ProbeSlurmd({o_.slurm.hosts.at(static_cast<size_t>(slot))}, 1.0).at(0);
+    if (!why->empty()) return false;
+  }
+  return true;
+}
+
+std::optional<std::pair<int, std::string>> Supervisor::LostNode() const {
+  if (network_) {
+    for (int n = 0; n < o_.layout.nodes; ++n) {
+      if (!dropped_[n] && !network_->LinkUp(slot_[n]))
+        return std::pair{n, std::string("lost its network link")};
+    }
+  }
+  if (!OnSlurm()) return std::nullopt;
+  std::vector<cluster::SlurmHost> hosts;
+  std::vector<int> nodes;
+  for (int n = 0; n < o_.layout.nodes; ++n) {
+    if (dropped_[n]) continue;
+    hosts.push_back(o_.slurm.hosts.at(static_cast<size_t>(slot_[n])));
+    nodes.push_back(n);
+  }
+  const std::vector<std::string> why = cluster::ProbeSlurmd(hosts, 1.0);
+  for (size_t i = 0; i < why.size(); ++i) {
+    if (!why[i].empty())
+      return std::pair{nodes[i], fmt::format("({}) is lost: {}", hosts[i].name, why[i])};
+  }
+  return std::nullopt;
 }
 
 void Supervisor::SendAll(const nlohmann::json& command) {

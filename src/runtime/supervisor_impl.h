@@ -24,6 +24,7 @@
 #include "metrics/exporter.h"
 #include "metrics/registry.h"
 #include "runtime/control.h"
+#include "runtime/control_tcp.h"
 #include "runtime/nodes.h"
 #include "runtime/supervisor.h"
 #include "util/dir_lock.h"
@@ -101,6 +102,8 @@ class Supervisor {
  private:
   void RunAttempt();
   void Spawn();
+  // A requeued Slurm job's supervisor: the requeue is an incident of the run.
+  void NoteRequeue();
   // Starts `ranks` (every rank of an attempt, or replacements); `banner`
   // opens their part of the log ("" on a run's first start: logs restart).
   void SpawnRanks(const std::vector<int>& ranks, const std::string& banner);
@@ -196,6 +199,16 @@ class Supervisor {
   void Fire(const InjectRequest& r);
   void Detect(const Seen& seen);
   void KillAll(int sig);
+  // Signals one rank's process (srun, for the Slurm backend: a SIGKILL also
+  // closes its control connection, the remote worker's lifeline).
+  void SignalRank(int rank, int sig);
+  bool OnSlurm() const { return !o_.slurm.hosts.empty(); }
+  // The Slurm backend's workers dial in: their control connections.
+  void AcceptControl();
+  // A job node that lost its link (netns) or whose slurmd stopped answering
+  // (Slurm), with why; nullopt when every one is reachable.
+  std::optional<std::pair<int, std::string>> LostNode() const;
+  bool SlotReachable(int slot, std::string* why) const;
   void SendAll(const nlohmann::json& command);
   void Note(const std::string& line) const {
     if (on_note_) on_note_(line);
@@ -219,10 +232,14 @@ class Supervisor {
   std::unique_ptr<SignalFd> signals_;
   std::unique_ptr<cluster::NodeNetwork> network_;
   std::unique_ptr<comm::TcpStoreServer> store_;
+  std::unique_ptr<ControlListener> listener_;  // the Slurm backend's control channels
+  std::vector<int64_t> spawn_gen_;             // by rank: the generation it was started in
+  std::set<int> released_;                     // Slurm: slots released from the allocation
   cluster::LaunchEnv env_;
   RunResult result_;
   resilience::RunHistory history_;
   int64_t max_restore_step_ = -1;
+  int slurm_requeues_ = 0;  // SLURM_RESTART_COUNT already in the ledger
   std::set<std::string> fired_;
   std::vector<InjectRequest> pending_;
   int64_t verified_step_ = 0;  // newest step whose replicas every rank checked equal

@@ -17,7 +17,7 @@ namespace fmstack::runtime::internal {
 
 void Supervisor::LoseRanks(const std::vector<int>& lost, const Seen& seen, bool replace) {
   for (const int r : lost) {
-    if (alive_[r]) ::kill(workers_[r].pid, SIGKILL);
+    if (alive_[r]) SignalRank(r, SIGKILL);
   }
   // Survivors whose collectives fail ask the store whom they lost (a crash
   // has said so already; a hang or a lost node has not).

@@ -1,16 +1,44 @@
 #include "runtime/worker.h"
 
+#include <fmt/format.h>
 #include <poll.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <string>
 
 #include "runtime/control.h"
+#include "runtime/control_tcp.h"
+#include "util/error.h"
 
 namespace fmstack::runtime {
 
+namespace {
+
+int64_t IntEnv(const char* name) {
+  const char* v = std::getenv(name);
+  char* end = nullptr;
+  const long long n = v != nullptr ? std::strtoll(v, &end, 10) : 0;
+  if (v == nullptr || end == v || *end != '\0' || n < 0 || n > (int64_t{1} << 40))
+    throw Error(fmt::format("{} is set, but {} is {}", kControlAddrEnv, name,
+                            v == nullptr ? "missing" : fmt::format("'{}'", v)));
+  return n;
+}
+
+}  // namespace
+
 std::unique_ptr<Worker> Worker::FromEnv(std::chrono::milliseconds heartbeat_interval) {
+  if (const char* addr = std::getenv(kControlAddrEnv)) {
+    const char* secret = std::getenv("FMSTACK_STORE_SECRET");
+    if (secret == nullptr)
+      throw Error(fmt::format("{} is set, but FMSTACK_STORE_SECRET is missing", kControlAddrEnv));
+    const int fd = DialControl(addr, secret, static_cast<int>(IntEnv("FMSTACK_SLOT")),
+                               IntEnv("FMSTACK_GENERATION"), std::chrono::seconds(30));
+    auto w = std::make_unique<Worker>(fd, heartbeat_interval);
+    w->lifeline_ = true;
+    return w;
+  }
   const char* fd = std::getenv(kControlFdEnv);
   int n = -1;
   if (fd != nullptr) {
@@ -115,7 +143,18 @@ void Worker::Loop() {
     pollfd p{fd_, POLLIN, 0};
     if (::poll(&p, 1, static_cast<int>(std::max<int64_t>(wait.count(), 1))) <= 0) continue;
     const ssize_t n = ::read(fd_, buf, sizeof buf);
-    if (n <= 0) return Close();  // the supervisor is gone; PDEATHSIG ends this process
+    if (n <= 0) {
+      // A child of the supervisor dies with it (PDEATHSIG). A worker on
+      // another host has this connection as its lifeline instead: the
+      // supervisor closes it to kill the worker, and a supervisor that is
+      // gone must not leave it running, holding the node.
+      if (lifeline_) {
+        const std::string m = "fmstack: the control connection to the supervisor closed: exiting\n";
+        (void)!::write(2, m.data(), m.size());
+        ::kill(::getpid(), SIGKILL);
+      }
+      return Close();
+    }
     try {
       for (const std::string& line : reader.Feed(buf, static_cast<size_t>(n))) {
         std::optional<nlohmann::json> cmd = ParseLine(line);

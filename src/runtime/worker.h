@@ -24,7 +24,9 @@ namespace fmstack::runtime {
 
 class Worker {
  public:
-  // The channel named by FMSTACK_CONTROL_FD, or an inactive worker.
+  // The channel named by FMSTACK_CONTROL_FD, or a TCP connection to
+  // FMSTACK_CONTROL_ADDR (a worker on another host; throws Error when it
+  // cannot be made), or an inactive worker.
   static std::unique_ptr<Worker> FromEnv(std::chrono::milliseconds heartbeat_interval);
   Worker(int fd, std::chrono::milliseconds heartbeat_interval);
   ~Worker();
@@ -55,6 +57,7 @@ class Worker {
   void Close();  // the channel ended: no command will come
 
   int fd_ = -1;
+  std::atomic<bool> lifeline_{false};  // the process ends when the channel does
   std::chrono::milliseconds interval_;
   std::mutex mu_;  // guards phase_, commands_ and writes to fd_
   std::string phase_ = "start";

@@ -54,11 +54,12 @@ double ClusterSpec::JobMtti() const {
 ClusterSpec ReadClusterSpec(StrictTable& t, const catalog::Catalog& catalog) {
   ClusterSpec c;
   c.file = t.file();
-  c.backend = t.Choice("backend", std::vector<std::string>{"local"}).value_or("");
+  c.backend = t.Choice("backend", std::vector<std::string>{"local", "slurm"}).value_or("");
   const std::optional<std::string> name = t.String("instance");
   catalog::Instance local;
   const catalog::Instance* instance = nullptr;
-  if (!name && c.backend == "local") {
+  const bool runs = c.backend == "local" || c.backend == "slurm";
+  if (!name && runs) {
     local.name = kLocalInstance;
     local.accelerators = 1;
     local.scaleup_domain = 1;
@@ -67,7 +68,7 @@ ClusterSpec ReadClusterSpec(StrictTable& t, const catalog::Catalog& catalog) {
   } else if (!name) {
     t.Fail("instance",
            "is required (an instance type from the catalog, e.g. \"p5.48xlarge\"), "
-           "unless backend = \"local\"");
+           "unless backend = \"local\" or \"slurm\" (CPU workers)");
   } else {
     instance = catalog.FindInstance(*name);
     if (instance == nullptr) {
@@ -82,10 +83,11 @@ ClusterSpec ReadClusterSpec(StrictTable& t, const catalog::Catalog& catalog) {
     c.accelerator = catalog.AcceleratorOf(*instance);
   }
   c.instance = *instance;
-  if (c.backend == "local") {
+  if (runs) {
     // One worker process per "accelerator" of the layout.
     c.procs_per_node = t.Int("procs_per_node", 1, 256).value_or(1);
-    c.netns = t.Bool("netns").value_or(false);
+    if (c.backend == "local") c.netns = t.Bool("netns").value_or(false);
+    if (c.backend == "slurm") c.partition = t.String("partition").value_or("");
     c.instance.accelerators = c.procs_per_node;
   }
   // Up to a million accelerators, with room for spares: counts stay far

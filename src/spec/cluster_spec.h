@@ -25,11 +25,13 @@ inline constexpr const char* kLocalInstance = "local-cpu";
 
 struct ClusterSpec {
   std::string file;
-  // How `fmstack run` starts workers: "local" (processes on this machine);
-  // empty = a modelled cluster for plan/sim only.
+  // How `fmstack run` starts workers: "local" (processes on this machine),
+  // "slurm" (a batch job, a srun step per rank); empty = a modelled cluster
+  // for plan/sim only.
   std::string backend;
-  int64_t procs_per_node = 0;  // workers per node (local backend)
+  int64_t procs_per_node = 0;  // workers per node (local and slurm backends)
   bool netns = false;          // local backend: each node in its own network namespace
+  std::string partition;       // slurm backend: "" = the cluster's default
   catalog::Instance instance;  // copied from the catalog, overrides applied
   catalog::Accelerator accelerator;
   int64_t nodes = 1;
