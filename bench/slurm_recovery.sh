@@ -57,7 +57,7 @@ job slurm.toml slurm
 job local.toml local
 "$root/scripts/slurm-up.sh" "$work/cl" slurm.toml > /dev/null
 export SLURM_CONF="$work/cl/etc/slurm.conf"
-echo "fmstack $("$FMSTACK" --version 2>/dev/null || echo '(no --version)'); $(sinfo --version); $(nproc) cores"
+echo "$("$FMSTACK" --version); $(sinfo --version); $(nproc) cores"
 
 now() { date +%s.%N; }
 # until_line FILE PATTERN: waits (50 ms polls, 120 s) and prints the time it appeared.

@@ -19,6 +19,13 @@
 #include "util/error.h"
 
 namespace fmstack::runtime::internal {
+namespace {
+
+// A live slurmd's kernel answers a connection in well under a millisecond
+// on a cluster network; a host that lost power or its link never does.
+constexpr double kSlurmdProbeSeconds = 0.5;
+
+}  // namespace
 
 void Supervisor::WriteInfo(const std::string& state) const {
   WriteRunInfo(o_.run_dir, {static_cast<int>(::getpid()), o_.layout.world(), o_.layout.nodes,
@@ -423,7 +430,8 @@ bool Supervisor::SlotReachable(int slot, std::string* why) const {
     return false;
   }
   if (OnSlurm()) {
-    *why = cluster::ProbeSlurmd({o_.slurm.hosts.at(static_cast<size_t>(slot))}, 1.0).at(0);
+    *why = cluster::ProbeSlurmd({o_.slurm.hosts.at(static_cast<size_t>(slot))}, kSlurmdProbeSeconds)
+               .at(0);
     if (!why->empty()) return false;
   }
   return true;
@@ -444,7 +452,7 @@ std::optional<std::pair<int, std::string>> Supervisor::LostNode() const {
     hosts.push_back(o_.slurm.hosts.at(static_cast<size_t>(slot_[n])));
     nodes.push_back(n);
   }
-  const std::vector<std::string> why = cluster::ProbeSlurmd(hosts, 1.0);
+  const std::vector<std::string> why = cluster::ProbeSlurmd(hosts, kSlurmdProbeSeconds);
   for (size_t i = 0; i < why.size(); ++i) {
     if (!why[i].empty())
       return std::pair{nodes[i], fmt::format("({}) is lost: {}", hosts[i].name, why[i])};

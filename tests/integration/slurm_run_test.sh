@@ -10,7 +10,8 @@
 #   killed): the supervisor finds the host gone, moves its ranks to the
 #   spare and resumes from the newest checkpoint by itself; the final hash
 #   equals the fault-free run's and sacct shows the steps (the lost node's
-#   cancelled, its replacement's on the spare);
+#   before its release, its replacement's on the spare); under the
+#   checkpointless policy the lost ranks are rebuilt from peers instead;
 # - the batch host killed: Slurm requeues the job, the new batch script's
 #   supervisor continues the run (its ledger, its restart count) and the
 #   workers resume from the newest checkpoint; the hash is the fault-free one.
@@ -130,13 +131,34 @@ grep -q '^tiny.node1|sn2|' steps.txt && grep -q '^tiny.node1|sn3|COMPLETED' step
 echo "slurm: sn2 lost at step 100: $(grep -m1 'recovered from' node.out | sed 's/^fmstack run: //'); hash $want"
 echo "sacct: $(tr '\n' ' ' < steps.txt)"
 
+revive() {  # node
+  "$root/scripts/slurm-node.sh" "$work/cl" up "$1"
+  for _ in $(seq 300); do
+    [ "$(sinfo -h -n "$1" -o %T)" = idle ] && break
+    sleep 0.1
+  done
+  [ "$(sinfo -h -n "$1" -o %T)" = idle ] || { sinfo -N; fail "$1 did not return to service"; }
+}
+
+# Checkpointless (2 processes per node): sn2's ranks are rebuilt on the
+# spare from their peers' memory while the survivors keep their processes.
+revive sn2
+sed 's/^restart_backoff = "0s"/&\npolicy = "checkpointless"/; s/^procs_per_node = 1/procs_per_node = 2/' \
+  job.toml > peers.toml
+"$FMSTACK" run peers.toml --backend local --out runs/peers-local > peers-local.out 2> peers-local.err ||
+  fail "the local checkpointless run"
+want_peers=$(run_hash runs/peers-local)
+"$FMSTACK" run peers.toml --out runs/peers > peers.out 2> peers.err &
+pid=$!
+wait_step runs/peers 100
+"$root/scripts/slurm-node.sh" "$work/cl" down sn2
+wait $pid || fail "the checkpointless run with a lost node did not finish"
+grep -q "restored from peer memory" peers.out || fail "not restored from peers on Slurm"
+grep -q "parameter hash  *$want_peers" peers.out || { grep hash peers.out; fail "the checkpointless hash is not $want_peers"; }
+echo "slurm: $(grep -m1 'restored from peer memory' peers.out | sed 's/^fmstack run: //'); hash $want_peers as on the local backend"
+
 # sn2 comes back; then the batch host sn1 dies, and the supervisor with it.
-"$root/scripts/slurm-node.sh" "$work/cl" up sn2
-for _ in $(seq 300); do
-  [ "$(sinfo -h -n sn2 -o %T)" = idle ] && break
-  sleep 0.1
-done
-[ "$(sinfo -h -n sn2 -o %T)" = idle ] || { sinfo -N; fail "sn2 did not return to service"; }
+revive sn2
 "$FMSTACK" run job.toml --out runs/batch > batch.out 2> batch.err &
 pid=$!
 wait_step runs/batch 100
