@@ -55,19 +55,18 @@ std::string Bound(int slot, int64_t generation) {
   return fmt::format("|{}|{}", slot, generation);
 }
 
-sockaddr_in ParseAddress(const std::string& address, std::string* host, int* port) {
+sockaddr_in ParseAddress(const std::string& address) {
   const size_t colon = address.rfind(':');
   sockaddr_in a{};
   a.sin_family = AF_INET;
   if (colon == std::string::npos) throw Error(fmt::format("'{}' is not HOST:PORT", address));
-  *host = address.substr(0, colon);
+  const std::string host = address.substr(0, colon);
   char* end = nullptr;
-  const long p = std::strtol(address.c_str() + colon + 1, &end, 10);
-  if (end == address.c_str() + colon + 1 || *end != '\0' || p <= 0 || p > 65535 ||
-      ::inet_pton(AF_INET, host->c_str(), &a.sin_addr) != 1)
+  const long port = std::strtol(address.c_str() + colon + 1, &end, 10);
+  if (end == address.c_str() + colon + 1 || *end != '\0' || port <= 0 || port > 65535 ||
+      ::inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1)
     throw Error(fmt::format("'{}' is not an IPv4 HOST:PORT", address));
-  *port = static_cast<int>(p);
-  a.sin_port = htons(static_cast<uint16_t>(p));
+  a.sin_port = htons(static_cast<uint16_t>(port));
   return a;
 }
 
@@ -76,7 +75,8 @@ int MillisLeft(Clock::time_point deadline) {
   return static_cast<int>(std::max<int64_t>(0, left.count()));
 }
 
-// Reads one line from a blocking-free exchange before `deadline`.
+// Reads one handshake line, a byte at a time (nothing after it is taken
+// from the socket), before `deadline`.
 std::string ReadLine(int fd, Clock::time_point deadline, const std::string& what) {
   std::string line;
   char c;
@@ -109,9 +109,7 @@ void KeepAliveOptions(int fd) {
 
 int DialControl(const std::string& address, const std::string& secret, int slot, int64_t generation,
                 std::chrono::milliseconds deadline_in) {
-  std::string host;
-  int port = 0;
-  const sockaddr_in a = ParseAddress(address, &host, &port);
+  const sockaddr_in a = ParseAddress(address);
   const std::string what = fmt::format("control channel to the supervisor at {}", address);
   const auto deadline = Clock::now() + deadline_in;
   std::string last_error = "no attempt";
