@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Installs every Debian package fmstack needs to build and test. Idempotent:
 # it runs `apt-get update` and `apt-get install` only when a package is missing.
-# --bench also installs the benchmarks' peer programs (PyTorch, ~1 GB).
+# PyTorch (~1 GB) is for the tests of PyTorch programs under `fmstack run`
+# and the golden tests; --bench adds the other peers (OpenMPI, fio).
 set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config
   libtomlplusplus-dev libcli11-dev libfmt-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-jsonschema
+  python3 python3-jsonschema python3-numpy python3-torch
   libopenblas-openmp-dev bible-kjv libxxhash-dev libgloo-dev iproute2
   libcurl4-openssl-dev libssl-dev libcpp-httplib-dev prometheus
   slurm-wlm slurmctld slurmd slurmdbd slurm-client munge mariadb-server chromium
@@ -16,7 +17,7 @@ packages=(
 )
 
 if [ "${1:-}" = "--bench" ]; then
-  packages+=(python3-torch python3-numpy openmpi-bin libopenmpi-dev fio)
+  packages+=(openmpi-bin libopenmpi-dev fio)
 fi
 
 missing=()

@@ -10,7 +10,9 @@
 #include "ckpt/format.h"
 #include "ckpt/restore.h"
 #include "ckpt/tier.h"
+#include "ckpt/torch_file.h"
 #include "cli/commands.h"
+#include "gpt/hf_names.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/text_table.h"
@@ -25,6 +27,7 @@ struct CkptArgs {
   std::string endpoint;  // S3 endpoint for an s3:// target
   int64_t step = -1;     // -1 = the newest committed
   std::string file;      // export: where to write
+  std::string format = "safetensors", names = "hf";  // export
 };
 
 ckpt::S3Config S3FromUrl(const std::string& url, const std::string& endpoint,
@@ -183,41 +186,72 @@ int Inspect(const CkptArgs& a) {
   return 0;
 }
 
-// One safetensors file of the model's weights ("model." tensors, prefix
-// dropped: GPT-2 names), read through restore's fallback and checksums.
+// The model's weights ("model." tensors) in one file: safetensors or
+// PyTorch's format, under Hugging Face's GPT-2 names (or ours), read through
+// restore's fallback and checksums.
 int Export(const CkptArgs& a) {
-  if (a.file.empty()) throw Error("ckpt export: --out FILE is required");
+  if (a.file.empty()) throw Error("ckpt export: --file FILE is required");
   const auto tiers = TiersOf(a);
   const ckpt::Manifest m = Pick(tiers, a.step, a.target).first;
-  std::vector<ckpt::ShardPiece> pieces;
   std::vector<std::vector<std::byte>> buffers;
   std::vector<ckpt::TensorTarget> targets;
   for (const auto& [name, e] : m.tensors) {
-    if (name.rfind("model.", 0) != 0) continue;
-    pieces.push_back({name.substr(6), e.dtype, e.shape, 0, e.elements()});
+    if (!name.starts_with("model.")) continue;
+    if (a.names == "hf" && gpt::HfGpt2Tensors(name.substr(6), e.shape).empty())
+      throw Error(
+          fmt::format("{}: tensor '{}' is not a parameter of fmstack's GPT (a checkpoint "
+                      "of another model? `--names fmstack` exports it as saved)",
+                      a.target, name));
     buffers.emplace_back(static_cast<size_t>(e.elements() * ckpt::DTypeSize(e.dtype)));
-  }
-  size_t i = 0;
-  for (const auto& [name, e] : m.tensors) {
-    if (name.rfind("model.", 0) == 0) targets.push_back({name, e.dtype, 0, buffers[i++]});
+    targets.push_back({name, e.dtype, 0, buffers.back()});
   }
   if (targets.empty()) throw Error(fmt::format("{}: no \"model.\" tensors to export", a.target));
   const std::vector<ckpt::Tier*> raw = Raw(tiers);
   const std::optional<ckpt::RestoreResult> r = ckpt::Restore(
       raw, targets, [](const std::string& line) { std::cerr << line << "\n"; }, m.counters.step);
   if (!r) throw Error(fmt::format("{}: no valid copy of step {}", a.target, m.counters.step));
-  AtomicFileWriter w(a.file);
-  const std::string header = ckpt::SafetensorsHeader(pieces);
-  w.Write(header.data(), header.size());
+  std::vector<ckpt::NamedTensor> out;
+  std::vector<std::vector<std::byte>> transposed;
+  transposed.reserve(targets.size());
   int64_t bytes = 0;
-  for (const auto& b : buffers) {
-    w.Write(b.data(), b.size());
-    bytes += static_cast<int64_t>(b.size());
+  for (const ckpt::TensorTarget& t : targets) {
+    const ckpt::TensorEntry& e = m.tensors.at(t.name);
+    const std::string ours = t.name.substr(6);
+    if (a.names != "hf") {
+      out.push_back({ours, e.dtype, e.shape, t.out});
+      continue;
+    }
+    for (const gpt::HfTensor& h : gpt::HfGpt2Tensors(ours, e.shape)) {
+      std::span<const std::byte> data = t.out;
+      if (h.transpose) {
+        transposed.push_back(
+            gpt::Transpose(data, e.shape[0], e.shape[1], ckpt::DTypeSize(e.dtype)));
+        data = transposed.back();
+      }
+      out.push_back({h.name, e.dtype, h.shape, data});
+    }
   }
-  w.Commit();
-  std::cout << fmt::format("wrote {}: {} tensors, {} (step {}, read from the {} tier)\n", a.file,
-                           targets.size(), units::FormatBytes(static_cast<double>(bytes)), r->step,
-                           r->tier_name);
+  for (const ckpt::NamedTensor& t : out) bytes += static_cast<int64_t>(t.data.size());
+  if (a.format == "torch") {
+    ckpt::WriteTorchFile(a.file, out);
+  } else {
+    std::vector<ckpt::ShardPiece> pieces;
+    for (const ckpt::NamedTensor& t : out) {
+      int64_t n = 1;
+      for (const int64_t d : t.shape) n *= d;
+      pieces.push_back({t.name, t.dtype, t.shape, 0, n});
+    }
+    AtomicFileWriter w(a.file);
+    const std::string header = ckpt::SafetensorsHeader(pieces);
+    w.Write(header.data(), header.size());
+    for (const ckpt::NamedTensor& t : out)
+      w.Write(reinterpret_cast<const char*>(t.data.data()), t.data.size());
+    w.Commit();
+  }
+  std::cout << fmt::format(
+      "wrote {} ({}, {} names): {} tensors, {} (step {}, read from the {} tier)\n", a.file,
+      a.format, a.names, out.size(), units::FormatBytes(static_cast<double>(bytes)), r->step,
+      r->tier_name);
   return 0;
 }
 
@@ -254,9 +288,20 @@ Runner AddCkptCommand(CLI::App& app) {
       cmd->add_subcommand("verify", "Read every chunk of every committed copy and check it");
   CLI::App* inspect =
       cmd->add_subcommand("inspect", "Counters, layout and tensors of a checkpoint");
-  CLI::App* exp = cmd->add_subcommand("export", "One safetensors file of the model's weights");
+  CLI::App* exp = cmd->add_subcommand(
+      "export", "The model's weights in one file, loadable by torch and Hugging Face's GPT-2");
   for (CLI::App* sub : {ls, verify, inspect, exp}) common(sub);
-  exp->add_option("-o,--file", args->file, "output .safetensors file")->required();
+  exp->add_option("-o,--file", args->file, "output file (.safetensors, or .pt for torch)")
+      ->required();
+  exp->add_option("--format", args->format,
+                  "safetensors, or torch: torch.load() returns the state dict")
+      ->check(CLI::IsMember({"safetensors", "torch"}))
+      ->default_val("safetensors");
+  exp->add_option("--names", args->names,
+                  "hf: GPT2LMHeadModel's state_dict names and Conv1D (in, out) weights; "
+                  "fmstack: as saved")
+      ->check(CLI::IsMember({"hf", "fmstack"}))
+      ->default_val("hf");
   return [=] {
     if (ls->parsed()) return Ls(*args);
     if (verify->parsed()) return Verify(*args);

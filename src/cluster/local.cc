@@ -1,10 +1,13 @@
 #include "cluster/local.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -84,6 +87,22 @@ pid_t ForkExec(const std::vector<std::string>& argv, const std::vector<std::stri
 
 }  // namespace
 
+int FreeTcpPort(const std::string& addr) {
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  if (::inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1)
+    throw Error(fmt::format("cannot pick a MASTER_PORT on '{}': not an IPv4 address", addr));
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  socklen_t len = sizeof sa;
+  const bool ok = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0;
+  const int err = errno;
+  if (fd >= 0) ::close(fd);
+  if (!ok)
+    throw Error(fmt::format("cannot pick a MASTER_PORT on {}: {}", addr, std::strerror(err)));
+  return ntohs(sa.sin_port);
+}
+
 std::vector<std::string> WorkerEnvironment(const LocalLayout& layout, const LaunchEnv& env,
                                            int rank) {
   const int node = rank / layout.procs_per_node, local = rank % layout.procs_per_node;
@@ -99,8 +118,17 @@ std::vector<std::string> WorkerEnvironment(const LocalLayout& layout, const Laun
   vars["LOCAL_WORLD_SIZE"] = std::to_string(layout.procs_per_node);
   vars["NODE_RANK"] = std::to_string(node);
   vars["GROUP_RANK"] = std::to_string(node);
+  vars["GROUP_WORLD_SIZE"] = std::to_string(layout.nodes);
   vars["MASTER_ADDR"] = env.master_addr;
   vars["MASTER_PORT"] = std::to_string(env.master_port);
+  vars["TORCHELASTIC_RUN_ID"] = env.job_id;
+  vars["TORCHELASTIC_RESTART_COUNT"] = std::to_string(env.restart_count);
+  vars["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(env.max_restarts);
+  // The workers start their own store at MASTER_PORT; the agent's is not theirs.
+  vars["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  vars["ROLE_NAME"] = "default";
+  vars["FMSTACK_STORE_ADDR"] = env.store_addr;
+  vars["FMSTACK_STORE_PORT"] = std::to_string(env.store_port);
   vars["FMSTACK_JOB_ID"] = env.job_id;
   vars["FMSTACK_GENERATION"] = std::to_string(env.generation);
   vars["FMSTACK_NODES"] = std::to_string(layout.nodes);
@@ -108,6 +136,9 @@ std::vector<std::string> WorkerEnvironment(const LocalLayout& layout, const Laun
   vars["FMSTACK_SLOT"] = std::to_string(rank);  // the launch place, kept when RANK is remapped
   if (!env.node_host.empty()) vars["FMSTACK_HOST"] = env.node_host[node];
   for (const auto& [k, v] : env.extra) vars[k] = v;
+  // One role: its ranks are the group's, whatever an elastic remap made them.
+  vars["ROLE_RANK"] = vars["RANK"];
+  vars["ROLE_WORLD_SIZE"] = vars["WORLD_SIZE"];
   std::vector<std::string> out;
   for (const auto& [k, v] : vars) out.push_back(k + "=" + v);
   return out;

@@ -1,8 +1,11 @@
 // cluster: the local backend. Starts the workers of N "nodes" x P processes
-// on this machine, each with the environment torchrun would give it (RANK,
-// WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, GROUP_RANK,
-// MASTER_ADDR, MASTER_PORT) plus FMSTACK_* for fmstack's own, and its stdout
-// and stderr on pipes for the supervisor.
+// on this machine, each with the environment torchrun gives its workers
+// (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, ROLE_RANK,
+// ROLE_WORLD_SIZE, GROUP_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+// TORCHELASTIC_*) plus FMSTACK_* for fmstack's own, and its stdout and
+// stderr on pipes for the supervisor. As under torchrun, MASTER_PORT is a
+// free port left to the program's own store: fmstack's store is
+// FMSTACK_STORE_ADDR:FMSTACK_STORE_PORT.
 #pragma once
 
 #include <sys/types.h>
@@ -26,10 +29,15 @@ struct WorkerProcess {
 };
 
 struct LaunchEnv {
+  // fmstack's rendezvous store (the supervisor's).
+  std::string store_addr = "127.0.0.1";
+  int store_port = 0;
+  // The program's: where its rank 0 may start a store of its own.
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
   std::string job_id;
   int64_t generation = 0;
+  int restart_count = 0, max_restarts = 0;   // TORCHELASTIC_RESTART_COUNT, _MAX_RESTARTS
   std::map<std::string, std::string> extra;  // added to every worker's environment
   // Per node, when nodes live in network namespaces: the namespace to enter
   // and the address its workers listen on (FMSTACK_HOST).
@@ -38,6 +46,10 @@ struct LaunchEnv {
   // backend): the words before the worker's argv.
   std::vector<std::vector<std::string>> node_prefix;
 };
+
+// A TCP port on `addr` that nothing listens on now (the kernel's choice, as
+// torchrun picks MASTER_PORT). Throws Error naming the address.
+int FreeTcpPort(const std::string& addr);
 
 // The environment of one worker, as "NAME=value" strings (inherited ones first).
 std::vector<std::string> WorkerEnvironment(const LocalLayout& layout, const LaunchEnv& env,

@@ -222,9 +222,13 @@ CommOptions OptionsFromEnv() {
   o.timeout = std::chrono::milliseconds(EnvInt("FMSTACK_COMM_TIMEOUT_MS", "60000"));
   o.shm_slot_bytes = static_cast<size_t>(EnvInt("FMSTACK_SHM_SLOT_BYTES", "4194304"));
   o.gloo_segment_bytes = static_cast<size_t>(EnvInt("FMSTACK_GLOO_SEGMENT_BYTES", "1048576"));
-  const std::string addr = Env("MASTER_ADDR");
-  const auto port = EnvInt("MASTER_PORT");
-  if (port == 0 || port > 65535) throw Error(fmt::format("MASTER_PORT={} is not a port", port));
+  // Under `fmstack run` the store is fmstack's own and MASTER_PORT is left to
+  // the program; under torchrun's variables alone, MASTER_ADDR:MASTER_PORT.
+  const bool own = std::getenv("FMSTACK_STORE_PORT") != nullptr;
+  const char* port_var = own ? "FMSTACK_STORE_PORT" : "MASTER_PORT";
+  const std::string addr = Env(own ? "FMSTACK_STORE_ADDR" : "MASTER_ADDR");
+  const auto port = EnvInt(port_var);
+  if (port == 0 || port > 65535) throw Error(fmt::format("{}={} is not a port", port_var, port));
   o.store = std::make_shared<TcpStore>(addr, static_cast<uint16_t>(port),
                                        Env("FMSTACK_STORE_SECRET", ""));
   return o;

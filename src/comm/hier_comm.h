@@ -30,10 +30,11 @@ struct CommOptions {
   size_t gloo_segment_bytes = 1 << 20;
 };
 
-// Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
-// MASTER_PORT and FMSTACK_{JOB_ID,GENERATION,HOST,COMM_TRANSPORT,
-// COMM_TIMEOUT_MS,STORE_SECRET}; connects to the store and authenticates. Throws Error naming a
-// missing or malformed variable.
+// Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, the store's address
+// (FMSTACK_STORE_ADDR and _PORT under `fmstack run`, else MASTER_ADDR and
+// MASTER_PORT) and FMSTACK_{JOB_ID,GENERATION,HOST,COMM_TRANSPORT,
+// COMM_TIMEOUT_MS,STORE_SECRET}; connects to the store and authenticates.
+// Throws Error naming a missing or malformed variable.
 CommOptions OptionsFromEnv();
 
 // Collective over all ranks of options: every rank must call it.

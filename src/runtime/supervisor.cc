@@ -27,13 +27,13 @@ RunResult Supervisor::Run() {
   lock_ = std::make_unique<DirLock>(o_.run_dir, "run.lock", "`fmstack run`");
   signals_ = std::make_unique<SignalFd>();
   if (o_.netns) network_ = std::make_unique<cluster::NodeNetwork>(o_.layout.nodes + o_.spares);
-  if (network_) env_.master_addr = network_->bridge_address();
+  if (network_) env_.store_addr = network_->bridge_address();
   if (OnSlurm()) {
     if (o_.netns) throw Error("network namespaces (--netns) are for the local backend");
     if (static_cast<int>(o_.slurm.hosts.size()) < o_.layout.nodes + o_.spares)
       throw Error(fmt::format("job {} has {} node(s); the run needs {} and {} spare(s)",
                               o_.slurm.job_id, o_.slurm.hosts.size(), o_.layout.nodes, o_.spares));
-    env_.master_addr = o_.slurm.master_addr;
+    env_.store_addr = o_.slurm.master_addr;
   }
   for (int n = 0; n < o_.layout.nodes; ++n) slot_.push_back(n);
   dropped_.assign(static_cast<size_t>(o_.layout.nodes), false);
@@ -50,17 +50,17 @@ RunResult Supervisor::Run() {
     ::close(fd);
   }
   store_ = std::make_unique<comm::TcpStoreServer>(
-      env_.master_addr, 0, secret, [](const std::string& line) {
+      env_.store_addr, 0, secret, [](const std::string& line) {
         const std::string text = "fmstack run: " + line + "\n";
         (void)!::write(2, text.data(), text.size());  // one write: whole lines under threads
       });
 
-  env_.master_port = store_->port();
+  env_.store_port = store_->port();
   env_.job_id = o_.job_id;
   env_.extra = o_.extra_env;
   env_.extra["FMSTACK_STORE_SECRET"] = secret;
   if (OnSlurm()) {
-    listener_ = std::make_unique<ControlListener>(env_.master_addr, secret);
+    listener_ = std::make_unique<ControlListener>(env_.store_addr, secret);
     env_.extra[kControlAddrEnv] = listener_->address();
   }
   env_.extra["FMSTACK_LOG_DIR"] = o_.run_dir + "/logs";
@@ -191,8 +191,8 @@ void Supervisor::SpawnRanks(const std::vector<int>& ranks, const std::string& ba
     child_ends[r] = sv[1];
   }
   env_.extra["FMSTACK_RESTART_COUNT"] = std::to_string(history_.restarts);
-  env_.extra["TORCHELASTIC_RESTART_COUNT"] = std::to_string(history_.restarts);
-  env_.extra["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(o_.policy.max_restarts);
+  env_.restart_count = history_.restarts;
+  env_.max_restarts = o_.policy.max_restarts;
   env_.extra["FMSTACK_RUN_DIR"] = o_.run_dir;
   if (network_) {
     env_.node_netns.clear();
@@ -211,6 +211,16 @@ void Supervisor::SpawnRanks(const std::vector<int>& ranks, const std::string& ba
           cluster::SrunPrefix(o_.slurm, host, fmt::format("{}.node{}", o_.job_name, n)));
       env_.node_host.push_back(host.addr);
     }
+  }
+  // The program's MASTER_ADDR is the host of its rank 0 (the first node still
+  // in the group); MASTER_PORT is free when chosen, once per generation so
+  // that replacements find their group's.
+  int first = 0;
+  while (first < o_.layout.nodes - 1 && dropped_[first]) ++first;
+  env_.master_addr = env_.node_host.empty() ? env_.store_addr : env_.node_host[first];
+  if (program_port_generation_ != env_.generation) {
+    env_.master_port = cluster::FreeTcpPort(env_.store_addr);
+    program_port_generation_ = env_.generation;
   }
   if (max_restore_step_ >= 0) {
     env_.extra["FMSTACK_RESTORE_MAX_STEP"] = std::to_string(max_restore_step_);
@@ -231,7 +241,7 @@ void Supervisor::SpawnRanks(const std::vector<int>& ranks, const std::string& ba
         e.extra["WORLD_SIZE"] = std::to_string(ActiveWorld());
         e.extra["NODE_RANK"] = e.extra["GROUP_RANK"] =
             std::to_string(group / o_.layout.procs_per_node);
-        e.extra["FMSTACK_NODES"] = std::to_string(ActiveNodes());
+        e.extra["FMSTACK_NODES"] = e.extra["GROUP_WORLD_SIZE"] = std::to_string(ActiveNodes());
         for (cluster::WorkerProcess& w :
              cluster::SpawnWorkers(o_.layout, e, o_.argv, child_ends, {r}))
           started.push_back(w);
@@ -467,6 +477,10 @@ void Supervisor::OnControl(int rank, const nlohmann::json& m) {
   if (ev == "hb") {
     if (!m["step"].is_number_integer() || !m["phase"].is_string()) return;
     monitor_->OnHeartbeat(rank, m["step"].get<int64_t>(), m["phase"].get<std::string>(), now);
+    return;
+  }
+  if (ev == "step") {  // a program on libfmstack: its steps come by channel, not stdout
+    OnStepEvent(rank, m);
     return;
   }
   if (ev == "restore" && rank == Lead() && !restored_) {

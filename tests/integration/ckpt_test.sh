@@ -223,15 +223,35 @@ else
     { echo "FAIL: unclear error"; exit 1; }
 fi
 
-# 5. Export: one safetensors file with GPT-2 names, equal to the shards' bytes.
+# 5. Export: the weights under Hugging Face's GPT-2 names, as safetensors and
+# as a torch file that the PyTorch reference GPT loads strictly; both equal.
 "$FMSTACK" ckpt export tiny.toml --out runs/tiny -o model.safetensors
-$PY - model.safetensors <<'PY'
+"$FMSTACK" ckpt export tiny.toml --out runs/tiny --format torch -o model.pt
+"$FMSTACK" ckpt export tiny.toml --out runs/tiny --names fmstack -o ours.safetensors
+$PY - model.safetensors model.pt ours.safetensors "$(dirname "$0")/../golden" <<'PY'
 import json, struct, sys
-raw = open(sys.argv[1], "rb").read()
-n = struct.unpack("<Q", raw[:8])[0]
-h = json.loads(raw[8:8 + n]); h.pop("__metadata__")
-assert "wte.weight" in h and "h.1.mlp.c_fc.weight" in h, sorted(h)[:5]
-assert not any(k.startswith("optim") for k in h)
-print(f"export: {len(h)} weight tensors, {len(raw) - 8 - n} bytes")
+import numpy as np, torch
+sys.path.insert(0, sys.argv[4])
+from gpt_reference import GPT
+def safetensors(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    h = json.loads(raw[8:8 + n]); h.pop("__metadata__", None)
+    data = raw[8 + n:]
+    return {k: np.frombuffer(data[v["data_offsets"][0]:v["data_offsets"][1]], np.float32)
+            .reshape(v["shape"]) for k, v in h.items()}
+st, pt, ours = safetensors(sys.argv[1]), torch.load(sys.argv[2]), safetensors(sys.argv[3])
+assert sorted(st) == sorted(pt), (sorted(st)[:3], sorted(pt)[:3])
+assert all(np.array_equal(st[k], pt[k].numpy()) for k in st)
+assert "h.1.mlp.c_fc.weight" in ours and not any(k.startswith("optim") for k in ours)
+w = ours["h.1.mlp.c_fc.weight"]  # ours (out, in); Hugging Face's Conv1D (in, out)
+assert np.array_equal(pt["transformer.h.1.mlp.c_fc.weight"].numpy(), w.T)
+model = GPT.like(pt, heads=2)
+model.load_state_dict(pt, strict=True)
+idx = torch.randint(0, 256, (1, 16))
+_, loss = model(idx[:, :-1], idx[:, 1:])
+assert torch.isfinite(loss)
+print(f"export: {len(pt)} tensors; torch.load + strict load_state_dict into the reference GPT, "
+      f"loss {loss.item():.3f} on random tokens")
 PY
 echo "PASS"

@@ -164,7 +164,7 @@ for r in 0 1 2 3; do
   grep -q "^\[rank $r\] RANK=$r WORLD_SIZE=4 LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 NODE_RANK=$((r / 2))" hello.out ||
     { echo "FAIL: rank $r environment"; exit 1; }
 done
-grep -q "rendezvous store reachable" hello.out
+grep -q "rendezvous: rank 0 served MASTER_PORT, 3 ranks connected" hello.out
 set +e
 "$FMSTACK" run --nodes 1 --procs-per-node 3 --out runs/fail -- sh -c '[ "$RANK" = 2 ] && exit 7; exit 0' 2> fail.err
 code=$?
