@@ -234,7 +234,7 @@ class Supervisor {
   std::unique_ptr<comm::TcpStoreServer> store_;
   std::unique_ptr<ControlListener> listener_;  // the Slurm backend's control channels
   std::vector<int64_t> spawn_gen_;             // by rank: the generation it was started in
-  int64_t program_port_generation_ = -1;  // the generation MASTER_PORT was chosen for
+  int64_t program_port_generation_ = -1;       // the generation MASTER_PORT was chosen for
   std::set<int> released_;                     // Slurm: slots released from the allocation
   cluster::LaunchEnv env_;
   RunResult result_;

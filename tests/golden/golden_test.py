@@ -7,7 +7,7 @@ the first batch's logits. Here the reference loads those weights with
 load_state_dict(strict=True) and recomputes everything with its own
 forward, autograd and torch.optim.AdamW (given our gradients, see below).
 
-Tolerances (docs/trainer.md, "Golden tests"): float32 throughout, the
+Tolerances (docs/pytorch.md, "Golden tests"): float32 throughout, the
 largest difference of a tensor divided by its largest magnitude:
 logits and gradients <= 1e-5, weights after AdamW <= 1e-6; loss <= 1e-6
 relative.
