@@ -13,7 +13,7 @@ packages=(
   libopenblas-openmp-dev bible-kjv libxxhash-dev libgloo-dev iproute2
   libcurl4-openssl-dev libssl-dev libcpp-httplib-dev prometheus
   slurm-wlm slurmctld slurmd slurmdbd slurm-client munge mariadb-server chromium
-  clang libclang-rt-14-dev libomp-dev
+  clang libclang-rt-14-dev libomp-dev librsvg2-bin
 )
 
 if [ "${1:-}" = "--bench" ]; then

@@ -41,5 +41,6 @@ Runner AddAgentCommand(CLI::App& app);
 Runner AddNodeCommand(CLI::App& app);
 Runner AddBurninCommand(CLI::App& app);
 Runner AddSlurmCommand(CLI::App& app);
+Runner AddCatalogCommand(CLI::App& app);
 
 }  // namespace fmstack::cli

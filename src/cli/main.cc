@@ -1,8 +1,10 @@
 // fmstack: plan, simulate and run foundation-model training jobs.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iostream>
 #include <string_view>
+#include <vector>
 
 #include "cli/commands.h"
 #include "util/error.h"
@@ -26,6 +28,17 @@ int main(int argc, char** argv) {
   const fmstack::cli::Runner node = fmstack::cli::AddNodeCommand(app);
   const fmstack::cli::Runner burnin = fmstack::cli::AddBurninCommand(app);
   const fmstack::cli::Runner slurm = fmstack::cli::AddSlurmCommand(app);
+  const fmstack::cli::Runner catalog = fmstack::cli::AddCatalogCommand(app);
+  // A mistyped verb: CLI11 would say only "A subcommand is required".
+  if (argc >= 2 && argv[1][0] != '-' && std::string_view(argv[1]) != "help") {
+    std::vector<std::string> verbs;
+    for (const CLI::App* sub : app.get_subcommands({})) verbs.push_back(sub->get_name());
+    if (std::find(verbs.begin(), verbs.end(), argv[1]) == verbs.end()) {
+      std::cerr << fmt::format("fmstack: no command \"{}\" {}; `fmstack help` lists them\n",
+                               argv[1], fmstack::DidYouMeanOrList(argv[1], verbs, "commands"));
+      return 2;
+    }
+  }
   // `fmstack help [VERB]`, as git and most CLIs take it.
   if (argc >= 2 && std::string_view(argv[1]) == "help") {
     if (argc == 2) {
@@ -61,6 +74,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("node")) return node();
     if (app.got_subcommand("burnin")) return burnin();
     if (app.got_subcommand("slurm")) return slurm();
+    if (app.got_subcommand("catalog")) return catalog();
   } catch (const fmstack::Error& e) {
     std::cerr << "fmstack: error: " << e.what() << "\n";
     return 2;

@@ -44,8 +44,8 @@ Runner AddPlanCommand(CLI::App& app) {
   cmd->add_option("--format", args->format, "output format")
       ->check(CLI::IsMember({"table", "json", "markdown"}));
   cmd->add_option("--days", args->options.deadline_days,
-                  "deadline for 'accelerators to finish in D days'")
-      ->check(CLI::PositiveNumber);
+                  "deadline for 'accelerators to finish in D days', 0.001 to 36500")
+      ->check(CLI::Range(0.001, 36500.0).description("days from 0.001 to 36500"));
   cmd->add_option("--observed-hours", args->options.observed_hours,
                   "accelerator-hours a real run took: report the MFU it implies")
       ->check(CLI::PositiveNumber);

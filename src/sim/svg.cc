@@ -13,8 +13,36 @@ namespace fmstack::sim {
 namespace {
 
 constexpr double kWidth = 960, kLeft = 70, kRight = 20, kTop = 40;
-constexpr double kPlotH = 260, kGap = 50, kBarsH = 110, kTicksH = 24;
-constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b"};
+constexpr double kPlotH = 260, kGap = 64, kBarsH = 110, kTicksH = 24;
+// Okabe & Ito's colour-blind-safe palette: policies take blue, orange and
+// bluish green; fault causes take the other hues, so no colour means two things.
+struct Style {
+  const char* color;
+  const char* dash;  // overlapping policies stay visible by pattern and width
+  double width;
+};
+constexpr Style kPolicyStyles[] = {{"#0072B2", "", 3.0},
+                                   {"#E69F00", "7,4", 2.0},
+                                   {"#009E73", "2,3", 2.0},
+                                   {"#000000", "10,3,2,3", 1.5}};
+constexpr const char *kGpuColor = "#D55E00", *kSoftwareColor = "#CC79A7",
+                     *kNetworkColor = "#56B4E9", *kHostColor = "#7F7F7F",
+                     *kPlannedColor = "#332288";
+
+// A round step (1, 2 or 5 x 10^k) giving about `target` intervals over `span`.
+double NiceStep(double span, int target) {
+  const double raw = span / std::max(1, target);
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  for (const double m : {1.0, 2.0, 5.0, 10.0}) {
+    if (m * mag >= raw) return m * mag;
+  }
+  return 10 * mag;
+}
+
+std::string DayLabel(double days, double step) {
+  return step >= 1 ? fmt::format("{:.0f}", days)
+                   : fmt::format("{:.{}f}", days, step >= 0.1 ? 1 : 2);
+}
 
 std::string Escape(const std::string& s) {
   std::string out;
@@ -32,12 +60,12 @@ std::string Escape(const std::string& s) {
 }
 
 const char* CauseColor(const Scenario& s, int cause) {
-  if (cause == kPlannedCause) return "#2ca02c";
+  if (cause == kPlannedCause) return kPlannedColor;
   const std::string& c = s.causes[static_cast<size_t>(cause)].component;
-  if (c == "gpu" || c == "hbm") return "#d62728";
-  if (c == "software") return "#1f77b4";
-  if (c == "switch" || c == "nic") return "#ff7f0e";
-  return "#7f7f7f";
+  if (c == "gpu" || c == "hbm") return kGpuColor;
+  if (c == "software") return kSoftwareColor;
+  if (c == "switch" || c == "nic") return kNetworkColor;
+  return kHostColor;
 }
 
 // Work at time t on a piecewise-linear timeline with instantaneous drops.
@@ -68,27 +96,32 @@ std::string TimelineSvg(const Scenario& s, const std::vector<PolicyOutcome>& out
       "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" "
       "fill=\"white\"/>\n<text x=\"{}\" y=\"22\" font-size=\"15\">{}</text>\n",
       kWidth, height, kLeft, Escape(title));
-  // Axes and grid.
-  const int ticks = 6;
-  for (int i = 0; i <= ticks; ++i) {
-    const double t = wall * i / ticks;
+  // Axes and grid, ticks at round numbers of days.
+  const double step = NiceStep(days, 6);
+  for (double d = 0; d <= days + 1e-9; d += step) {
+    const double t = d * 86400;
     svg += fmt::format(
         "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#eee\"/>"
-        "<text x=\"{0:.1f}\" y=\"{3}\" text-anchor=\"middle\">{4:.1f} d</text>\n",
-        x(t), kTop, kTop + kPlotH, kTop + kPlotH + 15, t / 86400);
+        "<text x=\"{0:.1f}\" y=\"{3}\" text-anchor=\"middle\">{4}</text>\n",
+        x(t), kTop, kTop + kPlotH, kTop + kPlotH + 15, DayLabel(d, step));
     svg += fmt::format(
         "<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"#eee\"/>"
-        "<text x=\"{3}\" y=\"{4:.1f}\" text-anchor=\"end\">{5:.1f} d</text>\n",
-        kLeft, y(t), kLeft + plot_w, kLeft - 6, y(t) + 4, t / 86400);
+        "<text x=\"{3}\" y=\"{4:.1f}\" text-anchor=\"end\">{5}</text>\n",
+        kLeft, y(t), kLeft + plot_w, kLeft - 6, y(t) + 4, DayLabel(d, step));
   }
   svg += fmt::format(
       "<text x=\"14\" y=\"{:.0f}\" transform=\"rotate(-90 14 {:.0f})\" text-anchor=\"middle\">"
       "trained (fault-free days)</text>\n",
       kTop + kPlotH / 2, kTop + kPlotH / 2);
   svg += fmt::format(
+      "<text x=\"{:.0f}\" y=\"{:.0f}\" text-anchor=\"middle\">wall time (days)</text>\n",
+      kLeft + plot_w / 2, kTop + kPlotH + 32);
+  // The fault-free diagonal, labelled above its middle, where no run can be
+  // (no run trains faster than fault-free).
+  svg += fmt::format(
       "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#999\" stroke-dasharray=\"5,4\"/>"
-      "<text x=\"{}\" y=\"{}\" fill=\"#999\">no faults</text>\n",
-      x(0), y(0), x(wall), y(wall), x(wall) - 70, y(wall) + 14);
+      "<text x=\"{:.1f}\" y=\"{:.1f}\" fill=\"#777\" text-anchor=\"end\">no faults</text>\n",
+      x(0), y(0), x(wall), y(wall), x(wall / 2) - 8, y(wall / 2) - 8);
   // Work over time, one polyline per policy (points closer than a pixel merged).
   for (size_t k = 0; k < outcomes.size(); ++k) {
     const std::vector<TimelinePoint>& p = outcomes[k].first.timeline;
@@ -101,22 +134,26 @@ std::string TimelineSvg(const Scenario& s, const std::vector<PolicyOutcome>& out
       last_x = px;
       last_y = py;
     }
-    const char* color = kColors[k % std::size(kColors)];
+    const Style& st = kPolicyStyles[k % std::size(kPolicyStyles)];
     svg += fmt::format(
-        "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" points=\"{}\"/>\n", color, pts);
+        "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"{}\" stroke-dasharray=\"{}\" "
+        "points=\"{}\"/>\n",
+        st.color, st.width, st.dash, pts);
+    const double ly = kTop + 14 + 16 * static_cast<double>(k);
     svg += fmt::format(
-        "<rect x=\"{0}\" y=\"{1}\" width=\"12\" height=\"3\" fill=\"{2}\"/><text x=\"{3}\" "
-        "y=\"{4}\">{5}: ETTR {6:.1f}%</text>\n",
-        kLeft + 10, kTop + 12 + 16 * static_cast<double>(k), color, kLeft + 28,
-        kTop + 17 + 16 * static_cast<double>(k), Escape(outcomes[k].policy),
-        100 * outcomes[k].first.ettr());
+        "<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"{3}\" "
+        "stroke-width=\"{4}\" stroke-dasharray=\"{5}\"/><text x=\"{6}\" y=\"{7:.1f}\">{8}: ETTR "
+        "{9:.1f}%</text>\n",
+        kLeft + 10, ly - 4, kLeft + 34, st.color, st.width, st.dash, kLeft + 40, ly,
+        Escape(outcomes[k].policy), 100 * outcomes[k].first.ettr());
   }
   // Net goodput per bin: trained work gained / bin length.
   const double bars_top = kTop + kPlotH + kGap;
   const int bins = std::clamp(static_cast<int>(std::ceil(days * 4)), 10, 200);
   const double bin = wall / bins;
   svg += fmt::format(
-      "<text x=\"{}\" y=\"{}\">net goodput per {:.1f} h (rollbacks count against it)</text>\n",
+      "<text x=\"{}\" y=\"{}\">net goodput (%) per {:.1f} h of the same wall time (rollbacks "
+      "count against it)</text>\n",
       kLeft, bars_top - 8, bin / 3600);
   for (int g = 0; g <= 4; ++g) {
     const double yy = bars_top + kBarsH * (1 - g / 4.0);
@@ -134,17 +171,19 @@ std::string TimelineSvg(const Scenario& s, const std::vector<PolicyOutcome>& out
       const double yy = bars_top + kBarsH * (1 - g);
       pts += fmt::format("{:.1f},{:.1f} {:.1f},{:.1f} ", x(t0), yy, x(t1), yy);
     }
-    svg +=
-        fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.2\" points=\"{}\"/>\n",
-                    kColors[k % std::size(kColors)], pts);
+    const Style& st = kPolicyStyles[k % std::size(kPolicyStyles)];
+    svg += fmt::format(
+        "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"{}\" stroke-dasharray=\"{}\" "
+        "points=\"{}\"/>\n",
+        st.color, std::max(1.0, st.width - 1), st.dash, pts);
   }
   // Fault ticks (first policy's run; every policy sees the same faults).
   const double ticks_top = bars_top + kBarsH + kGap;
   svg += fmt::format(
-      "<text x=\"{}\" y=\"{}\">faults on job nodes: <tspan fill=\"#d62728\">GPU/HBM</tspan> "
-      "<tspan fill=\"#1f77b4\">software</tspan> <tspan fill=\"#ff7f0e\">network</tspan> "
-      "<tspan fill=\"#7f7f7f\">host</tspan> <tspan fill=\"#2ca02c\">planned</tspan></text>\n",
-      kLeft, ticks_top - 6);
+      "<text x=\"{}\" y=\"{}\">faults on job nodes: <tspan fill=\"{}\">GPU/HBM</tspan> "
+      "<tspan fill=\"{}\">software</tspan> <tspan fill=\"{}\">network</tspan> "
+      "<tspan fill=\"{}\">host</tspan> <tspan fill=\"{}\">planned</tspan></text>\n",
+      kLeft, ticks_top - 6, kGpuColor, kSoftwareColor, kNetworkColor, kHostColor, kPlannedColor);
   if (!outcomes.empty()) {
     for (const FaultMark& m : outcomes.front().first.marks) {
       svg += fmt::format(

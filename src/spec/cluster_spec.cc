@@ -21,7 +21,7 @@ StorageSpec ReadStorage(StrictTable& parent, std::string_view key, catalog::Stor
     const std::vector<std::string> names = catalog.StorageNames();
     (t ? *t : parent)
         .Fail(t ? "tier" : key, "unknown storage tier \"" + s.tier + "\"",
-              DidYouMean(s.tier, names));
+              DidYouMeanOrList(s.tier, names, "the catalog's storage tiers"));
   }
   if (tier->kind != kind) {
     (t ? *t : parent)
@@ -73,12 +73,8 @@ ClusterSpec ReadClusterSpec(StrictTable& t, const catalog::Catalog& catalog) {
     instance = catalog.FindInstance(*name);
     if (instance == nullptr) {
       const std::vector<std::string> names = catalog.InstanceNames();
-      std::string hint = DidYouMean(*name, names);
-      if (hint.empty()) {
-        hint = "the catalog's instances:";
-        for (const std::string& n : names) hint += " " + n;
-      }
-      t.Fail("instance", "unknown instance type \"" + *name + "\"", hint);
+      t.Fail("instance", "unknown instance type \"" + *name + "\"",
+             DidYouMeanOrList(*name, names, "the catalog's instances"));
     }
     c.accelerator = catalog.AcceleratorOf(*instance);
   }

@@ -11,11 +11,7 @@ workload::TransformerShape Preset(StrictTable& t, std::string_view key, const st
   std::optional<workload::TransformerShape> shape = workload::FindPreset(name);
   if (!shape) {
     const std::vector<std::string> names = workload::PresetNames();
-    std::string list;
-    for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
-    std::string hint = DidYouMean(name, names);
-    if (hint.empty()) hint = "(presets: " + list + ")";
-    t.Fail(key, "unknown model preset \"" + name + "\"", hint);
+    t.Fail(key, "unknown model preset \"" + name + "\"", DidYouMeanOrList(name, names, "presets"));
   }
   return *shape;
 }
@@ -52,6 +48,11 @@ void Override(StrictTable& t, workload::TransformerShape& s) {
 workload::TransformerShape ReadModel(StrictTable& root) {
   const toml::node* node = root.Peek("model");
   if (node == nullptr) {
+    // A cluster file given where a job file goes is the common case.
+    if (root.Contains("cluster") && !root.Contains("train") && !root.Contains("name"))
+      root.Fail("model",
+                "is required: this looks like a cluster file (only [cluster]); give a job file, "
+                "and this one with --cluster FILE (or cluster = \"FILE\" in the job)");
     root.Fail("model", "is required: a preset name (model = \"llama3-70b\") or a [model] table");
   }
   if (!node->is_table()) {  // `model = "name"`; String() reports any other type

@@ -16,7 +16,8 @@ FaultsSpec ReadFaults(StrictTable& root, const catalog::Catalog& catalog) {
   if (!f.set.empty() && f.set != "none" && catalog.FindFaultSet(f.set) == nullptr) {
     std::vector<std::string> names{"none"};
     for (const catalog::FaultSet& s : catalog.fault_sets()) names.push_back(s.name);
-    t->Fail("set", "unknown fault set \"" + f.set + "\"", DidYouMean(f.set, names));
+    t->Fail("set", "unknown fault set \"" + f.set + "\"",
+            DidYouMeanOrList(f.set, names, "the catalog's fault sets"));
   }
   f.scale = t->Number("scale", 0, 1e6).value_or(1.0);
   f.planned = t->Bool("planned").value_or(true);

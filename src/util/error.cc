@@ -77,4 +77,13 @@ std::string DidYouMean(std::string_view word, std::span<const std::string> candi
   return match ? "(did you mean '" + *match + "'?)" : std::string();
 }
 
+std::string DidYouMeanOrList(std::string_view word, std::span<const std::string> candidates,
+                             std::string_view what) {
+  std::string hint = DidYouMean(word, candidates);
+  if (!hint.empty()) return hint;
+  std::string list;
+  for (const std::string& n : candidates) list += (list.empty() ? "" : ", ") + n;
+  return "(" + std::string(what) + ": " + list + ")";
+}
+
 }  // namespace fmstack

@@ -53,5 +53,9 @@ std::optional<std::string> ClosestMatch(std::string_view word,
 
 // " (did you mean 'x'?)" or "" when nothing is close.
 std::string DidYouMean(std::string_view word, std::span<const std::string> candidates);
+// The did-you-mean, or when nothing is close the names to pick from:
+// "(<what>: a, b, c)".
+std::string DidYouMeanOrList(std::string_view word, std::span<const std::string> candidates,
+                             std::string_view what);
 
 }  // namespace fmstack

@@ -248,8 +248,13 @@ toml::table ParseTomlText(std::string_view text, const std::string& name) {
   try {
     return toml::parse(text, name);
   } catch (const toml::parse_error& e) {
+    const std::string hint = text.find_first_not_of(" \t\r\n") != std::string_view::npos &&
+                                     text[text.find_first_not_of(" \t\r\n")] == '{'
+                                 ? " (this looks like JSON: job and cluster files are TOML, "
+                                   "see examples/*.toml)"
+                                 : "";
     throw SpecError(ToPos(name, e.source()), "",
-                    "TOML syntax error: " + std::string(e.description()));
+                    "TOML syntax error: " + std::string(e.description()) + hint);
   }
 }
 

@@ -14,6 +14,33 @@ for want in "ETTR (goodput)" "interruptions" "lost work" "checkpointless" "elast
 done
 grep -q '<svg' "$tmp/t.svg" && grep -q '</svg>' "$tmp/t.svg"
 grep -c '<polyline' "$tmp/t.svg" | grep -q '^6$'   # 3 policies x (work, goodput)
+# The plot reads at a glance: both axes labelled with units, round day ticks,
+# one legend entry per policy in its own colour and dash, colours that no
+# fault cause reuses, and it renders (librsvg) to a PNG of the right size.
+grep -q '>wall time (days)<' "$tmp/t.svg" && grep -q '>trained (fault-free days)<' "$tmp/t.svg"
+for p in checkpoint checkpointless elastic; do grep -q ">$p: ETTR " "$tmp/t.svg"; done
+python3 - "$tmp/t.svg" <<'PY'
+import re, sys
+svg = open(sys.argv[1]).read()
+ticks = re.findall(r'text-anchor="middle">([0-9.]+)</text>', svg)
+assert ticks and all(float(t) % 5 == 0 for t in ticks), ticks   # 54 days: 0, 10, 20 ...
+lines = re.findall(r'<polyline fill="none" stroke="(#[0-9A-F]{6})" stroke-width="([0-9.]+)" '
+                   r'stroke-dasharray="([0-9,]*)"', svg)
+styles = {(c, d) for c, w, d in lines}
+assert len(styles) == 3, styles   # three policies, three distinct colour+dash pairs
+faults = set(re.findall(r'<tspan fill="(#[0-9A-F]{6})"', svg))
+assert not faults & {c for c, _, _ in lines}, (faults, lines)
+print(f"svg: ticks {ticks}, {len(styles)} policy styles, {len(faults)} fault colours")
+PY
+rsvg-convert -o "$tmp/t.png" "$tmp/t.svg"
+python3 - "$tmp/t.png" <<'PY'
+import struct, sys
+png = open(sys.argv[1], "rb").read()
+assert png[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+w, h = struct.unpack(">II", png[16:24])
+assert w == 960 and h > 500, (w, h)
+print(f"png: {w} x {h}, {len(png)} bytes")
+PY
 python3 - "$tmp/r.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
