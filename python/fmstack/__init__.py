@@ -243,7 +243,7 @@ class Run:
         _lib.fmstack_worker_restored(self._h, step, float(seconds))
 
     def close(self):
-        if self._h:
+        if getattr(self, "_h", None) and _lib is not None:
             _lib.fmstack_worker_close(self._h)
             self._h = None
 
@@ -382,7 +382,7 @@ class Checkpointer:
 
     def close(self):
         """Waits for saves in flight (use wait() first to see their errors)."""
-        if getattr(self, "_h", None):
+        if getattr(self, "_h", None) and _lib is not None:
             _lib.fmstack_ckpt_close(self._h)
             self._h = None
 

@@ -30,6 +30,7 @@ there. Blocks of one file share the directory, in order.
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -215,6 +216,7 @@ def main():
                                     + "\n".join(diff(expected, actual)))
                 else:
                     print(f"ok   {where}: {cmd.splitlines()[0]}", flush=True)
+        shutil.rmtree(work, ignore_errors=True)
     for f in failures:
         print("FAIL " + f)
     print(f"{ran} commands run, {skipped} blocks skipped with a reason, {len(failures)} failures")
