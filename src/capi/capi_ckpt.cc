@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "capi/copy_error.h"
 #include "capi/fmstack.h"
 #include "ckpt/engine.h"
 #include "util/error.h"
@@ -26,17 +27,11 @@ struct fmstack_ckpt {
 namespace {
 
 using fmstack::Error;
+using fmstack::capi::CopyError;
 namespace ckpt = fmstack::ckpt;
 
 constexpr int kMaxDims = 8;
 constexpr size_t kMaxName = 1024;
-
-void CopyError(const std::string& what, char* err, size_t len) {
-  if (err == nullptr || len == 0) return;
-  const size_t n = std::min(what.size(), len - 1);
-  std::memcpy(err, what.data(), n);
-  err[n] = '\0';
-}
 
 ckpt::DType DTypeOf(int32_t code, const std::string& tensor) {
   switch (code) {

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "capi/copy_error.h"
 #include "capi/fmstack.h"
 #include "runtime/worker.h"
 
@@ -24,12 +25,7 @@ fmstack_worker* fmstack_worker_open(int32_t heartbeat_ms, char* err, size_t err_
     h->worker = fmstack::runtime::Worker::FromEnv(std::chrono::milliseconds(ms));
     return h.release();
   } catch (const std::exception& e) {
-    if (err != nullptr && err_len > 0) {
-      const std::string what = e.what();
-      const size_t n = std::min(what.size(), err_len - 1);
-      std::memcpy(err, what.data(), n);
-      err[n] = '\0';
-    }
+    fmstack::capi::CopyError(e.what(), err, err_len);
   }
   return nullptr;
 }
