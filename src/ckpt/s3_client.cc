@@ -178,8 +178,9 @@ S3Client::S3Client(S3Config config) : config_(std::move(config)) {
   if (config_.region.empty()) config_.region = "us-east-1";
   if (config_.access_key.empty() || config_.secret_key.empty()) {
     throw Error(
-        fmt::format("s3://{}: no credentials: set the access and secret key in the job's "
-                    "checkpoint tier or AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY",
+        fmt::format("s3://{}: no credentials: export AWS_ACCESS_KEY_ID and "
+                    "AWS_SECRET_ACCESS_KEY (and AWS_DEFAULT_REGION, default us-east-1) where "
+                    "fmstack runs; job files never hold secrets",
                     config_.bucket));
   }
   const auto scheme = config_.endpoint.find("://");

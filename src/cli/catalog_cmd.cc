@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/glossary.h"
 #include "util/error.h"
 #include "util/text_table.h"
 #include "util/units.h"
@@ -34,7 +35,7 @@ void Instances(const catalog::Catalog& c) {
 void Accelerators(const catalog::Catalog& c) {
   TextTable t({"accelerator", "aliases", "vendor", "bf16 peak", "HBM"});
   for (const catalog::Accelerator& a : c.accelerators()) {
-    t.AddRow({a.name, Joined(a.aliases), a.vendor, units::FormatFlop(a.bf16_flops) + "/s",
+    t.AddRow({a.name, Joined(a.aliases), a.vendor, units::FormatFlopRate(a.bf16_flops),
               units::FormatBytes(a.hbm_bytes)});
   }
   std::cout << "accelerators\n" << t.RenderText() << "\n";
@@ -69,6 +70,12 @@ void Presets() {
   std::cout << "model presets (model)\n" << t.RenderText() << "\n";
 }
 
+void Terms() {
+  std::vector<std::string_view> names;
+  for (const Term& term : Glossary()) names.push_back(term.name);
+  std::cout << "terms (docs/glossary.md)\n" << ExplainTerms(names) << "\n";
+}
+
 }  // namespace
 
 Runner AddCatalogCommand(CLI::App& app) {
@@ -77,8 +84,9 @@ Runner AddCatalogCommand(CLI::App& app) {
   CLI::App* list = cmd->add_subcommand("list", "every name a job or cluster file may use");
   auto kind = std::make_shared<std::string>("all");
   auto dir = std::make_shared<std::string>();
-  list->add_option("kind", *kind, "instances, accelerators, storage, faults, presets or all")
-      ->check(CLI::IsMember({"all", "instances", "accelerators", "storage", "faults", "presets"}));
+  list->add_option("kind", *kind, "instances, accelerators, storage, faults, presets, terms or all")
+      ->check(CLI::IsMember(
+          {"all", "instances", "accelerators", "storage", "faults", "presets", "terms"}));
   list->add_option("--catalog", *dir, "catalog directory (default: the built-in one)");
   return [kind, dir] {
     const catalog::Catalog c = LoadCatalog(*dir);
@@ -88,6 +96,7 @@ Runner AddCatalogCommand(CLI::App& app) {
     if (all || *kind == "storage") Storage(c);
     if (all || *kind == "faults") Faults(c);
     if (all || *kind == "presets") Presets();
+    if (*kind == "terms") Terms();
     return 0;
   };
 }

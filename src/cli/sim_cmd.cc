@@ -1,6 +1,8 @@
 // `fmstack sim job.toml [--policy P|all] [--trials N] [--days D] [--svg F] [--search]`
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <fstream>
 #include <iostream>
@@ -8,6 +10,7 @@
 
 #include "catalog/catalog.h"
 #include "cli/commands.h"
+#include "cli/glossary.h"
 #include "cli/progress.h"
 #include "resilience/policy.h"
 #include "sim/monte_carlo.h"
@@ -35,6 +38,7 @@ struct SimArgs {
   std::string format = "table";
   std::string json_path, svg_path;
   bool search = false;
+  bool explain = false;
   std::vector<std::string> busbw;  // [OP=]FILE
 };
 
@@ -79,6 +83,45 @@ int RunSearch(const spec::JobSpec& job, const sim::ScenarioOptions& options, boo
       "\nbest: [parallel] tp = {}, pp = {}, cp = {} (dp = {}); [train] micro_batch = {}\n",
       b.layout.tp, b.layout.pp, b.layout.cp, b.layout.dp, b.micro_batch);
   return 0;
+}
+
+// The glossary's terms that sim's header and tables use, for --explain.
+constexpr std::array<std::string_view, 25> kSimTerms = {"accelerator",
+                                                        "MFU",
+                                                        "DP, TP, PP, CP, EP",
+                                                        "ZeRO stage",
+                                                        "micro-batch",
+                                                        "bubble",
+                                                        "exposed communication",
+                                                        "MTTI",
+                                                        "fault set",
+                                                        "planned maintenance",
+                                                        "interruption",
+                                                        "blocking save",
+                                                        "tier",
+                                                        "Young/Daly interval",
+                                                        "checkpoint-restart",
+                                                        "checkpointless",
+                                                        "elastic",
+                                                        "spare",
+                                                        "peer rebuild",
+                                                        "peer state transfer",
+                                                        "ETTR",
+                                                        "lost work",
+                                                        "detection",
+                                                        "waiting for a node",
+                                                        "95% range"};
+
+// Without spares, checkpointless and checkpoint-restart both wait for the
+// node's repair; say so, or the two equal columns look like a bug.
+std::string NoSpareNote(const sim::Scenario& s,
+                        const std::vector<resilience::Strategy>& strategies) {
+  const bool peers = std::find(strategies.begin(), strategies.end(),
+                               resilience::Strategy::kCheckpointless) != strategies.end();
+  if (s.spare_nodes > 0 || !peers) return "";
+  return "\nno spare nodes: under checkpointless a lost node's ranks wait for its repair "
+         "(resilience.node_repair) as under checkpoint-restart; it saves only the restore and the "
+         "lost work. Give spares (cluster.spares or --spares N) to see a spare swap.\n";
 }
 
 int RunSim(const SimArgs& args) {
@@ -168,6 +211,8 @@ int RunSim(const SimArgs& args) {
     std::cout << sim::RenderOutcomes(base.scenario, outcomes, markdown) << "\n";
     std::cout << "interruptions by cause (" << outcomes.front().policy << ")\n";
     std::cout << sim::RenderCauses(base.scenario, outcomes, markdown);
+    std::cout << NoSpareNote(base.scenario, strategies);
+    if (args.explain) std::cout << "\nterms (docs/glossary.md)\n" << ExplainTerms(kSimTerms);
   }
   if (!args.json_path.empty()) WriteFile(args.json_path, json.dump(2) + "\n");
   if (!args.svg_path.empty()) {
@@ -213,6 +258,8 @@ Runner AddSimCommand(CLI::App& app) {
   cmd->add_option("--svg", args->svg_path, "write a timeline plot (SVG) to this file");
   cmd->add_flag("--search", args->search,
                 "rank the (TP, PP, CP, DP, micro-batch) layouts for this job and cluster");
+  cmd->add_flag("--explain", args->explain,
+                "after the results, define each term they use (MTTI, ETTR, bubble, ...)");
   cmd->add_option("--busbw", args->busbw,
                   "measured busbw for groups across nodes: `fmstack bench comm --markdown` "
                   "output, or OP=FILE with nccl-tests output (e.g. allreduce=ar.txt)");

@@ -78,6 +78,11 @@ CheckpointPlan PlanCheckpoint(const spec::JobSpec& job, double num_params,
 void PlanCompute(Plan& plan, const spec::JobSpec& job, const PlanOptions& options) {
   ComputePlan& c = plan.compute;
   c.tokens = job.train.tokens;
+  if (c.tokens <= 0 && job.train.steps > 0 && job.train.global_batch > 0) {
+    c.tokens = static_cast<double>(job.train.steps) * static_cast<double>(job.train.global_batch) *
+               static_cast<double>(job.model.seq_len);
+    c.tokens_from_steps = true;
+  }
   c.flops_6n = plan.flops_per_token.six_n * c.tokens;
   c.flops_detailed = plan.flops_per_token.detailed * c.tokens;
   c.target_mfu = job.train.target_mfu;
@@ -101,7 +106,9 @@ void PlanCompute(Plan& plan, const spec::JobSpec& job, const PlanOptions& option
     c.implied_mfu_detailed = workload::ImpliedMfu(c.flops_detailed, c.peak_flops, c.observed_hours);
   }
   if (c.tokens <= 0) {
-    plan.warnings.push_back("train.tokens is not set; time and cost not estimated");
+    plan.warnings.push_back(
+        "train.tokens (or train.steps and train.global_batch) is not set; time and cost not "
+        "estimated");
     return;
   }
   c.accelerator_hours = workload::AcceleratorHours(c.flops_6n, c.peak_flops, c.target_mfu);

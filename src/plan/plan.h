@@ -39,6 +39,7 @@ struct MemoryPlan {
 
 struct ComputePlan {
   double tokens = 0;
+  bool tokens_from_steps = false;           // train.tokens unset: steps x global_batch x seq_len
   double flops_6n = 0, flops_detailed = 0;  // whole training run
   std::string flop_count = "6N";            // which count hours and MFU use
   double peak_flops = 0;                    // cluster accelerator at job precision

@@ -56,8 +56,8 @@ Section MemorySection(const Plan& p) {
   s.table.AddRow({"convention", fmt::format("{:g} B/param", m.bytes.per_param()), m.bytes.name});
   s.table.AddRow({"parameters", FormatBytes(m.whole.params), "whole model"});
   s.table.AddRow({"gradients", FormatBytes(m.whole.grads), "whole model"});
-  s.table.AddRow(
-      {"optimizer state", FormatBytes(m.whole.optimizer), "AdamW moments (+ fp32 master)"});
+  s.table.AddRow({"optimizer state", FormatBytes(m.whole.optimizer),
+                  m.bytes.master > 0 ? "AdamW moments + fp32 master weights" : "AdamW moments"});
   s.table.AddRow({"training state", FormatBytes(m.whole.state()), "unsharded, before activations"});
   if (m.per_accelerator) {
     const auto& a = *m.per_accelerator;
@@ -79,7 +79,7 @@ Section FitSection(const Plan& p) {
             TextTable({"accelerator", "HBM", "min count", "peak", "accel-hours @ MFU"})};
   for (const FitRow& r : p.memory.fits) {
     s.table.AddRow({r.accelerator, FormatBytes(r.hbm_bytes), std::to_string(r.min_for_state),
-                    r.peak_flops > 0 ? fmt::format("{:.0f} TFLOP/s", r.peak_flops / 1e12) : "n/a",
+                    r.peak_flops > 0 ? units::FormatFlopRate(r.peak_flops) : "n/a",
                     r.hours > 0 ? units::FormatCount(r.hours) : "-"});
   }
   return s;
@@ -88,13 +88,14 @@ Section FitSection(const Plan& p) {
 Section ComputeSection(const Plan& p) {
   Section s = NewSection("Compute");
   const ComputePlan& c = p.compute;
-  s.table.AddRow({"tokens", units::FormatCount(c.tokens), ""});
+  s.table.AddRow({"tokens", units::FormatCount(c.tokens),
+                  c.tokens_from_steps ? "train.steps x global_batch x seq_len" : ""});
   s.table.AddRow({"training FLOPs (6N)", units::FormatFlop(c.flops_6n), "used for hours and MFU"});
   s.table.AddRow({"training FLOPs (detailed)", units::FormatFlop(c.flops_detailed),
                   "with the attention term"});
   if (c.peak_flops > 0 && c.tokens > 0) {
-    s.table.AddRow({"peak per accelerator", fmt::format("{:.1f} TFLOP/s", c.peak_flops / 1e12),
-                    p.cluster->accelerator.name});
+    s.table.AddRow(
+        {"peak per accelerator", units::FormatFlopRate(c.peak_flops), p.cluster->accelerator.name});
     s.table.AddRow({"target MFU", Pct(c.target_mfu), ""});
     s.table.AddRow({"accelerator-hours", units::FormatCount(c.accelerator_hours), ""});
     s.table.AddRow({"wall time", FormatSeconds(c.wall_seconds),
@@ -104,7 +105,9 @@ Section ComputeSection(const Plan& p) {
   }
   if (c.observed_hours > 0) {
     s.table.AddRow({"observed accelerator-hours", units::FormatCount(c.observed_hours), ""});
-    s.table.AddRow({"implied MFU (6N)", Pct(c.implied_mfu_6n), "what the planner uses"});
+    s.table.AddRow({"implied MFU (6N)", Pct(c.implied_mfu_6n),
+                    fmt::format("6N FLOPs / (peak x observed hours); hours above use target MFU {}",
+                                Pct(c.target_mfu))});
     s.table.AddRow(
         {"implied MFU (detailed)", Pct(c.implied_mfu_detailed), "attention FLOPs included"});
   }
@@ -140,7 +143,9 @@ Section CostSection(const Plan& p) {
 Section CheckpointSection(const Plan& p) {
   Section s = NewSection("Checkpoints");
   const CheckpointPlan& c = p.checkpoint;
-  s.table.AddRow({"size", FormatBytes(c.bytes), "weights + master + optimizer state"});
+  s.table.AddRow({"size", FormatBytes(c.bytes),
+                  p.memory.bytes.master > 0 ? "weights + fp32 master + optimizer state"
+                                            : "weights + optimizer state"});
   if (c.tier_bandwidth > 0) {
     s.table.AddRow(
         {"blocking save", FormatSeconds(c.save_seconds),

@@ -15,42 +15,73 @@ using units::FormatBytes;
 using units::FormatSeconds;
 using units::FormatUsd;
 
+// "mean [lo, hi]", or the value alone when every trial gave the same one.
+std::string WithRange(const std::string& mean, const std::string& lo, const std::string& hi) {
+  return lo == hi ? mean : fmt::format("{} [{}, {}]", mean, lo, hi);
+}
 std::string Pct(const Interval& i) {
-  return fmt::format("{:.1f}% [{:.1f}, {:.1f}]", 100 * i.mean, 100 * i.lo, 100 * i.hi);
+  return WithRange(fmt::format("{:.1f}%", 100 * i.mean), fmt::format("{:.1f}", 100 * i.lo),
+                   fmt::format("{:.1f}", 100 * i.hi));
 }
 std::string Count(const Interval& i) {
-  return fmt::format("{:.1f} [{:.0f}, {:.0f}]", i.mean, i.lo, i.hi);
+  return WithRange(fmt::format("{:.1f}", i.mean), fmt::format("{:.0f}", i.lo),
+                   fmt::format("{:.0f}", i.hi));
 }
 std::string Days(const Interval& i) {
-  return fmt::format("{:.2f} d [{:.2f}, {:.2f}]", i.mean / 86400, i.lo / 86400, i.hi / 86400);
+  return WithRange(fmt::format("{:.2f} d", i.mean / 86400), fmt::format("{:.2f}", i.lo / 86400),
+                   fmt::format("{:.2f}", i.hi / 86400));
+}
+std::string Usd(const Interval& i) {
+  return WithRange(FormatUsd(i.mean), FormatUsd(i.lo), FormatUsd(i.hi));
 }
 std::string Hours(double seconds, double wall) {
   return fmt::format("{:.1f} h ({:.2f}%)", seconds / 3600, wall > 0 ? 100 * seconds / wall : 0);
 }
 
+// `text` on lines of at most 100 columns under the header's 9-column labels.
+std::string Indented(std::string_view text) {
+  constexpr size_t kIndent = 9, kWidth = 100;
+  std::string out, line;
+  while (!text.empty()) {
+    const size_t space = text.find(' ');
+    const std::string_view word = text.substr(0, space);
+    if (!line.empty() && kIndent + line.size() + 1 + word.size() > kWidth) {
+      out += std::string(kIndent, ' ') + line + "\n";
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + std::string(word);
+    text = space == std::string_view::npos ? std::string_view() : text.substr(space + 1);
+  }
+  if (!line.empty()) out += std::string(kIndent, ' ') + line + "\n";
+  return out;
+}
+
 }  // namespace
 
+// One fact per line, each under ~100 columns, so it reads in a terminal;
+// the terms are defined by `fmstack sim --explain` and docs/glossary.md.
 std::string RenderScenario(const spec::JobSpec& job, const BuiltScenario& b) {
   const Scenario& s = b.scenario;
   const ScenarioInfo& i = b.info;
   const spec::ClusterSpec& c = *job.cluster;
   std::string out;
-  out += fmt::format("job      {} ({}), {} nodes x {} ({} x {}), {} spare nodes\n", job.name,
-                     job.model.name, c.nodes, c.instance.name, c.accelerators(), c.accelerator.name,
-                     s.spare_nodes);
+  out += fmt::format("job      {} ({})\n", job.name, job.model.name);
+  out += fmt::format("cluster  {} x {} = {} x {}, {} spare nodes\n", c.nodes, c.instance.name,
+                     c.accelerators(), c.accelerator.name, s.spare_nodes);
   const workload::Layout& l = job.layout;
   out += fmt::format(
       "layout   dp {} x tp {} x pp {} x cp {} (ep {}), ZeRO-{}, micro-batch {}, {} micro-batches\n",
       l.dp, l.tp, l.pp, l.cp, l.ep, l.zero_stage, job.train.micro_batch, i.step.micro_batches);
   const StepTime& t = i.step;
-  out += fmt::format(
-      "step     {} (compute {}, bubble {}, tp {}, cp {}, pp {}, ep {}, dp exposed {} of {}); "
-      "{:.0f} TFLOP/s per accelerator, MFU {:.1f}%, memory {} of {}{}\n",
-      FormatSeconds(t.total), FormatSeconds(t.compute), FormatSeconds(t.bubble),
-      FormatSeconds(t.tp), FormatSeconds(t.cp), FormatSeconds(t.pp), FormatSeconds(t.ep),
-      FormatSeconds(t.dp_exposed), FormatSeconds(t.dp), t.tflops_per_accelerator, 100 * t.mfu,
-      FormatBytes(t.memory_per_accelerator), FormatBytes(c.accelerator.hbm_bytes),
-      t.fits ? "" : "  ** DOES NOT FIT **");
+  out += fmt::format("step     {}: compute {}, pipeline bubble {}, exposed communication {}\n",
+                     FormatSeconds(t.total), FormatSeconds(t.compute), FormatSeconds(t.bubble),
+                     FormatSeconds(t.tp + t.cp + t.pp + t.ep + t.dp_exposed));
+  out += fmt::format("comm     tp {}, cp {}, pp {}, ep {}; dp {} of {} not hidden by compute\n",
+                     FormatSeconds(t.tp), FormatSeconds(t.cp), FormatSeconds(t.pp),
+                     FormatSeconds(t.ep), FormatSeconds(t.dp_exposed), FormatSeconds(t.dp));
+  out += fmt::format("speed    {:.0f} TFLOP/s per accelerator, MFU {:.1f}%; memory {} of {}{}\n",
+                     t.tflops_per_accelerator, 100 * t.mfu, FormatBytes(t.memory_per_accelerator),
+                     FormatBytes(c.accelerator.hbm_bytes), t.fits ? "" : "  ** DOES NOT FIT **");
   if (i.steps > 0) {
     out += fmt::format("work     {} steps = {:.2f} days without faults\n", i.steps,
                        s.work_seconds / 86400);
@@ -58,23 +89,27 @@ std::string RenderScenario(const spec::JobSpec& job, const BuiltScenario& b) {
     out += fmt::format("work     a fixed window of {:.1f} days\n", s.horizon_seconds / 86400);
   }
   out += fmt::format(
-      "faults   {}: job MTTI {:.2f} h (unexpected){}\n", i.fault_source, i.mtti / 3600,
+      "faults   job MTTI {:.2f} h (unexpected){}\n", i.mtti / 3600,
       s.planned_per_node_hour > 0
           ? fmt::format(", planned maintenance every {:.1f} h",
                         1.0 / (s.planned_per_node_hour * static_cast<double>(s.job_nodes)))
           : "");
+  out += Indented("from " + i.fault_source);
+  out += fmt::format("ckpt     {} per save, blocking {}, keep {}\n",
+                     FormatBytes(i.checkpoint_bytes), FormatSeconds(s.checkpoint_blocking), s.keep);
+  out += fmt::format("interval {} ({})\n", FormatSeconds(s.checkpoint_interval), i.interval_rule);
   std::string tiers;
   for (const TierModel& tier : s.tiers) {
-    tiers += fmt::format("{}{} write {} / read {}", tiers.empty() ? "" : ", ", tier.name,
+    tiers += fmt::format("{}{} write {} / read {}", tiers.empty() ? "" : "; ", tier.name,
                          FormatSeconds(tier.write_seconds), FormatSeconds(tier.read_seconds));
   }
-  out += fmt::format("ckpt     {} per save, blocking {}; tiers: {}; every {} ({}); keep {}\n",
-                     FormatBytes(i.checkpoint_bytes), FormatSeconds(s.checkpoint_blocking),
-                     tiers.empty() ? "none" : tiers, FormatSeconds(s.checkpoint_interval),
-                     i.interval_rule, s.keep);
+  out += fmt::format("tiers    {}\n", tiers.empty() ? "none" : tiers);
   out += fmt::format("recovery restart {}, peer rebuild {}, peer state transfer {} ({} per node)\n",
                      FormatSeconds(s.restart_seconds), FormatSeconds(s.peer_rebuild_seconds),
                      FormatSeconds(s.peer_restore_seconds), FormatBytes(i.state_per_node));
+  out +=
+      "terms    MTTI, ETTR, blocking, bubble, exposed, Young/Daly: fmstack sim --explain, "
+      "docs/glossary.md\n";
   return out;
 }
 
@@ -116,10 +151,7 @@ std::string RenderOutcomes(const Scenario& s, const std::vector<PolicyOutcome>& 
     return fmt::format("{:.0f} / {:.0f} / {:.0f}", t.spare_swaps, t.waits, t.shrinks);
   });
   if (s.price_per_node_hour > 0) {
-    row("cost (nodes + spares)", [](const TrialSummary& t) {
-      return fmt::format("{} [{}, {}]", FormatUsd(t.cost.mean), FormatUsd(t.cost.lo),
-                         FormatUsd(t.cost.hi));
-    });
+    row("cost (nodes + spares)", [](const TrialSummary& t) { return Usd(t.cost); });
   }
   return markdown ? table.RenderMarkdown() : table.RenderText();
 }

@@ -63,13 +63,16 @@ std::vector<catalog::FaultCause> ResolveCauses(const spec::JobSpec& job,
     causes.push_back(node);
     *source = fmt::format("cluster.node_mtbf = {:.0f} h", node_mtbf / 3600);
   } else {
-    if (set.empty()) set = "llama3-405b";
+    const bool by_default = set.empty();
+    if (by_default) set = "llama3-405b";
     if (set != "none") {
       const catalog::FaultSet* fs = catalog.FindFaultSet(set);
       if (fs == nullptr) throw Error(fmt::format("fault set '{}' is not in the catalog", set));
       causes = fs->causes;
       if (job.faults.planned) *planned_per_node_hour = fs->planned_per_node_hour;
-      *source = fmt::format("fault set {} ({})", fs->name, fs->source);
+      *source =
+          fmt::format("fault set {}{}: {}", fs->name,
+                      by_default ? " (the default: the job has no faults.set)" : "", fs->source);
     } else {
       *source = "no catalog fault set";
     }
@@ -104,8 +107,10 @@ BuiltScenario MakeScenario(const spec::JobSpec& job, const catalog::Catalog& cat
   const double tokens_per_step = static_cast<double>(global * job.model.seq_len);
   if (job.train.tokens > 0) {
     info.steps = static_cast<int64_t>(std::ceil(job.train.tokens / tokens_per_step));
-    s.work_seconds = static_cast<double>(info.steps) * s.step_seconds;
+  } else if (job.train.steps > 0) {
+    info.steps = job.train.steps;
   }
+  s.work_seconds = static_cast<double>(info.steps) * s.step_seconds;
   s.horizon_seconds = options.horizon_seconds > 0 ? options.horizon_seconds
                       : s.work_seconds > 0        ? 20 * s.work_seconds
                                                   : 30 * kDay;

@@ -15,7 +15,7 @@ namespace fmstack::sim {
 
 struct StepOptions {
   // Achieved / peak dense matmul FLOP/s. 0.65 puts all ten runs of Megatron-LM's
-  // Table 1 within 5% (tests/validation/megatron_table1_test.cc).
+  // Table 1 within 10% (tests/validation/megatron_table1_test.cc).
   double compute_efficiency = 0.65;
   double memory_efficiency = 0.8;  // achieved / peak HBM bandwidth of elementwise kernels
   // Norms and dropout split over TP ranks (Korthikanti et al. 2022); Megatron-LM

@@ -16,11 +16,18 @@ Topology BuildTopology(const spec::ClusterSpec& cluster, const NetworkOptions& o
   t.domain = std::max<int64_t>(1, cluster.scaleup_domain > 0 ? cluster.scaleup_domain : t.per_node);
   t.nodes_per_rack = cluster.nodes_per_rack;
   if (cluster.accelerator.scaleup_bandwidth <= 0 && t.domain > 1) {
-    throw Error(fmt::format("{}: the catalog has no scale-up bandwidth for {}",
-                            cluster.instance.name, cluster.accelerator.name));
+    throw Error(fmt::format(
+        "{}: cluster.instance = \"{}\": the catalog has no scale-up bandwidth for {}, so sim "
+        "cannot time communication inside a node; pick an instance that has one (fmstack "
+        "catalog list instances) or set cluster.scaleup_domain = 1",
+        cluster.file, cluster.instance.name, cluster.accelerator.name));
   }
   if (cluster.instance.network_bandwidth <= 0 && cluster.nodes > 1) {
-    throw Error(fmt::format("{}: the catalog has no network bandwidth", cluster.instance.name));
+    throw Error(fmt::format(
+        "{}: cluster.instance = \"{}\" has no network bandwidth in the catalog, so sim cannot "
+        "time communication between its {} nodes; sim and plan model cloud instances (fmstack "
+        "catalog list instances): give one with --cluster, or train this job with fmstack run",
+        cluster.file, cluster.instance.name, cluster.nodes));
   }
   // Catalog scale-up figures are both directions together (H100: 900 GB/s).
   t.scaleup = {"scale-up", 1, cluster.accelerator.scaleup_bandwidth / 2, options.scaleup_latency};

@@ -150,7 +150,20 @@ std::string FormatBandwidth(double bytes_per_second) {
 }
 
 std::string FormatFlop(double flop) {
-  return fmt::format("{:.3g}", flop);
+  std::string out = fmt::format("{:.3g}", flop);  // "7.39e+07"
+  const size_t e = out.find('e');
+  if (e == std::string::npos) return out;
+  size_t digits = e + 1;
+  if (out[digits] == '+') out.erase(digits, 1);
+  if (out[digits] == '-') ++digits;
+  while (digits + 1 < out.size() && out[digits] == '0') out.erase(digits, 1);
+  return out;  // "7.39e7"
+}
+
+std::string FormatFlopRate(double flop_per_second) {
+  if (std::fabs(flop_per_second) >= 1e12)
+    return fmt::format("{:.4g} TFLOP/s", flop_per_second / 1e12);
+  return fmt::format("{:.4g} GFLOP/s", flop_per_second / 1e9);
 }
 
 std::string FormatCount(double count) {

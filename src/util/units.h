@@ -23,12 +23,13 @@ double ParseSeconds(std::string_view text);    // "15m", "2.5h", "54d", "900s", 
 double ParseBandwidth(std::string_view text);  // "3GB/s", "3200Gbps", "200MB/s" -> bytes/s
 
 // Human-readable forms with three significant digits: "1.26 TB", "15.0 min",
-// "6.81 days", "5.88e+23".
+// "6.81 days", "5.88e23".
 std::string FormatBytes(double bytes);
 std::string FormatSeconds(double seconds);
 std::string FormatBandwidth(double bytes_per_second);
-std::string FormatFlop(double flop);
-std::string FormatCount(double count);  // 70.6B, 1.54M, 12,288
-std::string FormatUsd(double usd);      // $1,234,567
+std::string FormatFlop(double flop);                 // 5.88e23: one notation for every FLOP count
+std::string FormatFlopRate(double flop_per_second);  // 989.5 TFLOP/s: one for every rate
+std::string FormatCount(double count);               // 70.6B, 1.54M, 12,288
+std::string FormatUsd(double usd);                   // $1,234,567
 
 }  // namespace fmstack::units

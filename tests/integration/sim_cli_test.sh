@@ -72,4 +72,22 @@ grep -q 'nocluster.toml.*cluster' "$tmp/err.txt" || { cat "$tmp/err.txt"; exit 1
 sed 's/set = "llama3-405b"/set = "llama3-450b"/' "$job" >"$tmp/badset.toml"
 if "$FMSTACK" sim "$tmp/badset.toml" 2>"$tmp/err2.txt"; then echo "expected failure"; exit 1; fi
 grep -q 'badset.toml:.*faults.set.*unknown fault set "llama3-450b".*llama3-405b' "$tmp/err2.txt" || { cat "$tmp/err2.txt"; exit 1; }
+# The header reads in a terminal: no line wider than 100 columns, and it
+# points at the definitions; --explain prints them.
+"$FMSTACK" sim "$job" --policy all --spares 0 --trials 5 --explain >"$tmp/explain.txt" 2>/dev/null
+header=$(sed -n '1,/^terms /p' "$tmp/explain.txt")
+if awk 'length > 100 { bad = 1; print "too wide: " $0 } END { exit !bad }' <<<"$header"; then exit 1; fi
+grep -q '^terms .*fmstack sim --explain' <<<"$header" || { echo "$header"; exit 1; }
+for want in '^MTTI  *mean time to interruption' '^ETTR  *effective training time ratio' \
+            '^Young/Daly interval  *the checkpoint interval' '^no spare nodes: under checkpointless'; do
+  grep -q -- "$want" "$tmp/explain.txt" || { echo "missing '$want'"; cat "$tmp/explain.txt"; exit 1; }
+done
+# A job without [faults] says which set it used by default.
+grep -v '^\[faults\]\|^set = ' "$job" >"$tmp/nofaults.toml"
+"$FMSTACK" sim "$tmp/nofaults.toml" --trials 2 2>/dev/null >"$tmp/nofaults.txt"
+grep -q 'fault set llama3-405b (the default' "$tmp/nofaults.txt" || { cat "$tmp/nofaults.txt"; exit 1; }
+# Every trial the same (no faults): one value, not a range of one value.
+sed 's/^set = .*/set = "none"/' "$job" >"$tmp/none.toml"
+"$FMSTACK" sim "$tmp/none.toml" --trials 3 --days 1 2>/dev/null >"$tmp/none.txt"
+grep -q '^ETTR (goodput) *[0-9.]*%$' "$tmp/none.txt" || { cat "$tmp/none.txt"; exit 1; }
 echo "sim cli: ok"

@@ -73,6 +73,24 @@ TEST(Plan, WithoutClusterStillSizesMemoryAndCheckpoint) {
   EXPECT_NO_THROW(ToJson(p).dump());
 }
 
+TEST(Plan, TokensComeFromStepsWhenTrainTokensIsUnset) {
+  const spec::JobSpec job = spec::ParseJobSpec(
+      "model = \"gpt-mini\"\n[train]\nglobal_batch = 8\nsteps = 120\n", "j.toml", Cat());
+  const Plan p = MakePlan(job, Cat(), {});
+  EXPECT_DOUBLE_EQ(p.compute.tokens, 120.0 * 8 * 256);
+  EXPECT_TRUE(p.compute.tokens_from_steps);
+  EXPECT_NE(RenderText(p).find("train.steps x global_batch x seq_len"), std::string::npos);
+}
+
+TEST(Plan, MasterWeightsAreNamedOnlyWhenTheConventionHasThem) {
+  const spec::JobSpec fp32 =
+      spec::ParseJobSpec("model = \"gpt-mini\"\n[train]\nprecision = \"fp32\"\n", "j.toml", Cat());
+  const spec::JobSpec mixed =
+      spec::ParseJobSpec("model = \"gpt-mini\"\n[train]\nstate = \"mixed\"\n", "j.toml", Cat());
+  EXPECT_EQ(RenderText(MakePlan(fp32, Cat(), {})).find("master"), std::string::npos);
+  EXPECT_NE(RenderText(MakePlan(mixed, Cat(), {})).find("fp32 master"), std::string::npos);
+}
+
 TEST(Plan, WarnsWhenTheLayoutDoesNotFit) {
   const spec::JobSpec job = spec::ParseJobSpec(R"(
 model = "llama3-70b"

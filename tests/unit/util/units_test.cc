@@ -43,6 +43,20 @@ TEST(Units, Format) {
   EXPECT_EQ(FormatCount(12288), "12,288");
   EXPECT_EQ(FormatCount(70.55e9), "70.5B");
   EXPECT_EQ(FormatUsd(236000), "$236,000");
+  // One notation for FLOP counts and one for rates, wherever they print.
+  EXPECT_EQ(FormatFlop(5.88e23), "5.88e23");
+  EXPECT_EQ(FormatFlop(7.39e7), "7.39e7");
+  EXPECT_EQ(FormatFlop(1.5e-5), "1.5e-5");
+  EXPECT_EQ(FormatFlopRate(989.5e12), "989.5 TFLOP/s");
+  EXPECT_EQ(FormatFlopRate(19.5e12), "19.5 TFLOP/s");
+  EXPECT_EQ(FormatFlopRate(189e9), "189 GFLOP/s");
+}
+
+TEST(Units, DurationsTakeEveryCommonSpelling) {
+  for (const char* text : {"30 minutes", "30mins", "30 min", "30m", "0.5 hours", "1800s"})
+    EXPECT_DOUBLE_EQ(ParseSeconds(text), 1800) << text;
+  EXPECT_DOUBLE_EQ(ParseBytes("15T"), 15e12);
+  EXPECT_THROW(ParseSeconds("30 fortnights"), std::invalid_argument);
 }
 
 TEST(DidYouMean, SuggestsCloseNamesOnly) {
