@@ -2,9 +2,14 @@
 """The peer program for bench/train: the same GPT-2-style model, batch and
 sequence length trained in PyTorch on the CPU (Debian python3-torch).
 
-Prints one JSON line: {"tokens_per_s": ..., "torch": version, "threads": n}.
+Run as PyTorch's CPU performance guide recommends: threads set to the cores
+given (torch.set_num_threads and OMP_NUM_THREADS), gradients set to None
+rather than zeroed, one warm-up step, then --rounds rounds of --steps steps.
+Prints one JSON line: {"tokens_per_s": median round, "rounds": [...],
+"torch": version, "blas": the BLAS library libblas.so.3 resolves to,
+"threads": n}.
 """
-import argparse, json, math, time
+import argparse, json, math, os, statistics, time
 
 import torch
 import torch.nn as nn
@@ -51,6 +56,7 @@ def main():
     p = argparse.ArgumentParser()
     for name in ("layers", "hidden", "heads", "ffn", "vocab", "batch", "seq", "steps", "threads"):
         p.add_argument("--" + name, type=int, required=True)
+    p.add_argument("--rounds", type=int, default=3)
     a = p.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(a.threads)
@@ -66,12 +72,16 @@ def main():
         opt.step()
 
     step()  # warm-up
-    start = time.perf_counter()
-    for _ in range(a.steps):
-        step()
-    seconds = time.perf_counter() - start
-    print(json.dumps({"tokens_per_s": a.steps * a.batch * a.seq / seconds,
-                      "torch": torch.__version__, "threads": torch.get_num_threads()}))
+    rounds = []
+    for _ in range(a.rounds):
+        start = time.perf_counter()
+        for _ in range(a.steps):
+            step()
+        rounds.append(round(a.steps * a.batch * a.seq / (time.perf_counter() - start)))
+    blas = os.path.realpath("/lib/x86_64-linux-gnu/libblas.so.3").split("/")[-2]
+    print(json.dumps({"tokens_per_s": statistics.median(rounds), "rounds": rounds,
+                      "torch": torch.__version__, "blas": blas,
+                      "threads": torch.get_num_threads()}))
 
 
 if __name__ == "__main__":

@@ -52,4 +52,8 @@ void SetCpuThreads(int threads) {
 int CpuThreads() {
   return omp_get_max_threads();
 }
+std::string BlasConfig() {
+  const char* config = openblas_get_config();
+  return config != nullptr ? config : "OpenBLAS (no build string)";
+}
 }  // namespace fmstack::gpt

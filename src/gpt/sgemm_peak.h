@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace fmstack::gpt {
@@ -27,4 +28,7 @@ namespace fmstack::gpt {
 // Process-wide runtime settings: call once from main, before training.
 void SetCpuThreads(int threads);
 int CpuThreads();
+// The BLAS build the matmuls run on, for benchmark output:
+// "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Cooperlake MAX_THREADS=64".
+std::string BlasConfig();
 }  // namespace fmstack::gpt
