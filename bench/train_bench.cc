@@ -4,7 +4,8 @@
 //     token), and the ratio of the two (target >= 0.75)
 //   - tokens/s of the same model, batch and sequence in PyTorch (CPU, the same
 //     threads and OpenBLAS), and the ratio (target >= 1.25)
-//   Both sides warm, 3 rounds of N steps each, the median round reported.
+//   Both sides warm, 3 rounds of N steps each, interleaved with each other and
+//   with the sgemm measurement; the median round of each is reported.
 //   - peak RSS against params + grads + 2 Adam moments + activations as
 //     workload/ counts them (target: within 10%)
 // Usage: bench_train [--model gpt-mini|gpt2-124m] [--batch 4] [--seq 256] [--steps N]
@@ -61,9 +62,8 @@ TorchResult RunTorch(const workload::TransformerShape& s, int64_t B, int64_t T, 
                      int threads, const std::string& script) {
   const std::string cmd = fmt::format(
       "OMP_NUM_THREADS={} timeout 1800 /usr/bin/python3 {} --layers {} --hidden {} --heads {} "
-      "--ffn {} --vocab {} --batch {} --seq {} --steps {} --rounds {} --threads {} 2>&1",
-      threads, script, s.layers, s.hidden, s.heads, s.ffn_hidden, s.vocab, B, T, steps, kRounds,
-      threads);
+      "--ffn {} --vocab {} --batch {} --seq {} --steps {} --rounds 1 --threads {} 2>&1",
+      threads, script, s.layers, s.hidden, s.heads, s.ffn_hidden, s.vocab, B, T, steps, threads);
   struct Closer {
     void operator()(FILE* f) const { ::pclose(f); }
   };
@@ -81,9 +81,8 @@ TorchResult RunTorch(const workload::TransformerShape& s, int64_t B, int64_t T, 
   const nlohmann::json j = nlohmann::json::parse(out.substr(brace));
   TorchResult r;
   r.tokens_per_s = j.at("tokens_per_s").get<double>();
-  r.about = fmt::format("PyTorch {}, BLAS {}, {} threads, rounds {}",
-                        j.at("torch").get<std::string>(), j.at("blas").get<std::string>(),
-                        j.at("threads").get<int>(), j.at("rounds").dump());
+  r.about = fmt::format("PyTorch {}, BLAS {}, {} threads", j.at("torch").get<std::string>(),
+                        j.at("blas").get<std::string>(), j.at("threads").get<int>());
   return r;
 }
 
@@ -119,11 +118,16 @@ int main(int argc, char** argv) {
   train::TrainConfig config;
   config.shape = shape;
   config.micro_batch = B;
-  config.steps = steps + 1;
+  config.steps = kRounds * steps + 1;
   config.optim.lr = 1e-4;
   train::Trainer trainer(config, data);
   trainer.Step();  // warm-up: first touch of every buffer
-  std::vector<double> rounds;
+  // Rounds interleave the machine limit, fmstack and the peer, so that a
+  // noisy neighbour slows all three alike; each is the median of its rounds.
+  std::vector<double> rounds, torch_rounds, sgemm_rounds;
+  double rss = 0;
+  TorchResult torch;
+  const auto gemms = gpt::TrainingGemms(B * T, shape.hidden, shape.ffn_hidden, shape.vocab);
   const auto start = std::chrono::steady_clock::now();
   for (int r = 0; r < kRounds; ++r) {
     double seconds = 0;
@@ -133,23 +137,35 @@ int main(int argc, char** argv) {
       const double elapsed =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       std::cerr << fmt::format(
-                       "\rfmstack step {}/{}  {:.1f} steps/s  ETA {:.0f} s", done, total,
-                       static_cast<double>(done) / elapsed,
+                       "\rround {}/{}: fmstack step {}/{}  ETA {:.0f} s", r + 1, kRounds, done,
+                       total,
                        elapsed / static_cast<double>(done) * static_cast<double>(total - done))
                 << std::flush;
     }
     rounds.push_back(static_cast<double>(steps * B * T) / seconds);
+    // The trainer's peak, read before the sgemm measurement's buffers exist.
+    if (r == 0) rss = PeakRssBytes();
+    sgemm_rounds.push_back(gpt::MeasureSgemmGflops(gemms));
+    if (!no_torch) {
+      std::cerr << fmt::format("\rround {}/{}: PyTorch {} steps                    ", r + 1,
+                               kRounds, steps)
+                << std::flush;
+      torch = RunTorch(shape, B, T, steps, gpt::CpuThreads(), script);
+      if (torch.tokens_per_s <= 0) return 1;
+      torch_rounds.push_back(torch.tokens_per_s);
+    }
   }
   std::cerr << "\n";
-  const double rss = PeakRssBytes();
   const double tok_s = Median(rounds);
   const double flops_per_token = workload::TrainingFlopsPerToken(shape).detailed;
   const double model_gflops = tok_s * flops_per_token / 1e9;
-  const double sgemm = gpt::MeasureSgemmGflops(
-      gpt::TrainingGemms(B * T, shape.hidden, shape.ffn_hidden, shape.vocab));
-  const TorchResult torch =
-      no_torch ? TorchResult{} : RunTorch(shape, B, T, steps, gpt::CpuThreads(), script);
-  const double torch_tok_s = torch.tokens_per_s;
+  const double sgemm = Median(sgemm_rounds);
+  const double torch_tok_s = torch_rounds.empty() ? 0 : Median(torch_rounds);
+  auto listed = [](const std::vector<double>& v) {
+    std::string out;
+    for (const double x : v) out += fmt::format("{}{:.0f}", out.empty() ? "" : ", ", x);
+    return out;
+  };
 
   const double params = static_cast<double>(workload::CountParams(shape).total);
   const double state = 4 * 4 * params;  // fp32 params, grads, m, v
@@ -160,15 +176,15 @@ int main(int argc, char** argv) {
                         units::FormatCount(params), B, T, gpt::CpuThreads()),
             "", ""});
   t.AddRow({"BLAS", gpt::BlasConfig(), "", ""});
-  t.AddRow({"sgemm on the model's shapes", fmt::format("{:.1f} GFLOP/s", sgemm), "best of 3", ""});
+  t.AddRow({"sgemm on the model's shapes", fmt::format("{:.1f} GFLOP/s", sgemm),
+            "median of " + listed(sgemm_rounds), ""});
   t.AddRow({"trainer model FLOP/s", fmt::format("{:.1f} GFLOP/s", model_gflops),
             fmt::format("{:.2f} of sgemm", model_gflops / sgemm), ">= 0.75"});
-  t.AddRow({"fmstack tokens/s", fmt::format("{:.0f}", tok_s),
-            fmt::format("median of {:.0f}, {:.0f}, {:.0f}", rounds[0], rounds[1], rounds[2]), ""});
+  t.AddRow({"fmstack tokens/s", fmt::format("{:.0f}", tok_s), "median of " + listed(rounds), ""});
   if (torch_tok_s > 0) {
     t.AddRow({"PyTorch tokens/s", fmt::format("{:.0f}", torch_tok_s),
               fmt::format("{:.2f}x PyTorch", tok_s / torch_tok_s), ">= 1.25x"});
-    t.AddRow({"PyTorch peer", torch.about, "", ""});
+    t.AddRow({"PyTorch peer", torch.about, "median of " + listed(torch_rounds), ""});
   }
   t.AddRow({"state (params+grads+m+v)", units::FormatBytes(state), "", ""});
   t.AddRow({"activations (workload/)", units::FormatBytes(acts), "", ""});

@@ -12,5 +12,11 @@ void GeluForward(Floats out, ConstFloats inp);
 void GeluBackwardInPlace(Floats dinout, ConstFloats inp);
 // row = softmax(row) with std::exp, in double.
 void SoftmaxInPlace(Floats row);
+// Causal attention as plain loops over the full T x T scores, in double;
+// same arguments and results as cpu::AttentionForward/Backward.
+void AttentionForward(Floats out, Floats att, ConstFloats qkv, int64_t B, int64_t T, int64_t C,
+                      int64_t NH);
+void AttentionBackward(Floats dqkv, ConstFloats dout, ConstFloats qkv, ConstFloats att, int64_t B,
+                       int64_t T, int64_t C, int64_t NH);
 
 }  // namespace fmstack::gpt::cpu::reference

@@ -116,5 +116,26 @@ TEST(FastKernels, AttentionProbabilitiesMatchStdExpInDouble) {
   }
 }
 
+// T values around the block size: one partial block, exact blocks, a tail.
+class BlockedAttention : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(BlockedAttention, MatchesThePlainLoops) {
+  const int64_t B = 2, T = GetParam(), C = 24, NH = 3;
+  V qkv(B * T * 3 * C), dout(B * T * C);
+  for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = std::sin(0.7f * static_cast<float>(i)) * 1.5f;
+  for (size_t i = 0; i < dout.size(); ++i) dout[i] = std::cos(0.3f * static_cast<float>(i));
+  V out(B * T * C), att(B * NH * T * T), scratch(att.size()), dqkv(qkv.size(), 7.0f);
+  V ref_out(out.size()), ref_att(att.size()), ref_dqkv(qkv.size());
+  cpu::AttentionForward(out, att, qkv, B, T, C, NH);
+  cpu::AttentionBackward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
+  cpu::reference::AttentionForward(ref_out, ref_att, qkv, B, T, C, NH);
+  cpu::reference::AttentionBackward(ref_dqkv, dout, qkv, ref_att, B, T, C, NH);
+  for (size_t i = 0; i < att.size(); ++i) ASSERT_NEAR(att[i], ref_att[i], 1e-6f) << i;
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref_out[i], 1e-5f) << i;
+  for (size_t i = 0; i < dqkv.size(); ++i) ASSERT_NEAR(dqkv[i], ref_dqkv[i], 1e-5f) << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(T, BlockedAttention, ::testing::Values(1, 5, 64, 65, 128, 200));
+
 }  // namespace
 }  // namespace fmstack::gpt
