@@ -127,13 +127,17 @@ samples lead "4 2"
 within_noise lead base
 [ -n "$(run_hash runs/lead)" ] || fail "lead: no summary from the new rank 0"
 
-# Node 1 comes back 1 s after it was lost: the group grows back to 4.
-run grow 1 "node_repair = \"1s\"
+# Node 1 comes back 1 s after it was lost: the group grows back to 4. The
+# run must outlast the repair whatever the trainer's speed: 600 steps of the
+# tiny model take several seconds (120 took under one), against a fault-free
+# run of the same length.
+STEPS=600 run base600 1 ""
+STEPS=600 run grow 1 "node_repair = \"1s\"
 $(inject node-down 2 15)"
 grep -q "elastic: node 1 back on slot 1: 2 -> 4 data-parallel ranks" grow.err || fail "grow: no grow back"
 grep -q -- "---- joined (generation 2) ----" runs/grow/logs/rank2.log || fail "grow: rank 2 did not join"
 samples grow "4 2 4"
-within_noise grow base
+within_noise grow base600
 # The same run beside fmstack sim's prediction for its job and fault load.
 "$FMSTACK" report runs/grow --vs-sim grow.toml --trials 50 --json > grow.sim.json ||
   fail "grow: report --vs-sim failed"
