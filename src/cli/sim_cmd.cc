@@ -124,6 +124,20 @@ std::string NoSpareNote(const sim::Scenario& s,
          "lost work. Give spares (cluster.spares or --spares N) to see a spare swap.\n";
 }
 
+// A step time for a layout that cannot run would be a made-up number.
+void RefuseIfItDoesNotFit(const spec::JobSpec& job, const sim::StepTime& step) {
+  if (step.fits) return;
+  throw SpecError(
+      job.PosOf("parallel"), "parallel",
+      fmt::format("the layout (dp {} x tp {} x pp {} x cp {}, ZeRO-{}, micro-batch {}) does not "
+                  "fit: {} per accelerator > {} HBM of {}; raise tp or pp, zero_stage, or "
+                  "train.recompute, or let `fmstack sim --search` rank the layouts that fit",
+                  job.layout.dp, job.layout.tp, job.layout.pp, job.layout.cp, job.layout.zero_stage,
+                  job.train.micro_batch, units::FormatBytes(step.memory_per_accelerator),
+                  units::FormatBytes(job.cluster->accelerator.hbm_bytes),
+                  job.cluster->accelerator.name));
+}
+
 int RunSim(const SimArgs& args) {
   const catalog::Catalog catalog = LoadCatalog(args.catalog_dir);
   const spec::JobSpec job = LoadJob(args.job, args.cluster, catalog);
@@ -170,6 +184,7 @@ int RunSim(const SimArgs& args) {
   }
 
   const sim::BuiltScenario base = sim::MakeScenario(job, catalog, options);
+  RefuseIfItDoesNotFit(job, base.info.step);
   if (args.format != "json") std::cout << sim::RenderScenario(job, base) << "\n";
   const ProgressLine progress;
   std::vector<sim::PolicyOutcome> outcomes;

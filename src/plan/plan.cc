@@ -139,11 +139,21 @@ void CheckFeasibility(Plan& plan, const spec::JobSpec& job) {
   if (!plan.cluster || !plan.memory.per_accelerator) return;
   const spec::ClusterSpec& cl = *plan.cluster;
   const double need = plan.memory.per_accelerator->total();
-  if (need > cl.accelerator.hbm_bytes) {
+  plan.fits = need <= cl.accelerator.hbm_bytes;
+  if (!*plan.fits) {
+    plan.fit_reason =
+        fmt::format("{} per accelerator > {} HBM of {}", units::FormatBytes(need),
+                    units::FormatBytes(cl.accelerator.hbm_bytes), cl.accelerator.name);
     plan.warnings.push_back(fmt::format(
-        "does not fit: {} per accelerator > {} HBM of {} (raise tp/pp, zero_stage, or recompute)",
-        units::FormatBytes(need), units::FormatBytes(cl.accelerator.hbm_bytes),
-        cl.accelerator.name));
+        "does not fit: {} (raise tp/pp, zero_stage, or recompute; `fmstack sim --search` ranks "
+        "the layouts that fit); wall time and cost assume a layout that fits",
+        plan.fit_reason));
+  }
+  if (!cl.shared.configured && !cl.object.configured) {
+    plan.warnings.push_back(
+        "no durable tier (cluster.shared or cluster.object): checkpoints live only on node-local "
+        "disks, so a lost node's shard survives only through resilience.local_replica, and "
+        "silent data corruption found after the local copies rotate out restarts from step 0");
   }
   if (job.layout.tp > cl.scaleup_domain) {
     plan.warnings.push_back(

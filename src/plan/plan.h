@@ -93,6 +93,10 @@ struct Plan {
   CheckpointPlan checkpoint;
   StoragePlan storage;
   int64_t vcpus = 0;
+  // Whether the layout's per-accelerator memory fits the cluster's HBM;
+  // unknown (nullopt) without a cluster. `fit_reason` says why not.
+  std::optional<bool> fits;
+  std::string fit_reason;
   std::vector<std::string> warnings;
 };
 

@@ -70,6 +70,9 @@ Section MemorySection(const Plan& p) {
                      FormatBytes(a.grads), FormatBytes(a.optimizer), FormatBytes(a.activations))});
     s.table.AddRow({"HBM available", FormatBytes(m.hbm_bytes),
                     fmt::format("{:.0f}% used", 100 * a.total() / m.hbm_bytes)});
+    if (p.fits) {
+      s.table.AddRow({"layout fits", *p.fits ? "yes" : "NO", p.fit_reason});
+    }
   }
   return s;
 }

@@ -102,6 +102,7 @@ json ToJson(const Plan& p) {
                   {"shared_capacity_bytes", p.storage.shared_capacity},
                   {"monthly_cost_usd", p.storage.monthly_cost}};
   j["vcpus"] = p.vcpus;
+  j["fits"] = p.fits ? json{{"ok", *p.fits}, {"reason", p.fit_reason}} : json(nullptr);
   j["warnings"] = p.warnings;
   return j;
 }

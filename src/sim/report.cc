@@ -79,9 +79,9 @@ std::string RenderScenario(const spec::JobSpec& job, const BuiltScenario& b) {
   out += fmt::format("comm     tp {}, cp {}, pp {}, ep {}; dp {} of {} not hidden by compute\n",
                      FormatSeconds(t.tp), FormatSeconds(t.cp), FormatSeconds(t.pp),
                      FormatSeconds(t.ep), FormatSeconds(t.dp_exposed), FormatSeconds(t.dp));
-  out += fmt::format("speed    {:.0f} TFLOP/s per accelerator, MFU {:.1f}%; memory {} of {}{}\n",
+  out += fmt::format("speed    {:.0f} TFLOP/s per accelerator, MFU {:.1f}%; memory {} of {}\n",
                      t.tflops_per_accelerator, 100 * t.mfu, FormatBytes(t.memory_per_accelerator),
-                     FormatBytes(c.accelerator.hbm_bytes), t.fits ? "" : "  ** DOES NOT FIT **");
+                     FormatBytes(c.accelerator.hbm_bytes));
   if (i.steps > 0) {
     out += fmt::format("work     {} steps = {:.2f} days without faults\n", i.steps,
                        s.work_seconds / 86400);
@@ -104,6 +104,11 @@ std::string RenderScenario(const spec::JobSpec& job, const BuiltScenario& b) {
                          FormatSeconds(tier.write_seconds), FormatSeconds(tier.read_seconds));
   }
   out += fmt::format("tiers    {}\n", tiers.empty() ? "none" : tiers);
+  if (!c.shared.configured && !c.object.configured) {
+    out +=
+        "warning  no durable tier (cluster.shared or cluster.object): a silent corruption\n"
+        "         found after the local copies rotate out restarts from step 0\n";
+  }
   out += fmt::format("recovery restart {}, peer rebuild {}, peer state transfer {} ({} per node)\n",
                      FormatSeconds(s.restart_seconds), FormatSeconds(s.peer_rebuild_seconds),
                      FormatSeconds(s.peer_restore_seconds), FormatBytes(i.state_per_node));

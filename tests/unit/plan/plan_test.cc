@@ -108,6 +108,23 @@ nodes = 1
     return w.find("does not fit") != std::string::npos;
   });
   EXPECT_TRUE(found);
+  ASSERT_TRUE(p.fits.has_value());
+  EXPECT_FALSE(*p.fits);
+  const nlohmann::json j = ToJson(p);
+  EXPECT_EQ(j["fits"]["ok"], false);
+  EXPECT_NE(j["fits"]["reason"].get<std::string>().find("HBM of h100-80gb"), std::string::npos);
+  // Only local disks: the plan says that no tier is durable.
+  const bool durable = std::any_of(p.warnings.begin(), p.warnings.end(), [](const std::string& w) {
+    return w.find("no durable tier") != std::string::npos;
+  });
+  EXPECT_TRUE(durable);
+}
+
+TEST(Plan, FitsIsUnknownWithoutACluster) {
+  const Plan p =
+      MakePlan(spec::ParseJobSpec("model = \"llama2-7b\"\n", "j.toml", Cat()), Cat(), {});
+  EXPECT_FALSE(p.fits.has_value());
+  EXPECT_TRUE(ToJson(p)["fits"].is_null());
 }
 
 TEST(Sizing, YoungDalyBeatsTenthOfMttiWhenSavesAreCheap) {
