@@ -10,8 +10,8 @@
 
 #include "catalog/catalog.h"
 #include "cli/commands.h"
+#include "resilience/job_model.h"
 #include "resilience/policy.h"
-#include "sim/scenario.h"
 #include "train/checkpoint.h"
 #include "util/error.h"
 #include "util/units.h"
@@ -126,14 +126,10 @@ std::optional<int64_t> TrainCheckpointer::Resume(std::optional<int64_t> max_step
 }
 
 double TrainCheckpointer::Mtti(std::string* source) const {
-  // The same fault rates and rule that `fmstack sim` plays out for this file.
-  double planned = 0;
-  const std::vector<catalog::FaultCause> causes =
-      sim::ResolveCauses(job_, catalog_, &planned, source);
-  const int64_t nodes = job_.cluster ? job_.cluster->nodes : 1;
-  const double job_mtti = job_.cluster ? job_.cluster->job_mtti_seconds : 0;
-  if (job_mtti > 0) *source = "cluster.job_mtti";
-  return resilience::JobMtti(causes, nodes, job_mtti);
+  // The same fault rates and rule that `fmstack sim` and `plan` use for this file.
+  const resilience::FaultLoad load = resilience::ResolveFaultLoad(job_, catalog_);
+  *source = load.source;
+  return load.mtti;
 }
 
 void TrainCheckpointer::ChooseCadence(double blocking_seconds) {

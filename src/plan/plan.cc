@@ -39,32 +39,23 @@ void AddFits(MemoryPlan& m, const catalog::Catalog& catalog, Precision precision
 }
 
 CheckpointPlan PlanCheckpoint(const spec::JobSpec& job, double num_params,
-                              const std::optional<spec::ClusterSpec>& cluster) {
+                              const std::optional<spec::ClusterSpec>& cluster,
+                              const catalog::Catalog& catalog) {
   CheckpointPlan c;
   c.bytes = workload::CheckpointBytes(num_params, job.train.state);
-  c.tier = job.checkpoint.tier;
   if (!cluster) return c;
-  const spec::StorageSpec& tier = c.tier == "local"    ? cluster->local
-                                  : c.tier == "shared" ? cluster->shared
-                                                       : cluster->object;
-  // Node-local disks write in parallel: each node saves its own shard.
-  const double nodes = static_cast<double>(cluster->nodes);
-  c.tier_bandwidth = c.tier == "local" ? tier.write_bandwidth * nodes : tier.write_bandwidth;
-  c.save_seconds = c.tier_bandwidth > 0 ? c.bytes / c.tier_bandwidth : 0;
-  c.mtti = cluster->JobMtti();
+  const resilience::FaultLoad load = resilience::ResolveFaultLoad(job, catalog);
+  c.mtti = load.mtti;
+  c.mtti_source = load.source;
+  const resilience::CheckpointCost cost = resilience::ModelCheckpoints(job, catalog, c.mtti);
+  c.save_seconds = cost.blocking_seconds;
+  c.tiers = cost.tiers;
+  c.drain_seconds = cost.drain_seconds;
+  c.interval = cost.interval_seconds;
+  c.interval_rule = cost.interval_rule;
   if (c.mtti > 0) {
     c.interval_tenth_mtti = IntervalTenthOfMtti(c.mtti);
     c.interval_young_daly = c.save_seconds > 0 ? IntervalYoungDaly(c.save_seconds, c.mtti) : 0;
-  }
-  if (!job.checkpoint.interval_auto) {
-    c.interval = job.checkpoint.interval_seconds;
-    c.interval_rule = "from the job spec";
-  } else if (c.interval_young_daly > 0) {
-    c.interval = c.interval_young_daly;
-    c.interval_rule = "Young/Daly sqrt(2 C MTTI)";
-  } else if (c.interval_tenth_mtti > 0) {
-    c.interval = c.interval_tenth_mtti;
-    c.interval_rule = "MTTI / 10";
   }
   if (c.interval > 0) {
     if (c.mtti > 0) c.overhead = CheckpointOverhead(c.interval, c.save_seconds, c.mtti);
@@ -183,7 +174,7 @@ Plan MakePlan(const spec::JobSpec& job, const catalog::Catalog& catalog,
   AddFits(plan.memory, catalog, job.train.precision);
   PlanCompute(plan, job, options);
   PlanCost(plan);
-  plan.checkpoint = PlanCheckpoint(job, n, plan.cluster);
+  plan.checkpoint = PlanCheckpoint(job, n, plan.cluster, catalog);
 
   StoragePlan& s = plan.storage;
   s.data_bytes = job.data.size_bytes;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "catalog/catalog.h"
+#include "resilience/job_model.h"
 #include "spec/job_spec.h"
 #include "workload/memory.h"
 #include "workload/shape.h"
@@ -60,12 +61,15 @@ struct CostPlan {
   double per_month_on_demand = 0;
 };
 
+// The same figures `fmstack sim` and the runtime use (resilience/job_model.h),
+// plus the seeds' sizing rules beside them.
 struct CheckpointPlan {
   double bytes = 0;
-  std::string tier;
-  double tier_bandwidth = 0;
-  double save_seconds = 0;  // blocking save on `tier`
-  double mtti = 0;          // job MTTI; 0 = unknown
+  double save_seconds = 0;                  // blocking: the snapshot into host memory
+  std::vector<resilience::TierCost> tiers;  // each tier's write and read, fastest first
+  double drain_seconds = 0;                 // the slowest tier's write
+  double mtti = 0;                          // job MTTI of unexpected faults; 0 = none
+  std::string mtti_source;
   double interval_tenth_mtti = 0, interval_young_daly = 0, interval = 0;
   std::string interval_rule;
   double overhead = 0;  // expected share of time lost at `interval`

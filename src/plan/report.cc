@@ -143,23 +143,32 @@ Section CostSection(const Plan& p) {
   return s;
 }
 
+// "fault set llama3-405b: The Llama 3 Herd ..." -> "fault set llama3-405b".
+std::string ShortSource(const std::string& source) {
+  return source.substr(0, std::min(source.find(':'), source.find(" (")));
+}
+
 Section CheckpointSection(const Plan& p) {
   Section s = NewSection("Checkpoints");
   const CheckpointPlan& c = p.checkpoint;
   s.table.AddRow({"size", FormatBytes(c.bytes),
                   p.memory.bytes.master > 0 ? "weights + fp32 master + optimizer state"
                                             : "weights + optimizer state"});
-  if (c.tier_bandwidth > 0) {
-    s.table.AddRow(
-        {"blocking save", FormatSeconds(c.save_seconds),
-         fmt::format("{} tier at {}", c.tier, units::FormatBandwidth(c.tier_bandwidth))});
+  if (p.cluster) {
+    s.table.AddRow({"blocking save", FormatSeconds(c.save_seconds),
+                    "each accelerator's share into host memory (resilience.snapshot_bandwidth)"});
+    for (const resilience::TierCost& t : c.tiers) {
+      s.table.AddRow(
+          {t.name + " tier write", FormatSeconds(t.write_seconds),
+           fmt::format("in the background; read back in {}", FormatSeconds(t.read_seconds))});
+    }
   }
   if (c.mtti > 0) {
-    s.table.AddRow({"job MTTI", FormatSeconds(c.mtti), ""});
+    s.table.AddRow({"job MTTI", FormatSeconds(c.mtti), ShortSource(c.mtti_source)});
     s.table.AddRow({"interval, MTTI/10", FormatSeconds(c.interval_tenth_mtti), "seeds' rule"});
     if (c.interval_young_daly > 0) {
-      s.table.AddRow(
-          {"interval, Young/Daly", FormatSeconds(c.interval_young_daly), "sqrt(2 x save x MTTI)"});
+      s.table.AddRow({"interval, Young/Daly", FormatSeconds(c.interval_young_daly),
+                      "sqrt(2 x blocking x MTTI)"});
     }
   }
   if (c.interval > 0) {

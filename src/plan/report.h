@@ -9,7 +9,7 @@
 
 namespace fmstack::plan {
 
-inline constexpr int kPlanSchemaVersion = 1;
+inline constexpr int kPlanSchemaVersion = 2;
 
 std::string RenderText(const Plan& plan);
 std::string RenderMarkdown(const Plan& plan);

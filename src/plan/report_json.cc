@@ -19,8 +19,7 @@ json ClusterJson(const spec::ClusterSpec& c) {
           {"nodes", c.nodes},
           {"spares", c.spares},
           {"accelerators", c.accelerators()},
-          {"scaleup_domain", c.scaleup_domain},
-          {"job_mtti_seconds", c.JobMtti()}};
+          {"scaleup_domain", c.scaleup_domain}};
 }
 
 }  // namespace
@@ -84,11 +83,19 @@ json ToJson(const Plan& p) {
                {"blended_usd", p.cost.blended},
                {"per_month_on_demand_usd", p.cost.per_month_on_demand}};
   const CheckpointPlan& k = p.checkpoint;
+  json tiers = json::array();
+  for (const resilience::TierCost& t : k.tiers) {
+    tiers.push_back({{"name", t.name},
+                     {"write_seconds", t.write_seconds},
+                     {"read_seconds", t.read_seconds},
+                     {"node_local", t.node_local}});
+  }
   j["checkpoint"] = {{"bytes", k.bytes},
-                     {"tier", k.tier},
-                     {"tier_bandwidth", k.tier_bandwidth},
                      {"save_seconds", k.save_seconds},
+                     {"tiers", tiers},
+                     {"drain_seconds", k.drain_seconds},
                      {"mtti_seconds", k.mtti},
+                     {"mtti_source", k.mtti_source},
                      {"interval_tenth_mtti_seconds", k.interval_tenth_mtti},
                      {"interval_young_daly_seconds", k.interval_young_daly},
                      {"interval_seconds", k.interval},

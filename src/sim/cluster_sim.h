@@ -10,17 +10,13 @@
 #include <vector>
 
 #include "catalog/catalog.h"
+#include "resilience/job_model.h"
 #include "resilience/policy.h"
 
 namespace fmstack::sim {
 
-// One checkpoint tier as the job sees it, fastest first.
-struct TierModel {
-  std::string name;
-  double write_seconds = 0;  // host snapshot -> committed on this tier
-  double read_seconds = 0;   // restore from this tier
-  bool node_local = false;   // lost with a replaced node (unless replicated to a peer)
-};
+// One checkpoint tier as the job sees it, fastest first (resilience/job_model.h).
+using TierModel = resilience::TierCost;
 
 // Everything one run needs, in seconds and counts (see MakeScenario).
 struct Scenario {

@@ -98,12 +98,12 @@ std::string RenderScenario(const spec::JobSpec& job, const BuiltScenario& b) {
   out += fmt::format("ckpt     {} per save, blocking {}, keep {}\n",
                      FormatBytes(i.checkpoint_bytes), FormatSeconds(s.checkpoint_blocking), s.keep);
   out += fmt::format("interval {} ({})\n", FormatSeconds(s.checkpoint_interval), i.interval_rule);
-  std::string tiers;
-  for (const TierModel& tier : s.tiers) {
-    tiers += fmt::format("{}{} write {} / read {}", tiers.empty() ? "" : "; ", tier.name,
-                         FormatSeconds(tier.write_seconds), FormatSeconds(tier.read_seconds));
+  if (s.tiers.empty()) out += "tiers    none\n";
+  for (size_t k = 0; k < s.tiers.size(); ++k) {
+    out += fmt::format("{}{} write {} / read {}\n", k == 0 ? "tiers    " : "         ",
+                       s.tiers[k].name, FormatSeconds(s.tiers[k].write_seconds),
+                       FormatSeconds(s.tiers[k].read_seconds));
   }
-  out += fmt::format("tiers    {}\n", tiers.empty() ? "none" : tiers);
   if (!c.shared.configured && !c.object.configured) {
     out +=
         "warning  no durable tier (cluster.shared or cluster.object): a silent corruption\n"

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "resilience/job_model.h"
 #include "util/error.h"
 #include "workload/memory.h"
 #include "workload/shape.h"
@@ -14,76 +15,7 @@ namespace {
 
 constexpr double kDay = 86400;
 
-// Node-local NVMe when the spec does not size it: the catalog's estimate.
-double LocalBandwidth(const spec::ClusterSpec& c, const catalog::Catalog& catalog) {
-  if (c.local.configured && c.local.write_bandwidth > 0) return c.local.write_bandwidth;
-  const catalog::StorageTier* nvme = catalog.FindStorage("instance-nvme");
-  return nvme != nullptr ? nvme->write_bandwidth : 0;
-}
-
-std::vector<TierModel> Tiers(const spec::JobSpec& job, const catalog::Catalog& catalog,
-                             double bytes, int64_t nodes) {
-  const spec::ClusterSpec& c = *job.cluster;
-  std::vector<TierModel> tiers;
-  const double local_bw = LocalBandwidth(c, catalog);
-  if (local_bw > 0 && (c.local.configured || c.instance.nvme_bytes > 0)) {
-    // Each node writes its share; with a peer replica it also receives one.
-    const double per_node = bytes / static_cast<double>(nodes);
-    const double copies = job.resilience.local_replica ? 2.0 : 1.0;
-    tiers.push_back({"local", copies * per_node / local_bw, per_node / local_bw, true});
-  }
-  if (c.shared.configured && c.shared.write_bandwidth > 0) {
-    tiers.push_back(
-        {"shared", bytes / c.shared.write_bandwidth, bytes / c.shared.write_bandwidth, false});
-  }
-  if (c.object.configured && c.object.write_bandwidth > 0) {
-    tiers.push_back(
-        {"object", bytes / c.object.write_bandwidth, bytes / c.object.write_bandwidth, false});
-  }
-  return tiers;
-}
-
 }  // namespace
-
-std::vector<catalog::FaultCause> ResolveCauses(const spec::JobSpec& job,
-                                               const catalog::Catalog& catalog,
-                                               double* planned_per_node_hour, std::string* source) {
-  std::vector<catalog::FaultCause> causes;
-  *planned_per_node_hour = 0;
-  std::string set = job.faults.set;
-  const double node_mtbf = job.cluster ? job.cluster->node_mtbf_seconds : 0;
-  if (set.empty() && node_mtbf > 0) {
-    catalog::FaultCause node;
-    node.name = "node";
-    node.component = "node";
-    node.recovery = catalog::Recovery::kReplace;
-    node.rate_per_node_hour = 3600.0 / node_mtbf;
-    node.detect_seconds = 60;
-    node.out_of_service_seconds = 24 * 3600;
-    causes.push_back(node);
-    *source = fmt::format("cluster.node_mtbf = {:.0f} h", node_mtbf / 3600);
-  } else {
-    const bool by_default = set.empty();
-    if (by_default) set = "llama3-405b";
-    if (set != "none") {
-      const catalog::FaultSet* fs = catalog.FindFaultSet(set);
-      if (fs == nullptr) throw Error(fmt::format("fault set '{}' is not in the catalog", set));
-      causes = fs->causes;
-      if (job.faults.planned) *planned_per_node_hour = fs->planned_per_node_hour;
-      *source =
-          fmt::format("fault set {}{}: {}", fs->name,
-                      by_default ? " (the default: the job has no faults.set)" : "", fs->source);
-    } else {
-      *source = "no catalog fault set";
-    }
-  }
-  if (!job.faults.causes.empty())
-    *source += fmt::format(" + {} from the spec", job.faults.causes.size());
-  causes.insert(causes.end(), job.faults.causes.begin(), job.faults.causes.end());
-  for (catalog::FaultCause& c : causes) c.rate_per_node_hour *= job.faults.scale;
-  *planned_per_node_hour *= job.faults.scale;
-  return causes;
-}
 
 BuiltScenario MakeScenario(const spec::JobSpec& job, const catalog::Catalog& catalog,
                            const ScenarioOptions& options) {
@@ -119,33 +51,22 @@ BuiltScenario MakeScenario(const spec::JobSpec& job, const catalog::Catalog& cat
     info.steps = 0;
   }
 
-  // Checkpoint: weights, master copy and optimizer state, spread over all nodes.
-  const workload::ParamCounts params = workload::CountParams(job.model);
-  info.checkpoint_bytes =
-      static_cast<double>(params.total) * job.train.state.checkpoint_per_param();
-  const double per_accelerator = info.checkpoint_bytes / static_cast<double>(job.layout.world());
-  s.checkpoint_blocking = per_accelerator / job.resilience.snapshot_bandwidth;
-  s.tiers = Tiers(job, catalog, info.checkpoint_bytes, cl.nodes);
+  // Faults and checkpoints as plan and the runtime see them (resilience/).
+  const resilience::FaultLoad load = resilience::ResolveFaultLoad(job, catalog);
+  s.causes = load.causes;
+  s.planned_per_node_hour = load.planned_per_node_hour;
+  info.fault_source = load.source;
+  info.mtti = load.mtti;
+  const resilience::CheckpointCost ck = resilience::ModelCheckpoints(job, catalog, info.mtti);
+  info.checkpoint_bytes = ck.bytes;
+  s.checkpoint_blocking = ck.blocking_seconds;
+  s.tiers = ck.tiers;
+  info.drain = ck.drain_seconds;
+  s.checkpoint_interval = ck.interval_seconds;
+  info.interval_rule = ck.interval_rule;
   s.local_replica = job.resilience.local_replica;
   s.keep = job.checkpoint.keep;
   s.milestone_interval = job.checkpoint.milestone_seconds;
-  for (const TierModel& t : s.tiers) info.drain = std::max(info.drain, t.write_seconds);
-
-  std::string source;
-  s.causes = ResolveCauses(job, catalog, &s.planned_per_node_hour, &source);
-  info.fault_source = source;
-  info.mtti = resilience::JobMtti(s.causes, cl.nodes, cl.job_mtti_seconds);
-  if (job.checkpoint.interval_auto) {
-    s.checkpoint_interval =
-        resilience::CheckpointInterval(s.checkpoint_blocking, info.mtti, info.drain);
-    if (s.checkpoint_interval <= 0) s.checkpoint_interval = 3600;
-    info.interval_rule = s.checkpoint_interval > info.drain
-                             ? "auto: Young/Daly sqrt(2 x blocking x MTTI)"
-                             : "auto: slowest tier's drain time";
-  } else {
-    s.checkpoint_interval = job.checkpoint.interval_seconds;
-    info.interval_rule = "checkpoint.interval";
-  }
 
   // Peers send a replacement node its ranks' state over its NICs.
   workload::ActivationOptions a;

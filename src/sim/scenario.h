@@ -48,10 +48,4 @@ struct BuiltScenario {
 BuiltScenario MakeScenario(const spec::JobSpec& job, const catalog::Catalog& catalog,
                            const ScenarioOptions& options = {});
 
-// The fault causes a job is exposed to, scaled, and the planned-maintenance
-// rate; `source` says where they came from.
-std::vector<catalog::FaultCause> ResolveCauses(const spec::JobSpec& job,
-                                               const catalog::Catalog& catalog,
-                                               double* planned_per_node_hour, std::string* source);
-
 }  // namespace fmstack::sim

@@ -99,7 +99,6 @@ workload::Layout ReadParallel(StrictTable& root, KeyPositions& positions) {
 }
 
 CheckpointSpec ReadCheckpoint(StrictTable& root, const std::filesystem::path& base) {
-  static const std::vector<std::string> kTiers = {"local", "shared", "object"};
   CheckpointSpec c;
   std::optional<StrictTable> t = root.Table("checkpoint");
   if (!t) return c;
@@ -112,7 +111,12 @@ CheckpointSpec ReadCheckpoint(StrictTable& root, const std::filesystem::path& ba
     if (c.interval_seconds <= 0) t->Fail("interval", "expected a positive duration or \"auto\"");
   }
   c.keep = t->Int("keep", 1, 100000).value_or(3);
-  c.tier = t->Choice("tier", kTiers).value_or("local");
+  if (t->Has("tier")) {
+    t->Fail("tier",
+            "is no longer read: a save's blocking part is the snapshot into host memory "
+            "(resilience.snapshot_bandwidth), and every tier the cluster configures is written "
+            "behind it; remove the key");
+  }
   c.overhead_budget = t->Number("overhead_budget", 1e-6, 0.99).value_or(0.1);
   c.milestone_seconds = t->Seconds("milestone").value_or(c.milestone_seconds);
   if (c.milestone_seconds < 0) t->Fail("milestone", "expected a duration (0 = none)");

@@ -50,7 +50,6 @@ struct CheckpointSpec {
   bool interval_auto = true;  // Young/Daly from save time and MTTI
   double interval_seconds = 0;
   int64_t keep = 3;              // generations kept
-  std::string tier = "local";    // where the blocking save lands: local | shared | object
   double overhead_budget = 0.1;  // share of time checkpointing may take
   // Besides the newest `keep`, one checkpoint per this much wall time stays on
   // the durable tiers, so that silent corruption found late has a clean

@@ -45,10 +45,16 @@ TEST(Plan, Llama405bOnP5_512) {
   EXPECT_EQ(p.cluster->accelerators(), 4096);
   EXPECT_DOUBLE_EQ(p.checkpoint.mtti, 150 * 60);
   EXPECT_DOUBLE_EQ(p.checkpoint.interval_tenth_mtti, 900);
-  // Young/Daly from the blocking save on node-local NVMe (512 nodes x 8 GB/s).
+  // Young/Daly from the blocking snapshot (each of 4,096 accelerators copies
+  // its share at resilience.snapshot_bandwidth); the interval cannot be
+  // shorter than the slowest tier's drain (the shared file system here).
+  EXPECT_DOUBLE_EQ(p.checkpoint.save_seconds, p.checkpoint.bytes / 4096 / 25e9);
   EXPECT_DOUBLE_EQ(p.checkpoint.interval_young_daly,
-                   IntervalYoungDaly(p.checkpoint.bytes / (512 * 8e9), 9000));
-  EXPECT_EQ(p.checkpoint.interval, p.checkpoint.interval_young_daly);
+                   IntervalYoungDaly(p.checkpoint.save_seconds, 9000));
+  ASSERT_EQ(p.checkpoint.tiers.size(), 3u);
+  EXPECT_DOUBLE_EQ(p.checkpoint.tiers[0].write_seconds, 2 * p.checkpoint.bytes / 512 / 8e9);
+  EXPECT_GT(p.checkpoint.drain_seconds, p.checkpoint.interval_young_daly);
+  EXPECT_DOUBLE_EQ(p.checkpoint.interval, p.checkpoint.drain_seconds);
   EXPECT_TRUE(p.warnings.empty()) << p.warnings.front();
 }
 

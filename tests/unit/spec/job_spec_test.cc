@@ -79,7 +79,6 @@ zero_stage = 2
 [checkpoint]
 interval = "30m"
 keep = 5
-tier = "shared"
 overhead_budget = 0.05
 [data]
 size = "3.4TB"
