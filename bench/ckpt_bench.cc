@@ -5,7 +5,7 @@
 //   per state size (default 1 GB and 4 GB, in 64 float32 tensors):
 //     blocking  Save() time / memcpy time of the state         target <= 1.2x
 //     commit    state / time to COMMITTED on the local tier     target >= 85% of disk write
-//     restore   state / cold restore time (page cache dropped)  target >= 85% of disk read
+//     restore   state / cold restore time (page cache dropped)  target >= 80% of disk read
 //     overlap   step time of a training loop (sgemm, one thread) while the
 //               background write runs / without it             target <= 1.05x
 //     peers     torch.save + fsync, torch.distributed.checkpoint + fsync
@@ -284,18 +284,20 @@ int main(int argc, char** argv) {
       table.AddRow(
           {"cold restore",
            fmt::format("{:.2f} s = {}/s", r->seconds, units::FormatBytes(size / r->seconds)),
-           fmt::format("{:.0f}% of disk read", 100 * size / r->seconds / disk.read), ">= 85%"});
+           fmt::format("{:.0f}% of disk read", 100 * size / r->seconds / disk.read), ">= 80%"});
       table.AddRow(
           {"training step during the write",
            fmt::format("{:.1f} ms vs {:.1f} ms ({} steps in {:.1f} s)", 1e3 * during / n_during,
                        1e3 * alone / n_alone, n_during, write_window),
            fmt::format("{:.3f}x", slowdown), "<= 1.05x"});
+      std::string torch_version = "skipped";
       if (!no_torch) {
         std::cerr << "  PyTorch peers...\n";
         const nlohmann::json peers = TorchPeers(script, dir, state.bytes);
         if (!peers.is_null()) {
+          torch_version = peers.value("torch", "?");
           for (const auto& [key, label] :
-               {std::pair{"torch_save_s", "torch.save + fsync"},
+               {std::pair{"torch_save_s", "torch.save(path) + fsync, median of 3"},
                 std::pair{"dcp_save_s", "torch.distributed.checkpoint"}}) {
             if (!peers.contains(key)) {
               table.AddRow({label, "unavailable", peers.value("dcp_error", "?").substr(0, 60), ""});
@@ -305,12 +307,12 @@ int main(int argc, char** argv) {
             table.AddRow({std::string(label) + " (durable = blocking)", fmt::format("{:.2f} s", s),
                           fmt::format("{:.1f}x slower to durable, {:.0f}x longer blocking",
                                       s / t.commit_seconds[0], s / blocking.blocking_seconds),
-                          ">= 3x, >= 10x"});
+                          key == std::string("torch_save_s") ? ">= 5x, >= 10x" : ""});
           }
         }
       }
-      std::cout << fmt::format("state {} ({} tensors, torch {})\n", units::FormatBytes(size),
-                               state.tensors.size(), no_torch ? "skipped" : "measured")
+      std::cout << fmt::format("state {} ({} tensors, PyTorch {})\n", units::FormatBytes(size),
+                               state.tensors.size(), torch_version)
                 << table.RenderText() << "\n";
     }
     fs::remove_all(dir);

@@ -81,6 +81,11 @@ void ReadAndCheckHeader(Tier& tier, int64_t step, const Manifest& m, const std::
   CheckShardHeader(idx, m, file, where);
 }
 
+// Pieces of 8 MiB: a virtual disk read cold delivered 0.7-1.1 GB/s to 1 MiB
+// reads and 2.3 GB/s to 8 MiB ones (2-core development VM); the copy out of
+// a bigger buffer costs less than the reads it saves.
+constexpr int64_t kReadPieceBytes = int64_t{8} << 20;
+
 // Reads the chunks of `file` that `needs` touch, verifies them, scatters.
 int64_t ReadFile(Tier& tier, int64_t step, const Manifest& m, const std::string& file,
                  std::vector<Need> needs) {
@@ -99,25 +104,26 @@ int64_t ReadFile(Tier& tier, int64_t step, const Manifest& m, const std::string&
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash(XXH3_createState(), XXH3_freeState);
   int64_t read = 0;
   size_t first_need = 0;
-  StreamSpans(tier, step, file, f.data_offset, spans, f.chunk_bytes,
-              [&](int64_t pos, std::span<const char> bytes) {
-                const int64_t end = pos + static_cast<int64_t>(bytes.size());
-                if (pos % f.chunk_bytes == 0) XXH3_64bits_reset(hash.get());
-                XXH3_64bits_update(hash.get(), bytes.data(), bytes.size());
-                if (end % f.chunk_bytes == 0 || end == f.size - f.data_offset) {
-                  CheckDigest(m, file, f, pos / f.chunk_bytes, XXH3_64bits_digest(hash.get()), end,
-                              where);
-                }
-                for (size_t k = first_need; k < needs.size() && needs[k].lo < end; ++k) {
-                  const int64_t lo = std::max(needs[k].lo, pos), hi = std::min(needs[k].hi, end);
-                  if (hi > lo && needs[k].dest != nullptr) {
-                    std::memcpy(needs[k].dest + (lo - needs[k].lo), bytes.data() + (lo - pos),
-                                static_cast<size_t>(hi - lo));
-                  }
-                }
-                while (first_need < needs.size() && needs[first_need].hi <= end) ++first_need;
-                read += end - pos;
-              });
+  StreamSpans(
+      tier, step, file, f.data_offset, spans, f.chunk_bytes,
+      [&](int64_t pos, std::span<const char> bytes) {
+        const int64_t end = pos + static_cast<int64_t>(bytes.size());
+        if (pos % f.chunk_bytes == 0) XXH3_64bits_reset(hash.get());
+        XXH3_64bits_update(hash.get(), bytes.data(), bytes.size());
+        if (end % f.chunk_bytes == 0 || end == f.size - f.data_offset) {
+          CheckDigest(m, file, f, pos / f.chunk_bytes, XXH3_64bits_digest(hash.get()), end, where);
+        }
+        for (size_t k = first_need; k < needs.size() && needs[k].lo < end; ++k) {
+          const int64_t lo = std::max(needs[k].lo, pos), hi = std::min(needs[k].hi, end);
+          if (hi > lo && needs[k].dest != nullptr) {
+            std::memcpy(needs[k].dest + (lo - needs[k].lo), bytes.data() + (lo - pos),
+                        static_cast<size_t>(hi - lo));
+          }
+        }
+        while (first_need < needs.size() && needs[first_need].hi <= end) ++first_need;
+        read += end - pos;
+      },
+      kReadPieceBytes);
   return read;
 }
 
