@@ -16,7 +16,15 @@ grep -qx "netns=$ns" "$dir/state.env" || { echo "slurm-node: the cluster has no 
 case "$action" in
   down)
     ip -n "$ns" link set eth0 down
-    ip netns pids "$ns" | xargs -r kill -KILL
+    # Kill until none is left, within 5 s: a process may exit between the
+    # listing and the kill (not an error), or fork after the listing.
+    for _ in $(seq 50); do
+      pids=$(ip netns pids "$ns")
+      [ -z "$pids" ] && break
+      kill -KILL $pids 2>/dev/null || true
+      sleep 0.1
+    done
+    [ -z "$(ip netns pids "$ns")" ] || { echo "slurm-node: processes in $ns survive SIGKILL" >&2; exit 1; }
     ;;
   up)
     ip -n "$ns" link set eth0 up

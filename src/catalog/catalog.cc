@@ -127,6 +127,23 @@ FaultSet ReadFaultSet(StrictTable& t) {
   return f;
 }
 
+ValidationCase ReadValidationCase(StrictTable& t, const std::string& file) {
+  ValidationCase v;
+  v.name = RequireString(t, "name");
+  v.group = t.String("group").value_or("");
+  v.metric = t.Choice("metric", std::vector<std::string>{"tflops_per_gpu", "step_seconds"})
+                 .value_or("tflops_per_gpu");
+  v.published = t.Number("published", 1e-9, 1e9).value_or(0);
+  if (v.published <= 0) t.Fail("published", "is required: the figure the source reports");
+  v.sequence_parallel = t.Bool("sequence_parallel").value_or(true);
+  v.calibration = t.Bool("calibration").value_or(false);
+  v.job = RequireString(t, "job");
+  v.source = RequireString(t, "source");
+  v.origin = fmt::format("{} (validation case {})", file, v.name);
+  t.Finish();
+  return v;
+}
+
 }  // namespace
 
 std::string_view RecoveryName(Recovery r) {
@@ -229,6 +246,13 @@ void Catalog::AddFile(std::string_view text, const std::string& name) {
     FaultSet f = ReadFaultSet(t);
     if (FindFaultSet(f.name) != nullptr) t.Fail("name", "duplicate fault set '" + f.name + "'");
     fault_sets_.push_back(std::move(f));
+  }
+  for (StrictTable& t : root.TableArray("validation")) {
+    ValidationCase v = ReadValidationCase(t, name);
+    for (const ValidationCase& o : validation_) {
+      if (o.name == v.name) t.Fail("name", "duplicate validation case '" + v.name + "'");
+    }
+    validation_.push_back(std::move(v));
   }
   root.Finish();
 }

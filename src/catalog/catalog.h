@@ -88,6 +88,20 @@ struct FaultSet {
   double UnplannedPerNodeHour() const;
 };
 
+// A published training run that `fmstack validate` models: the job as a job
+// file's text, and the figure its authors report for it.
+struct ValidationCase {
+  std::string name;
+  std::string group;   // cases of one group are compared for their ordering
+  std::string metric;  // "tflops_per_gpu" (model FLOP/s per accelerator) or "step_seconds"
+  double published = 0;
+  bool sequence_parallel = true;  // false for runs before Korthikanti et al. (2022)
+  bool calibration = false;       // a constant of the model was chosen with this case in view
+  std::string job;                // TOML of a job file with a [cluster]
+  std::string source;
+  std::string origin;  // "validation.toml" and the case's line, for errors
+};
+
 // Reads one cause: `count` over `node_hours` of exposure when node_hours > 0
 // (catalog fault sets), else `node_mtbf` (a spec's own causes).
 FaultCause ReadFaultCause(StrictTable& t, double node_hours);
@@ -105,6 +119,7 @@ class Catalog {
   std::span<const Instance> instances() const { return instances_; }
   std::span<const StorageTier> storage() const { return storage_; }
   std::span<const FaultSet> fault_sets() const { return fault_sets_; }
+  std::span<const ValidationCase> validation_cases() const { return validation_; }
 
   // By name or alias (case-insensitive); nullptr when unknown.
   const Accelerator* FindAccelerator(std::string_view name) const;
@@ -127,6 +142,7 @@ class Catalog {
   std::vector<Instance> instances_;
   std::vector<StorageTier> storage_;
   std::vector<FaultSet> fault_sets_;
+  std::vector<ValidationCase> validation_;
 };
 
 }  // namespace fmstack::catalog

@@ -70,6 +70,13 @@ void Presets() {
   std::cout << "model presets (model)\n" << t.RenderText() << "\n";
 }
 
+void Validation(const catalog::Catalog& c) {
+  TextTable t({"case", "metric", "published", "source"});
+  for (const catalog::ValidationCase& v : c.validation_cases())
+    t.AddRow({v.name, v.metric, fmt::format("{:g}", v.published), v.source});
+  std::cout << "validation cases (fmstack validate)\n" << t.RenderText() << "\n";
+}
+
 void Terms() {
   std::vector<std::string_view> names;
   for (const Term& term : Glossary()) names.push_back(term.name);
@@ -84,9 +91,10 @@ Runner AddCatalogCommand(CLI::App& app) {
   CLI::App* list = cmd->add_subcommand("list", "every name a job or cluster file may use");
   auto kind = std::make_shared<std::string>("all");
   auto dir = std::make_shared<std::string>();
-  list->add_option("kind", *kind, "instances, accelerators, storage, faults, presets, terms or all")
-      ->check(CLI::IsMember(
-          {"all", "instances", "accelerators", "storage", "faults", "presets", "terms"}));
+  list->add_option("kind", *kind,
+                   "instances, accelerators, storage, faults, presets, validation, terms or all")
+      ->check(CLI::IsMember({"all", "instances", "accelerators", "storage", "faults", "presets",
+                             "validation", "terms"}));
   list->add_option("--catalog", *dir, "catalog directory (default: the built-in one)");
   return [kind, dir] {
     const catalog::Catalog c = LoadCatalog(*dir);
@@ -96,6 +104,7 @@ Runner AddCatalogCommand(CLI::App& app) {
     if (all || *kind == "storage") Storage(c);
     if (all || *kind == "faults") Faults(c);
     if (all || *kind == "presets") Presets();
+    if (*kind == "validation") Validation(c);
     if (*kind == "terms") Terms();
     return 0;
   };

@@ -42,5 +42,6 @@ Runner AddNodeCommand(CLI::App& app);
 Runner AddBurninCommand(CLI::App& app);
 Runner AddSlurmCommand(CLI::App& app);
 Runner AddCatalogCommand(CLI::App& app);
+Runner AddValidateCommand(CLI::App& app);
 
 }  // namespace fmstack::cli

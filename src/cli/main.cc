@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   const fmstack::cli::Runner burnin = fmstack::cli::AddBurninCommand(app);
   const fmstack::cli::Runner slurm = fmstack::cli::AddSlurmCommand(app);
   const fmstack::cli::Runner catalog = fmstack::cli::AddCatalogCommand(app);
+  const fmstack::cli::Runner validate = fmstack::cli::AddValidateCommand(app);
   // A mistyped verb: CLI11 would say only "A subcommand is required".
   if (argc >= 2 && argv[1][0] != '-' && std::string_view(argv[1]) != "help") {
     std::vector<std::string> verbs;
@@ -62,6 +63,7 @@ int main(int argc, char** argv) {
   try {
     if (app.got_subcommand("plan")) return plan();
     if (app.got_subcommand("sim")) return sim();
+    if (app.got_subcommand("validate")) return validate();
     if (app.got_subcommand("data")) return data();
     if (app.got_subcommand("train")) return train();
     if (app.got_subcommand("generate")) return generate();

@@ -1,0 +1,87 @@
+// `fmstack validate [--format table|markdown|json] [--catalog DIR]`: the step
+// model against the published runs in the catalog's validation.toml.
+#include <fmt/format.h>
+
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "sim/validation.h"
+#include "util/text_table.h"
+
+namespace fmstack::cli {
+namespace {
+
+std::string Figure(const catalog::ValidationCase& c, double v) {
+  return c.metric == "step_seconds" ? fmt::format("{:.1f} s", v) : fmt::format("{:.0f}", v);
+}
+
+nlohmann::json ToJson(const sim::Validation& v) {
+  nlohmann::json j;
+  for (const sim::ValidationResult& r : v.results) {
+    j["cases"].push_back({{"name", r.c->name},
+                          {"metric", r.c->metric},
+                          {"published", r.c->published},
+                          {"model", r.model},
+                          {"error", r.error},
+                          {"calibration", r.c->calibration},
+                          {"source", r.c->source}});
+  }
+  for (const sim::GroupOrder& g : v.groups)
+    j["groups"].push_back({{"group", g.group}, {"cases", g.cases}, {"order_kept", g.kept}});
+  j["median_abs_error"] = v.median_abs_error;
+  j["worst_abs_error"] = v.worst_abs_error;
+  j["worst_case"] = v.worst_case;
+  j["independent_cases"] = v.independent;
+  j["independent_median_abs_error"] = v.independent_median_abs_error;
+  return j;
+}
+
+int Run(const std::string& format, const std::string& catalog_dir) {
+  const catalog::Catalog catalog = LoadCatalog(catalog_dir);
+  const sim::Validation v = sim::Validate(catalog);
+  if (format == "json") {
+    std::cout << ToJson(v).dump(2) << "\n";
+    return 0;
+  }
+  TextTable t({"case", "metric", "published", "fmstack", "error"},
+              {TextTable::Align::kLeft, TextTable::Align::kLeft, TextTable::Align::kRight,
+               TextTable::Align::kRight, TextTable::Align::kRight});
+  for (const sim::ValidationResult& r : v.results) {
+    t.AddRow({r.c->name + (r.c->calibration ? " *" : ""),
+              r.c->metric == "step_seconds" ? "step time" : "TFLOP/s per GPU",
+              Figure(*r.c, r.c->published), Figure(*r.c, r.model),
+              fmt::format("{:+.1f}%", 100 * r.error)});
+  }
+  std::cout << (format == "markdown" ? t.RenderMarkdown() : t.RenderText());
+  std::cout << fmt::format("\n{} cases: median |error| {:.1f}%, worst {:.1f}% ({})\n",
+                           v.results.size(), 100 * v.median_abs_error, 100 * v.worst_abs_error,
+                           v.worst_case);
+  std::cout << fmt::format(
+      "{} cases no constant was chosen with (* marks the others): median |error| {:.1f}%\n",
+      v.independent, 100 * v.independent_median_abs_error);
+  for (const sim::GroupOrder& g : v.groups) {
+    std::cout << fmt::format("{}: the {} cases in the published order: {}\n", g.group, g.cases,
+                             g.kept ? "yes" : "NO");
+  }
+  std::cout << "sources: fmstack catalog list validation\n";
+  return 0;
+}
+
+}  // namespace
+
+Runner AddValidateCommand(CLI::App& app) {
+  auto format = std::make_shared<std::string>("table");
+  auto dir = std::make_shared<std::string>();
+  CLI::App* cmd =
+      app.add_subcommand("validate",
+                         "the step model against published training runs: each source's figure, "
+                         "fmstack's, and the error");
+  cmd->add_option("--format", *format, "output format")
+      ->check(CLI::IsMember({"table", "markdown", "json"}));
+  cmd->add_option("--catalog", *dir, "catalog directory (default: the built-in one)");
+  return [format, dir] { return Run(*format, *dir); };
+}
+
+}  // namespace fmstack::cli

@@ -1,0 +1,89 @@
+#include "sim/validation.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "sim/step_model.h"
+#include "sim/topology.h"
+#include "spec/job_spec.h"
+#include "util/error.h"
+
+namespace fmstack::sim {
+namespace {
+
+double ModelFigure(const catalog::ValidationCase& c, const catalog::Catalog& catalog) {
+  const spec::JobSpec job = spec::ParseJobSpec(c.job, c.origin, catalog);
+  if (!job.cluster) throw Error(c.origin + ": the case's job has no [cluster]");
+  StepOptions options;
+  options.sequence_parallel = c.sequence_parallel;
+  const StepTime t = ModelStep(job, BuildTopology(*job.cluster), job.cluster->accelerator, options);
+  if (!t.fits) {
+    throw Error(fmt::format("{}: the case's layout does not fit ({:.1f} GB per accelerator)",
+                            c.origin, t.memory_per_accelerator / 1e9));
+  }
+  return c.metric == "step_seconds" ? t.total : t.tflops_per_accelerator;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+}  // namespace
+
+Validation Validate(const catalog::Catalog& catalog) {
+  Validation v;
+  for (const catalog::ValidationCase& c : catalog.validation_cases()) {
+    ValidationResult r;
+    r.c = &c;
+    try {
+      r.model = ModelFigure(c, catalog);
+    } catch (const SpecError& e) {
+      throw Error(fmt::format("validation case '{}': {}", c.name, e.what()));
+    } catch (const Error& e) {
+      throw Error(fmt::format("validation case '{}': {}", c.name, e.what()));
+    }
+    r.error = (r.model - c.published) / c.published;
+    v.results.push_back(r);
+  }
+  std::vector<double> abs, independent;
+  for (const ValidationResult& r : v.results) {
+    abs.push_back(std::fabs(r.error));
+    if (!r.c->calibration) independent.push_back(std::fabs(r.error));
+    if (std::fabs(r.error) > v.worst_abs_error) {
+      v.worst_abs_error = std::fabs(r.error);
+      v.worst_case = r.c->name;
+    }
+  }
+  v.median_abs_error = Median(abs);
+  v.independent = static_cast<int>(independent.size());
+  v.independent_median_abs_error = Median(independent);
+  // Within a group, sorting by the published figure must sort the model's too.
+  std::map<std::string, std::vector<const ValidationResult*>> groups;
+  for (const ValidationResult& r : v.results) {
+    if (!r.c->group.empty()) groups[r.c->group].push_back(&r);
+  }
+  for (auto& [name, members] : groups) {
+    if (members.size() < 2) continue;
+    std::sort(members.begin(), members.end(),
+              [](const ValidationResult* a, const ValidationResult* b) {
+                return a->c->published < b->c->published;
+              });
+    GroupOrder g{name, static_cast<int>(members.size()), true};
+    for (size_t i = 1; i < members.size(); ++i) {
+      if (members[i]->c->published > members[i - 1]->c->published &&
+          members[i]->model < members[i - 1]->model) {
+        g.kept = false;
+      }
+    }
+    v.groups.push_back(g);
+  }
+  return v;
+}
+
+}  // namespace fmstack::sim

@@ -1,0 +1,41 @@
+// sim: the step model against published training runs (the catalog's
+// [[validation]] cases): what each source reports, what the model gives for
+// the same job, and the error; and whether the model keeps the order the
+// published figures have inside each group (a scaling trend).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "catalog/catalog.h"
+
+namespace fmstack::sim {
+
+struct ValidationResult {
+  const catalog::ValidationCase* c = nullptr;
+  double model = 0;  // in the case's metric
+  double error = 0;  // (model - published) / published
+};
+
+struct GroupOrder {
+  std::string group;
+  int cases = 0;
+  bool kept = true;  // the model orders the cases as the published figures do
+};
+
+struct Validation {
+  std::vector<ValidationResult> results;
+  std::vector<GroupOrder> groups;  // groups of two or more cases
+  double median_abs_error = 0, worst_abs_error = 0;
+  std::string worst_case;
+  // The same over the cases no constant was chosen with: the honest figure.
+  int independent = 0;
+  double independent_median_abs_error = 0;
+};
+
+// Throws Error naming the case (and its file) when a case's job does not
+// parse, names an accelerator or instance the catalog lacks, or asks for a
+// layout the step model cannot time.
+Validation Validate(const catalog::Catalog& catalog);
+
+}  // namespace fmstack::sim

@@ -1,0 +1,79 @@
+// fmstack validate's cases: every one runs, the model keeps each group's
+// published order, and a case that names what the catalog lacks or asks
+// for a layout the model cannot time is refused with the case named.
+#include "sim/validation.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "catalog/embedded.h"
+#include "util/error.h"
+
+namespace fmstack::sim {
+namespace {
+
+TEST(Validation, EveryCaseRunsAndEveryGroupKeepsItsPublishedOrder) {
+  const catalog::Catalog cat = catalog::Catalog::LoadEmbedded();
+  const Validation v = Validate(cat);
+  ASSERT_GE(v.results.size(), 14u);
+  for (const ValidationResult& r : v.results) {
+    EXPECT_GT(r.model, 0) << r.c->name;
+    EXPECT_TRUE(std::isfinite(r.error)) << r.c->name;
+  }
+  ASSERT_FALSE(v.groups.empty());
+  for (const GroupOrder& g : v.groups) EXPECT_TRUE(g.kept) << g.group;
+}
+
+// The embedded catalog plus one more file.
+catalog::Catalog With(const std::string& extra) {
+  std::vector<catalog::EmbeddedFile> files(catalog::EmbeddedCatalogFiles().begin(),
+                                           catalog::EmbeddedCatalogFiles().end());
+  files.push_back({"extra.toml", extra});
+  return catalog::Catalog::LoadFiles(files);
+}
+
+std::string Case(const std::string& name, const std::string& job) {
+  return "[[validation]]\nname = \"" + name +
+         "\"\npublished = 100\nsource = \"a test\"\njob = \"\"\"\n" + job + "\"\"\"\n";
+}
+
+std::string ErrorOf(const catalog::Catalog& cat) {
+  try {
+    Validate(cat);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Validation, AnUnknownInstanceIsRefusedWithTheCaseNamed) {
+  const std::string e = ErrorOf(With(Case("tpu-run", R"(model = "llama3-8b"
+[cluster]
+instance = "tpu-v4-pod"
+nodes = 4
+)")));
+  EXPECT_NE(e.find("validation case 'tpu-run'"), std::string::npos) << e;
+  EXPECT_NE(e.find("tpu-v4-pod"), std::string::npos) << e;
+}
+
+TEST(Validation, ALayoutTheModelCannotTimeIsRefused) {
+  // 7 is no divisor of the 16 accelerators: the layout does not tile them.
+  const std::string e = ErrorOf(With(Case("odd-layout", R"(model = "llama3-8b"
+[train]
+micro_batch = 1
+global_batch = 16
+[parallel]
+dp = 2
+tp = 7
+[cluster]
+instance = "p5.48xlarge"
+nodes = 2
+)")));
+  EXPECT_NE(e.find("validation case 'odd-layout'"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace fmstack::sim
