@@ -49,8 +49,9 @@ constexpr std::array<Term, 34> kTerms = {{
      "where a checkpoint copy lives: node-local disk, a shared file system (the Lustre role), an "
      "object store (S3)"},
     {"Young/Daly interval",
-     "the checkpoint interval that minimises expected overhead, √(2 × blocking save × MTTI) "
-     "(Young 1974; Daly 2006)"},
+     "the checkpoint interval that minimises expected overhead: √(2 × blocking save × MTTI) to "
+     "first order (Young 1974); fmstack uses Daly's higher-order form (Daly 2006), which adds "
+     "terms in √(blocking / MTTI)"},
     {"checkpoint-restart",
      "recovery policy: replace the failed node, restart every rank, restore the newest "
      "checkpoint"},

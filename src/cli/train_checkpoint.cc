@@ -149,8 +149,8 @@ void TrainCheckpointer::ChooseCadence(double blocking_seconds) {
     const double mtti = Mtti(&source);
     interval = resilience::CheckpointInterval(block, mtti, 0);
     if (interval <= 0) interval = 3600;  // nothing fails: an hourly safety net
-    why = fmt::format("auto: Young/Daly sqrt(2 x {:.3f} s blocking x {} MTTI from {})", block,
-                      units::FormatSeconds(mtti), source);
+    why = fmt::format("auto: Daly, sqrt(2 x {:.3f} s blocking x {} MTTI from {}) to higher order",
+                      block, units::FormatSeconds(mtti), source);
   }
   every_ = job_.checkpoint.every_steps > 0
                ? job_.checkpoint.every_steps

@@ -114,7 +114,7 @@ CheckpointCost ModelCheckpoints(const spec::JobSpec& job, const catalog::Catalog
     c.interval_seconds = CheckpointInterval(c.blocking_seconds, mtti, c.drain_seconds);
     if (c.interval_seconds <= 0) c.interval_seconds = 3600;
     c.interval_rule = c.interval_seconds > c.drain_seconds
-                          ? "auto: Young/Daly sqrt(2 x blocking x MTTI)"
+                          ? "auto: Daly, sqrt(2 x blocking x MTTI) to higher order"
                           : "auto: slowest tier's drain time";
   } else {
     c.interval_seconds = job.checkpoint.interval_seconds;

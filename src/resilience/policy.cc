@@ -123,9 +123,16 @@ double YoungDaly(double blocking_seconds, double mtti_seconds) {
   return std::sqrt(2.0 * blocking_seconds * mtti_seconds);
 }
 
+double DalyInterval(double blocking_seconds, double mtti_seconds) {
+  const double c = blocking_seconds, m = mtti_seconds;
+  if (m <= 0) return 0;
+  if (c >= 2 * m) return m;
+  const double r = c / (2 * m);
+  return std::sqrt(2 * c * m) * (1 + std::sqrt(r) / 3 + r / 9) - c;
+}
+
 double CheckpointInterval(double blocking_seconds, double mtti_seconds, double drain_seconds) {
-  const double young_daly = mtti_seconds > 0 ? YoungDaly(blocking_seconds, mtti_seconds) : 0.0;
-  return std::max(young_daly, drain_seconds);
+  return std::max(DalyInterval(blocking_seconds, mtti_seconds), drain_seconds);
 }
 
 double JobMtti(std::span<const catalog::FaultCause> causes, int64_t nodes,

@@ -85,9 +85,15 @@ bool ShouldGrow(const Policy& policy, const JobView& job);
 // Young/Daly first-order optimum sqrt(2 C M): blocking save time C, MTTI M.
 double YoungDaly(double blocking_seconds, double mtti_seconds);
 
-// Checkpoint interval: Young/Daly for blocking save time C and mean time to
-// interrupt M, but never shorter than the slowest tier's drain (the next save
-// would queue behind it and the staging pool would grow). 0 when M is unknown.
+// Daly's higher-order optimum (Daly 2006, eq. 37): for C < 2M,
+// sqrt(2CM) [1 + sqrt(C/2M)/3 + (C/2M)/9] - C, else M. It corrects
+// Young/Daly where the save is not small against the MTTI (C/M -> 0: equal).
+double DalyInterval(double blocking_seconds, double mtti_seconds);
+
+// Checkpoint interval: Daly's optimum for blocking save time C and mean time
+// to interrupt M, but never shorter than the slowest tier's drain (the next
+// save would queue behind it and the staging pool would grow). 0 when M is
+// unknown.
 double CheckpointInterval(double blocking_seconds, double mtti_seconds, double drain_seconds);
 
 // Mean time to interrupt of a job on `nodes` nodes whose causes fail each

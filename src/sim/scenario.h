@@ -34,7 +34,7 @@ struct ScenarioInfo {
   double state_per_node = 0;    // what a replacement node must receive from peers
   double mtti = 0;              // job, unexpected faults only
   double drain = 0;             // slowest tier's write time: the interval's floor
-  std::string interval_rule;    // "auto: Young/Daly" / "auto: drain time" / "spec"
+  std::string interval_rule;    // "auto: Daly" / "auto: drain time" / "spec"
   std::string fault_source;     // fault set name and source, or "spec"
 };
 

@@ -79,8 +79,20 @@ TEST(Policy, MaintenanceLosesNothingAndPrefersSpares) {
             Placement::kWaitForNode);
 }
 
-TEST(CheckpointInterval, YoungDalyFlooredByTheDrain) {
-  EXPECT_NEAR(CheckpointInterval(10, 3600 * 5, 0), std::sqrt(2 * 10 * 3600 * 5.0), 1e-9);
+TEST(CheckpointInterval, DalysHigherOrderFormula) {
+  // C = 10 s, M = 5 h: sqrt(2CM) = 600 s, C/2M = 1/3600.
+  const double r = 10.0 / (2 * 3600 * 5);
+  EXPECT_NEAR(DalyInterval(10, 3600 * 5), 600 * (1 + std::sqrt(r) / 3 + r / 9) - 10, 1e-9);
+  // Small saves: Young's first order, less (2/3) sqrt(C/2M) relative (3.5e-4 here).
+  EXPECT_NEAR(DalyInterval(0.01, 3600 * 5) / YoungDaly(0.01, 3600 * 5), 1.0, 1e-3);
+  EXPECT_LT(DalyInterval(0.01, 3600 * 5), YoungDaly(0.01, 3600 * 5));
+  // A save as long as twice the MTTI: checkpoint once per MTTI.
+  EXPECT_EQ(DalyInterval(7200, 3600), 3600);
+  EXPECT_EQ(DalyInterval(10, 0), 0);
+}
+
+TEST(CheckpointInterval, DalyFlooredByTheDrain) {
+  EXPECT_NEAR(CheckpointInterval(10, 3600 * 5, 0), DalyInterval(10, 3600 * 5), 1e-9);
   EXPECT_EQ(CheckpointInterval(0.01, 3600, 120), 120);
 }
 
