@@ -43,9 +43,7 @@ Validation Validate(const catalog::Catalog& catalog) {
     r.c = &c;
     try {
       r.model = ModelFigure(c, catalog);
-    } catch (const SpecError& e) {
-      throw Error(fmt::format("validation case '{}': {}", c.name, e.what()));
-    } catch (const Error& e) {
+    } catch (const Error& e) {  // SpecError too: it is an Error
       throw Error(fmt::format("validation case '{}': {}", c.name, e.what()));
     }
     r.error = (r.model - c.published) / c.published;
