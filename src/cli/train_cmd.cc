@@ -44,7 +44,9 @@ struct TrainArgs {
 train::TrainConfig ConfigFromSpec(const spec::JobSpec& job, int64_t steps_override) {
   train::TrainConfig c;
   c.shape = job.model;
-  c.backend = job.train.backend;
+  c.backend = job.train.device;
+  c.device_index = static_cast<int>(job.train.device_index);
+  c.tf32 = job.train.tf32;
   c.micro_batch = job.train.micro_batch;
   const int64_t global = job.train.global_batch > 0 ? job.train.global_batch : c.micro_batch;
   if (global % c.micro_batch != 0) {
@@ -169,7 +171,14 @@ int RunTrain(const TrainArgs& args) {
   const std::unique_ptr<runtime::Worker> control = runtime::Worker::FromEnv(
       std::chrono::milliseconds(static_cast<int64_t>(job.resilience.heartbeat_interval * 1000)));
   control->Progress(0, "start");
+  if (job.train.device == "cuda") {
+    if (const std::string why = gpt::CudaUnavailableReason(); !why.empty())
+      throw SpecError(job.PosOf("train.device"), "train.device", "\"cuda\": " + why);
+  }
   train::TrainConfig config = ConfigFromSpec(job, args.steps);
+  // One device per process on a node: local rank r takes device_index + r.
+  if (const char* local = std::getenv("LOCAL_RANK"); distributed && local != nullptr)
+    config.device_index += std::atoi(local);
   config.init_params = !TrainPeers::Joining();
   config.uneven_split = job.resilience.policy == "elastic";
   const train::TokenFile train_tokens = train::TokenFile::Load(job.data.dir + "/train.bin");

@@ -61,14 +61,6 @@ class CpuModel final : public Model {
     const int64_t stride = a_.B * p_.NH * a_.T * a_.T;
     return std::span<float>(acts_).subspan(base + l * stride, B_ * p_.NH * T_ * T_);
   }
-  void CheckVocabulary(std::span<const int32_t> ids, std::string_view what) const {
-    for (size_t i = 0; i < ids.size(); ++i) {
-      if (ids[i] < 0 || ids[i] >= p_.V) {
-        throw Error(fmt::format("{} {} at position {} is outside the vocabulary [0, {})", what,
-                                ids[i], i, p_.V));
-      }
-    }
-  }
   std::span<float> LayerInput(int64_t l) {
     return l == 0 ? A(a_.encoded, p_.C) : A(a_.residual3, p_.C, l - 1);
   }
@@ -83,17 +75,7 @@ class CpuModel final : public Model {
 
 float CpuModel::Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
                         int64_t B, int64_t T) {
-  if (B < 1 || T < 1 || B > a_.B || T > a_.T) {
-    throw Error(fmt::format("forward of {} x {} tokens exceeds the model's allocation {} x {}", B,
-                            T, a_.B, a_.T));
-  }
-  if (static_cast<int64_t>(tokens.size()) != B * T ||
-      (!targets.empty() && static_cast<int64_t>(targets.size()) != B * T)) {
-    throw Error(fmt::format("forward of {} x {} needs {} tokens and targets, got {} and {}", B, T,
-                            B * T, tokens.size(), targets.size()));
-  }
-  CheckVocabulary(tokens, "token");
-  CheckVocabulary(targets, "target");
+  CheckForwardArgs(p_, a_, tokens, targets, B, T);
   B_ = B, T_ = T;
   tokens_.assign(tokens.begin(), tokens.end());
   has_targets_ = !targets.empty();
@@ -178,7 +160,43 @@ void CpuModel::Backward(float scale, const std::function<void(int)>& ready) {
 std::unique_ptr<Model> CreateModel(const workload::TransformerShape& shape,
                                    const ModelOptions& options) {
   if (options.backend == "cpu") return std::make_unique<CpuModel>(shape, options);
+#if FMSTACK_HAVE_CUDA
+  if (options.backend == "cuda") return CreateCudaModel(shape, options);
+  throw Error(
+      fmt::format("unknown model backend \"{}\" (this build has: cpu, cuda)", options.backend));
+#else
+  if (options.backend == "cuda") throw Error("device \"cuda\": " + CudaUnavailableReason());
   throw Error(fmt::format("unknown model backend \"{}\" (this build has: cpu)", options.backend));
+#endif
+}
+
+#if !FMSTACK_HAVE_CUDA
+std::string CudaUnavailableReason() {
+  return "this build has no CUDA backend (nvcc was not found when it was configured; install "
+         "the CUDA toolkit and rebuild, or configure with -DFMSTACK_CUDA=ON to require it)";
+}
+#endif
+
+void CheckForwardArgs(const ParamLayout& p, const ActivationLayout& a,
+                      std::span<const int32_t> tokens, std::span<const int32_t> targets, int64_t B,
+                      int64_t T) {
+  if (B < 1 || T < 1 || B > a.B || T > a.T) {
+    throw Error(fmt::format("forward of {} x {} tokens exceeds the model's allocation {} x {}", B,
+                            T, a.B, a.T));
+  }
+  if (static_cast<int64_t>(tokens.size()) != B * T ||
+      (!targets.empty() && static_cast<int64_t>(targets.size()) != B * T)) {
+    throw Error(fmt::format("forward of {} x {} needs {} tokens and targets, got {} and {}", B, T,
+                            B * T, tokens.size(), targets.size()));
+  }
+  for (const auto& [ids, what] : {std::pair{tokens, "token"}, std::pair{targets, "target"}}) {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] < 0 || ids[i] >= p.V) {
+        throw Error(fmt::format("{} {} at position {} is outside the vocabulary [0, {})", what,
+                                ids[i], i, p.V));
+      }
+    }
+  }
 }
 
 }  // namespace fmstack::gpt

@@ -16,9 +16,11 @@
 namespace fmstack::gpt {
 
 struct ModelOptions {
-  std::string backend = "cpu";
-  int64_t max_batch = 1;  // sequences per forward, at most
-  int64_t max_seq = 0;    // tokens per sequence, at most; 0 = the shape's seq_len
+  std::string backend = "cpu";  // "cpu" or "cuda"
+  int device = 0;               // cuda: the device index
+  bool tf32 = false;            // cuda: fp32 matmuls on TF32 tensor cores (10-bit mantissa)
+  int64_t max_batch = 1;        // sequences per forward, at most
+  int64_t max_seq = 0;          // tokens per sequence, at most; 0 = the shape's seq_len
 };
 
 class Model {
@@ -50,6 +52,23 @@ class Model {
 // Throws Error for an unknown backend or a shape gpt/ cannot build.
 std::unique_ptr<Model> CreateModel(const workload::TransformerShape& shape,
                                    const ModelOptions& options);
+
+// Why backend "cuda" cannot run in this process (no CUDA backend in this
+// build, no driver, no device), or empty when it can. Never throws.
+std::string CudaUnavailableReason();
+
+#if FMSTACK_HAVE_CUDA
+// The CUDA backend (gpt/cuda_model.cc). Throws Error naming `device` when
+// no device answers, or the bytes needed and free when the model does not fit.
+std::unique_ptr<Model> CreateCudaModel(const workload::TransformerShape& shape,
+                                       const ModelOptions& options);
+#endif
+
+// Throws Error unless B x T fits the allocation `a`, the spans hold B * T ids
+// (targets may be empty) and every id is inside the vocabulary.
+void CheckForwardArgs(const ParamLayout& p, const ActivationLayout& a,
+                      std::span<const int32_t> tokens, std::span<const int32_t> targets, int64_t B,
+                      int64_t T);
 
 // GPT-2 initialisation, a pure function of seed: weights N(0, 0.02), residual
 // projections N(0, 0.02 / sqrt(2 L)), LayerNorm gains 1, biases 0.

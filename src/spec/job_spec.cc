@@ -51,8 +51,13 @@ TrainSpec ReadTrain(StrictTable& root, KeyPositions& positions) {
   s.eval_interval = t->Int("eval_interval", 0, int64_t{1} << 40).value_or(0);
   s.eval_batches = t->Int("eval_batches", 1, 1 << 20).value_or(8);
   s.threads = t->Int("threads", 0, 1024).value_or(0);
-  s.backend = t->Choice("backend", std::vector<std::string>{"cpu"}).value_or("cpu");
-  RecordPositions(*t, "train", {"global_batch"}, positions);
+  if (t->Has("backend")) {
+    t->Fail("backend", "is now train.device (\"cpu\" or \"cuda\"); rename the key");
+  }
+  s.device = t->Choice("device", std::vector<std::string>{"cpu", "cuda"}).value_or("cpu");
+  s.device_index = t->Int("device_index", 0, 1023).value_or(0);
+  s.tf32 = t->Bool("tf32").value_or(false);
+  RecordPositions(*t, "train", {"global_batch", "device"}, positions);
   t->Finish();
   return s;
 }

@@ -28,12 +28,14 @@ struct TrainSpec {
   double tokens = 0;         // tokens to train on; 0 = not set
   double target_mfu = 0.4;
   // The reference trainer (`fmstack train`):
-  int64_t steps = 0;          // optimizer steps; 0 = tokens / (global_batch x seq_len)
-  int64_t seed = 1337;        // initialisation and data order
-  int64_t eval_interval = 0;  // evaluate on held-out data every N steps; 0 = at the end only
-  int64_t eval_batches = 8;   // micro-batches per evaluation
-  int64_t threads = 0;        // CPU threads; 0 = all cores
-  std::string backend = "cpu";
+  int64_t steps = 0;           // optimizer steps; 0 = tokens / (global_batch x seq_len)
+  int64_t seed = 1337;         // initialisation and data order
+  int64_t eval_interval = 0;   // evaluate on held-out data every N steps; 0 = at the end only
+  int64_t eval_batches = 8;    // micro-batches per evaluation
+  int64_t threads = 0;         // CPU threads; 0 = all cores
+  std::string device = "cpu";  // where the trainer computes: "cpu" or "cuda"
+  int64_t device_index = 0;    // cuda: which device this process uses
+  bool tf32 = false;           // cuda: fp32 matmuls on TF32 tensor cores
 };
 
 // AdamW and its schedule: warm-up, cosine decay to min_lr, gradient clipping.

@@ -56,6 +56,19 @@ job forever-job.toml forever.toml
 expect mtbf-1e300h "key 'cluster.node_mtbf': expected a duration of at most" "$FMSTACK" plan forever-job.toml
 job days.toml ok.toml
 expect sim-days-1e300 "--days: Value 1e300 not in range" "$FMSTACK" sim days.toml --days 1e300
+# device = "cuda" where no device answers (CI, this build's machines): the
+# key, what was looked for and what answered. A machine with a GPU runs the
+# CUDA tests instead (tests/unit/gpt/cuda_test.cc).
+printf 'name = "gpu"\nmodel = "gpt-mini"\n[train]\nsteps = 2\ndevice = "cuda"\n[data]\ndir = "nodata"\n' > gpu.toml
+if nvidia-smi -L > /dev/null 2>&1; then
+  echo "device-cuda-without-gpu: a GPU is present; this case is for machines without one"
+else
+  expect device-cuda-without-gpu "gpu.toml:5:1: key 'train.device': \"cuda\": " "$FMSTACK" train gpu.toml
+  grep -qE "this build has no CUDA backend|libcuda.so.1" device-cuda-without-gpu.out ||
+    fail "device-cuda-without-gpu: does not say what was looked for"
+fi
+printf 'name = "old"\nmodel = "gpt-mini"\n[train]\nsteps = 2\nbackend = "cpu"\n' > old.toml
+expect train-backend-renamed "key 'train.backend': is now train.device" "$FMSTACK" train old.toml
 printf 'name = "fork"\nmodel = "gpt-mini"\n[cluster]\nbackend = "local"\nnodes = 100000\nprocs_per_node = 1\n[data]\ndir = "data"\n' > fork.toml
 expect local-100000-nodes "the limit is" "$FMSTACK" run fork.toml
 pgrep -f "fmstack train $work/fork.toml" > /dev/null && fail "workers were started"

@@ -1,0 +1,179 @@
+// bench_gpu: the CUDA trainer's model step on one device, against the
+// device's own limits, in one run:
+//   - tokens/s of forward + backward (the host copies of parameters and
+//     gradients included, as the trainer runs them), median of 3 rounds
+//   - model FLOP/s (6 x matmul weights + attention per token) as MFU of the
+//     device's dense bf16 peak from the catalog (issue 23's target: >= 45%
+//     on an H100 with bf16) and of its fp32 peak
+//   - cuBLAS sgemm on the model's MLP shape in the same math mode, and the
+//     model's FLOP/s as a fraction of it
+// Without a device it prints what was looked for and exits 2.
+// Usage: bench_gpu [--model gpt2-124m] [--batch 8] [--seq 1024] [--steps 10] [--tf32]
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <optional>
+#include <vector>
+
+#include "catalog/catalog.h"
+#include "gpt/cuda_runtime.h"
+#include "gpt/model.h"
+#include "util/error.h"
+#include "util/random.h"
+#include "util/text_table.h"
+#include "workload/presets.h"
+
+namespace {
+
+using namespace fmstack;
+using Clock = std::chrono::steady_clock;
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The catalog entry whose alias the device's name contains ("NVIDIA H100 80GB
+// HBM3" -> h100-80gb); null when none does.
+const catalog::Accelerator* Match(const catalog::Catalog& cat, const std::string& device) {
+  for (const catalog::Accelerator& a : cat.accelerators()) {
+    for (const std::string& alias : a.aliases) {
+      if (alias.size() >= 3 && device.find(alias) != std::string::npos) return &a;
+    }
+  }
+  return nullptr;
+}
+
+// cuBLAS sgemm FLOP/s on out (N, OC) = inp (N, C) weight^T, median of 3.
+double SgemmFlops(int64_t N, int64_t C, int64_t OC, bool tf32) {
+  gpt::cuda::DeviceBuffer<float> a(N * C, "bench A"), b(OC * C, "bench B"), c(N * OC, "bench C");
+  gpt::cuda::Check(cudaMemset(a.data(), 0, a.bytes()), "bench memset");
+  gpt::cuda::Check(cudaMemset(b.data(), 0, b.bytes()), "bench memset");
+  gpt::cuda::Stream stream("bench stream");
+  gpt::cuda::Blas blas(stream.get(), tf32);
+  const float one = 1, zero = 0;
+  auto run = [&] {
+    gpt::cuda::Check(
+        cublasSgemm(blas.get(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(OC), static_cast<int>(N),
+                    static_cast<int>(C), &one, b.data(), static_cast<int>(C), a.data(),
+                    static_cast<int>(C), &zero, c.data(), static_cast<int>(OC)),
+        "bench sgemm");
+  };
+  for (int i = 0; i < 3; ++i) run();
+  stream.Synchronize("bench warm-up");
+  std::vector<double> rates;
+  for (int round = 0; round < 3; ++round) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < 20; ++i) run();
+    stream.Synchronize("bench sgemm");
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    rates.push_back(20.0 * 2.0 * static_cast<double>(N * C * OC) / s);
+  }
+  return Median(rates);
+}
+
+int Run(int argc, char** argv) {
+  CLI::App app("bench_gpu: the CUDA model step against the device's peak and cuBLAS");
+  std::string model = "gpt2-124m";
+  int64_t batch = 8, seq = 1024, steps = 10;
+  bool tf32 = false;
+  app.add_option("--model", model, "a preset (fmstack catalog list models)");
+  app.add_option("--batch", batch, "sequences per micro-batch")->check(CLI::Range(1, 4096));
+  app.add_option("--seq", seq, "tokens per sequence")->check(CLI::Range(1, 1 << 16));
+  app.add_option("--steps", steps, "forward + backward passes per round")
+      ->check(CLI::Range(1, 100000));
+  app.add_flag("--tf32", tf32, "fp32 matmuls on TF32 tensor cores");
+  CLI11_PARSE(app, argc, argv);
+
+  const gpt::cuda::DeviceProbe probe = gpt::cuda::ProbeDevices();
+  if (probe.devices.empty()) {
+    std::cerr << "bench_gpu: " << probe.why_none << "\n";
+    return 2;
+  }
+  const gpt::cuda::DeviceInfo& dev = probe.devices.front();
+  const std::optional<workload::TransformerShape> preset = workload::FindPreset(model);
+  if (!preset) throw Error(fmt::format("--model: no preset \"{}\"", model));
+  workload::TransformerShape shape = *preset;
+  shape.seq_len = seq;
+  int runtime = 0, driver = 0;
+  cudaRuntimeGetVersion(&runtime);
+  cudaDriverGetVersion(&driver);
+  int cublas_version = 0;
+  {
+    gpt::cuda::Stream s("bench");
+    gpt::cuda::Blas blas(s.get(), false);
+    cublasGetVersion(blas.get(), &cublas_version);
+  }
+  std::cout << fmt::format(
+      "device {} ({} SMs, sm_{}{}, {:.1f} GiB), CUDA runtime {}, driver {}, cuBLAS {}\n", dev.name,
+      dev.multiprocessors, dev.sm_major, dev.sm_minor,
+      static_cast<double>(dev.total_bytes) / (1 << 30), runtime, driver, cublas_version);
+  std::cout << fmt::format(
+      "model {} ({} layers, hidden {}), batch {} x {} tokens, {}, {} steps x 3\n", shape.name,
+      shape.layers, shape.hidden, batch, seq, tf32 ? "fp32 with TF32 matmuls" : "fp32", steps);
+
+  auto m = gpt::CreateModel(shape, {.backend = "cuda", .tf32 = tf32, .max_batch = batch});
+  gpt::InitParams(m->params_layout(), m->params(), 1);
+  Rng rng(2);
+  std::vector<int32_t> tokens(static_cast<size_t>(batch * seq)), targets(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int32_t>(rng.Below(static_cast<uint64_t>(shape.vocab)));
+    targets[i] = static_cast<int32_t>(rng.Below(static_cast<uint64_t>(shape.vocab)));
+  }
+  auto step = [&] {
+    m->ZeroGrad();
+    m->Forward(tokens, targets, batch, seq);
+    m->Backward(1.0f);
+  };
+  step();  // warm: cuBLAS heuristics, first-touch of pinned memory
+  std::vector<double> seconds;
+  for (int round = 0; round < 3; ++round) {
+    const auto t0 = Clock::now();
+    for (int64_t i = 0; i < steps; ++i) step();
+    seconds.push_back(std::chrono::duration<double>(Clock::now() - t0).count() /
+                      static_cast<double>(steps));
+    std::cerr << fmt::format("round {}/3: {:.1f} ms per step\n", round + 1, seconds.back() * 1e3);
+  }
+  const double step_s = Median(seconds);
+  const double tokens_per_s = static_cast<double>(batch * seq) / step_s;
+  const workload::TrainingFlops flops = workload::TrainingFlopsPerToken(shape);
+  const double model_flops = tokens_per_s * flops.detailed;
+  const double gemm = SgemmFlops(batch * seq, shape.hidden, shape.ffn_hidden, tf32);
+
+  const catalog::Catalog cat = catalog::Catalog::LoadEmbedded();
+  const catalog::Accelerator* acc = Match(cat, dev.name);
+  TextTable t({"measure", "value", "ratio", "target"});
+  t.AddRow({"step (median of 3)", fmt::format("{:.1f} ms", step_s * 1e3), "", ""});
+  t.AddRow({"tokens/s", fmt::format("{:.0f}", tokens_per_s), "", ""});
+  t.AddRow({"model FLOP/s", fmt::format("{:.1f} TFLOP/s", model_flops / 1e12), "", ""});
+  t.AddRow({"cuBLAS sgemm, MLP shape", fmt::format("{:.1f} TFLOP/s", gemm / 1e12),
+            fmt::format("{:.2f} of it", model_flops / gemm), ""});
+  if (acc != nullptr) {
+    t.AddRow({fmt::format("MFU of {} bf16 peak", acc->name),
+              fmt::format("{:.1f} TFLOP/s peak", acc->bf16_flops / 1e12),
+              fmt::format("{:.1f}%", 100 * model_flops / acc->bf16_flops), ">= 45%"});
+    t.AddRow({fmt::format("of {} fp32 peak", acc->name),
+              fmt::format("{:.1f} TFLOP/s peak", acc->fp32_flops / 1e12),
+              fmt::format("{:.1f}%", 100 * model_flops / acc->fp32_flops), ""});
+  } else {
+    t.AddRow({"MFU", "device not in the catalog", "", ">= 45%"});
+  }
+  std::cout << t.RenderText();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return Run(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "bench_gpu: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,345 @@
+// The CUDA twins of cpu_kernels.cc, one kernel per CPU loop, written as
+// plainly: a thread per element, a warp per row, or a thread per channel
+// where rows are summed. Every reduction runs in a fixed order, so results
+// are deterministic; they differ from the CPU's in the last bits only
+// because the summation order differs.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "gpt/cuda_kernels.h"
+
+namespace fmstack::gpt::cuda {
+namespace {
+
+constexpr int kWarp = 32;
+
+int Blocks(int64_t n, int threads) {
+  return static_cast<int>((n + threads - 1) / threads);
+}
+
+__device__ float WarpSum(float x) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+
+__device__ float WarpMax(float x) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  }
+  return x;
+}
+
+// Block-wide sum or max for blockDim.x a multiple of 32 (at most 1024); every
+// thread gets the result. `shared` holds 32 floats.
+template <bool kMax>
+__device__ float BlockReduce(float x, float* shared) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int warps = blockDim.x / kWarp;
+  x = kMax ? WarpMax(x) : WarpSum(x);
+  __syncthreads();  // `shared` may still be read from a previous call
+  if (lane == 0) shared[warp] = x;
+  __syncthreads();
+  float y = lane < warps ? shared[lane] : (kMax ? -INFINITY : 0.0f);
+  return kMax ? WarpMax(y) : WarpSum(y);
+}
+
+// ---- embeddings ----
+
+__global__ void EncoderForwardKernel(float* out, const int32_t* tokens, const float* wte,
+                                     const float* wpe, int64_t N, int64_t T, int64_t C) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= N * C) return;
+  const int64_t n = i / C, c = i % C;
+  out[i] = wte[tokens[n] * C + c] + wpe[(n % T) * C + c];
+}
+
+// dwpe[t, c] += sum over b of dout[b, t, c], in order of b.
+__global__ void PositionBackwardKernel(float* dwpe, const float* dout, int64_t B, int64_t T,
+                                       int64_t C) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= T * C) return;
+  float sum = 0;
+  for (int64_t b = 0; b < B; ++b) sum += dout[b * T * C + i];
+  dwpe[i] += sum;
+}
+
+// dwte[token, c] += sum of dout[n, c] over the rows n that hold token, in
+// order of n. The host sorts rows by token: `rows` lists them, token u's rows
+// being rows[starts[u] .. starts[u + 1]), and uniques[u] is the token.
+__global__ void TokenBackwardKernel(float* dwte, const float* dout, const int32_t* uniques,
+                                    const int32_t* starts, const int32_t* rows, int64_t C) {
+  const int64_t u = blockIdx.y;
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= C) return;
+  float sum = 0;
+  for (int32_t k = starts[u]; k < starts[u + 1]; ++k) sum += dout[rows[k] * C + c];
+  dwte[uniques[u] * C + c] += sum;
+}
+
+// ---- LayerNorm: a warp per row ----
+
+__global__ void LayerNormForwardKernel(float* out, float* mean, float* rstd, const float* inp,
+                                       const float* weight, const float* bias, int64_t N,
+                                       int64_t C) {
+  const int64_t n = blockIdx.x * static_cast<int64_t>(blockDim.y) + threadIdx.y;
+  if (n >= N) return;
+  const int lane = threadIdx.x;
+  const float* x = inp + n * C;
+  float sum = 0;
+  for (int64_t c = lane; c < C; c += kWarp) sum += x[c];
+  const float m = WarpSum(sum) / static_cast<float>(C);
+  float var = 0;
+  for (int64_t c = lane; c < C; c += kWarp) var += (x[c] - m) * (x[c] - m);
+  const float s = rsqrtf(WarpSum(var) / static_cast<float>(C) + 1e-5f);
+  float* o = out + n * C;
+  for (int64_t c = lane; c < C; c += kWarp) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+  if (lane == 0) {
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
+
+__global__ void LayerNormBackwardInputKernel(float* dinp, const float* dout, const float* inp,
+                                             const float* weight, const float* mean,
+                                             const float* rstd, int64_t N, int64_t C) {
+  const int64_t n = blockIdx.x * static_cast<int64_t>(blockDim.y) + threadIdx.y;
+  if (n >= N) return;
+  const int lane = threadIdx.x;
+  const float* x = inp + n * C;
+  const float* d = dout + n * C;
+  const float m = mean[n], s = rstd[n];
+  float dnorm_mean = 0, dnorm_norm_mean = 0;
+  for (int64_t c = lane; c < C; c += kWarp) {
+    const float dnorm = weight[c] * d[c];
+    dnorm_mean += dnorm;
+    dnorm_norm_mean += dnorm * (x[c] - m) * s;
+  }
+  dnorm_mean = WarpSum(dnorm_mean) / static_cast<float>(C);
+  dnorm_norm_mean = WarpSum(dnorm_norm_mean) / static_cast<float>(C);
+  float* di = dinp + n * C;
+  for (int64_t c = lane; c < C; c += kWarp) {
+    const float norm = (x[c] - m) * s;
+    di[c] += (weight[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
+  }
+}
+
+// Column sums: block (32, kRowLanes) covers 32 channels; thread (x, y) sums
+// rows y, y + kRowLanes, ... in order, then the kRowLanes partial sums are
+// added in order of y. With `inp` set it is LayerNorm's weight gradient
+// (dout * normalized input) beside the plain sum (its bias gradient).
+constexpr int kRowLanes = 16;
+
+__global__ void ColumnSumsKernel(float* dweight, float* dbias, const float* dout, const float* inp,
+                                 const float* mean, const float* rstd, int64_t N, int64_t C) {
+  __shared__ float weight_part[kRowLanes][kWarp];
+  __shared__ float bias_part[kRowLanes][kWarp];
+  const int64_t c = blockIdx.x * static_cast<int64_t>(kWarp) + threadIdx.x;
+  float w = 0, b = 0;
+  if (c < C) {
+    for (int64_t n = threadIdx.y; n < N; n += kRowLanes) {
+      const float d = dout[n * C + c];
+      b += d;
+      if (inp != nullptr) w += d * (inp[n * C + c] - mean[n]) * rstd[n];
+    }
+  }
+  weight_part[threadIdx.y][threadIdx.x] = w;
+  bias_part[threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= C) return;
+  float wsum = 0, bsum = 0;
+  for (int y = 0; y < kRowLanes; ++y) {
+    wsum += weight_part[y][threadIdx.x];
+    bsum += bias_part[y][threadIdx.x];
+  }
+  if (dweight != nullptr) dweight[c] += wsum;
+  dbias[c] += bsum;
+}
+
+// ---- bias rows ----
+
+__global__ void FillRowsKernel(float* out, const float* residual, const float* bias, int64_t N,
+                               int64_t OC) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= N * OC) return;
+  const float b = bias != nullptr ? bias[i % OC] : 0.0f;
+  out[i] = residual != nullptr ? residual[i] + b : b;
+}
+
+// ---- causal softmax over attention scores: a warp per row ----
+
+__global__ void CausalSoftmaxForwardKernel(float* att, int64_t rows, int64_t T, float scale) {
+  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.y) + threadIdx.y;
+  if (r >= rows) return;
+  const int64_t i = r % T;
+  float* row = att + r * T;
+  const int lane = threadIdx.x;
+  float max = -INFINITY;
+  for (int64_t j = lane; j <= i; j += kWarp) max = fmaxf(max, scale * row[j]);
+  max = WarpMax(max);
+  float sum = 0;
+  for (int64_t j = lane; j <= i; j += kWarp) {
+    const float e = expf(scale * row[j] - max);
+    row[j] = e;
+    sum += e;
+  }
+  const float inv = 1.0f / WarpSum(sum);
+  for (int64_t j = lane; j < T; j += kWarp) row[j] = j <= i ? row[j] * inv : 0.0f;
+}
+
+__global__ void CausalSoftmaxBackwardKernel(float* dscores, const float* att, int64_t rows,
+                                            int64_t T) {
+  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.y) + threadIdx.y;
+  if (r >= rows) return;
+  const int64_t i = r % T;
+  const float* p = att + r * T;
+  float* d = dscores + r * T;
+  const int lane = threadIdx.x;
+  float dot = 0;
+  for (int64_t j = lane; j <= i; j += kWarp) dot += p[j] * d[j];
+  dot = WarpSum(dot);
+  for (int64_t j = lane; j < T; j += kWarp) d[j] = j <= i ? p[j] * (d[j] - dot) : 0.0f;
+}
+
+// ---- GELU, the tanh form of cpu::reference ----
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+
+__global__ void GeluForwardKernel(float* out, const float* inp, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const float x = inp[i];
+  out[i] = 0.5f * x * (1.0f + tanhf(kGeluScale * (x + 0.044715f * x * x * x)));
+}
+
+__global__ void GeluBackwardKernel(float* dinout, const float* inp, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const float x = inp[i];
+  const float t = tanhf(kGeluScale * (x + 0.044715f * x * x * x));
+  const float sech2 = 1.0f - t * t;
+  const float grad =
+      0.5f * (1.0f + t) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+  dinout[i] *= grad;
+}
+
+// ---- softmax cross-entropy: a block per row ----
+
+__global__ void SoftmaxCrossEntropyForwardKernel(float* probs, float* losses,
+                                                 const int32_t* targets, int64_t V) {
+  __shared__ float shared[kWarp];
+  float* row = probs + blockIdx.x * V;
+  float max = -INFINITY;
+  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) max = fmaxf(max, row[v]);
+  max = BlockReduce<true>(max, shared);
+  float sum = 0;
+  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
+    const float e = expf(row[v] - max);
+    row[v] = e;
+    sum += e;
+  }
+  const float inv = 1.0f / BlockReduce<false>(sum, shared);
+  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) row[v] *= inv;
+  __syncthreads();
+  if (threadIdx.x == 0) losses[blockIdx.x] = -logf(fmaxf(row[targets[blockIdx.x]], 1e-30f));
+}
+
+__global__ void SoftmaxCrossEntropyBackwardKernel(float* probs, const int32_t* targets, int64_t N,
+                                                  int64_t V, float k) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= N * V) return;
+  const int64_t n = i / V, v = i % V;
+  probs[i] = probs[i] * k - (v == targets[n] ? k : 0.0f);
+}
+
+constexpr int kThreads = 256;
+constexpr int kRowsPerBlock = 8;  // warps per block for the warp-per-row kernels
+const dim3 kRowBlock(kWarp, kRowsPerBlock);
+
+int RowBlocks(int64_t rows) {
+  return Blocks(rows, kRowsPerBlock);
+}
+
+}  // namespace
+
+void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                    int64_t B, int64_t T, int64_t C, cudaStream_t stream) {
+  EncoderForwardKernel<<<Blocks(B * T * C, kThreads), kThreads, 0, stream>>>(out, tokens, wte, wpe,
+                                                                             B * T, T, C);
+}
+
+void PositionBackward(float* dwpe, const float* dout, int64_t B, int64_t T, int64_t C,
+                      cudaStream_t stream) {
+  PositionBackwardKernel<<<Blocks(T * C, kThreads), kThreads, 0, stream>>>(dwpe, dout, B, T, C);
+}
+
+void TokenBackward(float* dwte, const float* dout, const int32_t* uniques, const int32_t* starts,
+                   const int32_t* rows, int64_t unique_count, int64_t C, cudaStream_t stream) {
+  if (unique_count == 0) return;
+  const dim3 grid(static_cast<unsigned>(Blocks(C, kThreads)), static_cast<unsigned>(unique_count));
+  TokenBackwardKernel<<<grid, kThreads, 0, stream>>>(dwte, dout, uniques, starts, rows, C);
+}
+
+void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                      const float* bias, int64_t N, int64_t C, cudaStream_t stream) {
+  LayerNormForwardKernel<<<RowBlocks(N), kRowBlock, 0, stream>>>(out, mean, rstd, inp, weight, bias,
+                                                                 N, C);
+}
+
+void LayerNormBackwardAccumulate(float* dinp, float* dweight, float* dbias, const float* dout,
+                                 const float* inp, const float* weight, const float* mean,
+                                 const float* rstd, int64_t N, int64_t C, cudaStream_t stream) {
+  LayerNormBackwardInputKernel<<<RowBlocks(N), kRowBlock, 0, stream>>>(dinp, dout, inp, weight,
+                                                                       mean, rstd, N, C);
+  ColumnSumsKernel<<<Blocks(C, kWarp), dim3(kWarp, kRowLanes), 0, stream>>>(dweight, dbias, dout,
+                                                                            inp, mean, rstd, N, C);
+}
+
+void FillRows(float* out, const float* bias, int64_t N, int64_t OC, cudaStream_t stream) {
+  FillRowsKernel<<<Blocks(N * OC, kThreads), kThreads, 0, stream>>>(out, nullptr, bias, N, OC);
+}
+
+void FillRowsResidual(float* out, const float* residual, const float* bias, int64_t N, int64_t OC,
+                      cudaStream_t stream) {
+  FillRowsKernel<<<Blocks(N * OC, kThreads), kThreads, 0, stream>>>(out, residual, bias, N, OC);
+}
+
+void BiasBackwardAccumulate(float* dbias, const float* dout, int64_t N, int64_t OC,
+                            cudaStream_t stream) {
+  ColumnSumsKernel<<<Blocks(OC, kWarp), dim3(kWarp, kRowLanes), 0, stream>>>(
+      nullptr, dbias, dout, nullptr, nullptr, nullptr, N, OC);
+}
+
+void CausalSoftmaxForward(float* att, int64_t rows, int64_t T, float scale, cudaStream_t stream) {
+  CausalSoftmaxForwardKernel<<<RowBlocks(rows), kRowBlock, 0, stream>>>(att, rows, T, scale);
+}
+
+void CausalSoftmaxBackwardInPlace(float* dscores, const float* att, int64_t rows, int64_t T,
+                                  cudaStream_t stream) {
+  CausalSoftmaxBackwardKernel<<<RowBlocks(rows), kRowBlock, 0, stream>>>(dscores, att, rows, T);
+}
+
+void GeluForward(float* out, const float* inp, int64_t n, cudaStream_t stream) {
+  GeluForwardKernel<<<Blocks(n, kThreads), kThreads, 0, stream>>>(out, inp, n);
+}
+
+void GeluBackwardInPlace(float* dinout, const float* inp, int64_t n, cudaStream_t stream) {
+  GeluBackwardKernel<<<Blocks(n, kThreads), kThreads, 0, stream>>>(dinout, inp, n);
+}
+
+void SoftmaxCrossEntropyForward(float* probs_inout, float* losses, const int32_t* targets,
+                                int64_t N, int64_t V, cudaStream_t stream) {
+  SoftmaxCrossEntropyForwardKernel<<<static_cast<unsigned>(N), 512, 0, stream>>>(
+      probs_inout, losses, targets, V);
+}
+
+void SoftmaxCrossEntropyBackwardInPlace(float* probs_inout, const int32_t* targets, int64_t N,
+                                        int64_t V, float scale, cudaStream_t stream) {
+  const float k = scale / static_cast<float>(N);
+  SoftmaxCrossEntropyBackwardKernel<<<Blocks(N * V, kThreads), kThreads, 0, stream>>>(
+      probs_inout, targets, N, V, k);
+}
+
+}  // namespace fmstack::gpt::cuda

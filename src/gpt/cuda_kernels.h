@@ -1,0 +1,64 @@
+// gpt: the CUDA layer kernels of the GPT-2 decoder, twins of cpu_kernels.h
+// with the same shapes, conventions and names: parameter gradients
+// accumulate, activation gradients overwrite unless the name says
+// "Accumulate". Pointers are device memory; every launch is queued on
+// `stream` and returns at once. Matmuls are cuBLAS calls made by the model
+// (cuda_model.cc); these are the kernels between them.
+//
+// Reductions over rows (bias, LayerNorm and embedding gradients) give each
+// channel to one thread that sums its rows in order: no atomics, so two runs
+// give the same bits, as on the CPU.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace fmstack::gpt::cuda {
+
+void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                    int64_t B, int64_t T, int64_t C, cudaStream_t stream);
+// dwpe[t, :] += sum over b of dout[b, t, :]
+void PositionBackward(float* dwpe, const float* dout, int64_t B, int64_t T, int64_t C,
+                      cudaStream_t stream);
+// dwte[token, :] += the rows of dout that hold token. The caller groups the
+// rows by token (TokenRows below): uniques[u]'s rows are
+// rows[starts[u] .. starts[u + 1]), ascending.
+void TokenBackward(float* dwte, const float* dout, const int32_t* uniques, const int32_t* starts,
+                   const int32_t* rows, int64_t unique_count, int64_t C, cudaStream_t stream);
+
+void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                      const float* bias, int64_t N, int64_t C, cudaStream_t stream);
+void LayerNormBackwardAccumulate(float* dinp, float* dweight, float* dbias, const float* dout,
+                                 const float* inp, const float* weight, const float* mean,
+                                 const float* rstd, int64_t N, int64_t C, cudaStream_t stream);
+
+// out[n, :] = bias (or 0 when bias is null); out[n, :] = residual[n, :] + bias.
+void FillRows(float* out, const float* bias, int64_t N, int64_t OC, cudaStream_t stream);
+void FillRowsResidual(float* out, const float* residual, const float* bias, int64_t N, int64_t OC,
+                      cudaStream_t stream);
+// dbias[c] += sum over rows of dout[n, c]
+void BiasBackwardAccumulate(float* dbias, const float* dout, int64_t N, int64_t OC,
+                            cudaStream_t stream);
+
+// Rows of scores (T x T per (batch, head), ld T): row i becomes
+// softmax(scale * row[0..i]) with zeros after i (the causal mask).
+void CausalSoftmaxForward(float* att, int64_t rows, int64_t T, float scale, cudaStream_t stream);
+// dscores[i, j] = att[i, j] (dscores[i, j] - sum_k att[i, k] dscores[i, k]) for j <= i, else 0.
+void CausalSoftmaxBackwardInPlace(float* dscores, const float* att, int64_t rows, int64_t T,
+                                  cudaStream_t stream);
+
+void GeluForward(float* out, const float* inp, int64_t n, cudaStream_t stream);
+void GeluBackwardInPlace(float* dinout, const float* inp, int64_t n, cudaStream_t stream);
+
+// Rows of logits (N, V) become probabilities; losses[n] = -log p[target[n]].
+void SoftmaxCrossEntropyForward(float* probs_inout, float* losses, const int32_t* targets,
+                                int64_t N, int64_t V, cudaStream_t stream);
+// probs become (p - onehot) * scale / N.
+void SoftmaxCrossEntropyBackwardInPlace(float* probs_inout, const int32_t* targets, int64_t N,
+                                        int64_t V, float scale, cudaStream_t stream);
+
+// Throws Error naming `what` when the last launch on this thread failed.
+void CheckLaunch(const char* what);
+
+}  // namespace fmstack::gpt::cuda

@@ -1,0 +1,424 @@
+// The CUDA backend: the same forward and backward passes as cpu_model.cc,
+// call for call, on device buffers laid out by the same ParamLayout and
+// ActivationLayout, with cuBLAS for the matmuls and cuda_kernels.h between.
+//
+// The host copies of parameters and gradients (pinned) stay the truth that
+// train/ reads and writes through params() and grads(): Forward uploads the
+// parameters, Backward uploads the gradients it accumulates into and brings
+// each group back as soon as it is final, before calling `ready`. That keeps
+// every trainer path (DDP, ZeRO, checkpoints, fault rehearsal) unchanged, at
+// the price of two PCIe copies of the gradients and one of the parameters
+// per micro-batch; an optimizer on the device removes them.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "gpt/cuda_kernels.h"
+#include "gpt/cuda_runtime.h"
+#include "gpt/model.h"
+#include "util/error.h"
+
+namespace fmstack::gpt {
+namespace {
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+std::string Gib(int64_t bytes) {
+  return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / static_cast<double>(kGiB));
+}
+
+// The device bytes a model of layout p with activations a takes: the
+// parameters, their gradients, the activations and the token ids.
+int64_t DeviceBytes(const ParamLayout& p, const ActivationLayout& a) {
+  const int64_t ids = 5 * a.B * a.T + p.V + 1;  // tokens, targets, token rows
+  return (2 * p.total + a.total) * int64_t{sizeof(float)} + ids * int64_t{sizeof(int32_t)};
+}
+
+class CudaModel final : public Model {
+ public:
+  CudaModel(const workload::TransformerShape& shape, const ModelOptions& options,
+            const cuda::DeviceInfo& device)
+      : p_(ParamLayout::For(shape)),
+        a_(ActivationLayout::For(p_, options.max_batch,
+                                 options.max_seq > 0 ? options.max_seq : shape.seq_len)),
+        device_(device),
+        stream_("creating the model's stream"),
+        blas_(stream_.get(), options.tf32) {
+    if (a_.T > p_.maxT) {
+      throw Error(fmt::format("max_seq {} exceeds the model's seq_len {}", a_.T, p_.maxT));
+    }
+    const int64_t need = DeviceBytes(p_, a_);
+    if (need > device_.free_bytes) {
+      throw Error(fmt::format(
+          "device \"cuda\": model \"{}\" needs {} of device memory ({} parameters, {} gradients, "
+          "{} activations for {} x {} tokens) but device {} ({}) has {} free of {}; lower "
+          "train.micro_batch or the model",
+          shape.name, Gib(need), Gib(p_.total * 4), Gib(p_.total * 4), Gib(a_.total * 4), a_.B,
+          a_.T, device_.index, device_.name, Gib(device_.free_bytes), Gib(device_.total_bytes)));
+    }
+    const auto P = static_cast<size_t>(p_.total);
+    const auto N = static_cast<size_t>(a_.B * a_.T);
+    params_ = cuda::PinnedBuffer<float>(P, "pinning the host parameters");
+    grads_ = cuda::PinnedBuffer<float>(P, "pinning the host gradients");
+    losses_ = cuda::PinnedBuffer<float>(N, "pinning the losses");
+    d_params_ = cuda::DeviceBuffer<float>(P, "allocating the parameters");
+    d_grads_ = cuda::DeviceBuffer<float>(P, "allocating the gradients");
+    d_acts_ = cuda::DeviceBuffer<float>(static_cast<size_t>(a_.total), "allocating activations");
+    d_tokens_ = cuda::DeviceBuffer<int32_t>(N, "allocating token ids");
+    d_targets_ = cuda::DeviceBuffer<int32_t>(N, "allocating target ids");
+    d_token_rows_ = cuda::DeviceBuffer<int32_t>(3 * N + 1, "allocating token rows");
+    std::fill(params_.data(), params_.data() + P, 0.0f);
+    std::fill(grads_.data(), grads_.data() + P, 0.0f);
+    for (const std::vector<TensorInfo>& group : p_.GradReadyGroups()) {
+      std::vector<std::pair<int64_t, int64_t>> runs;
+      for (const TensorInfo& t : group) runs.emplace_back(t.offset, t.size());
+      groups_.push_back(std::move(runs));
+    }
+  }
+
+  const ParamLayout& params_layout() const override { return p_; }
+  const ActivationLayout& activations_layout() const override { return a_; }
+  std::span<float> params() override { return params_.span(); }
+  std::span<const float> params() const override { return params_.span(); }
+  std::span<float> grads() override { return grads_.span(); }
+  std::span<const float> grads() const override { return grads_.span(); }
+  void ZeroGrad() override { std::fill(grads_.data(), grads_.data() + grads_.size(), 0.0f); }
+
+  float Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int64_t B,
+                int64_t T) override;
+  using Model::Backward;
+  void Backward(float scale, const std::function<void(int)>& ready) override;
+  std::span<const float> Logits(int64_t b, int64_t t) const override;
+
+ private:
+  float* P(int64_t base, int64_t size, int64_t l = 0) const {
+    return d_params_.data() + base + l * size;
+  }
+  float* G(int64_t base, int64_t size, int64_t l = 0) const {
+    return d_grads_.data() + base + l * size;
+  }
+  float* A(int64_t base, int64_t per_row, int64_t l = 0) const {
+    return d_acts_.data() + base + l * a_.B * a_.T * per_row;
+  }
+  float* Scores(int64_t base, int64_t l = 0) const {
+    return d_acts_.data() + base + l * a_.B * p_.NH * a_.T * a_.T;
+  }
+  float* LayerInput(int64_t l) const {
+    return l == 0 ? A(a_.encoded, p_.C) : A(a_.residual3, p_.C, l - 1);
+  }
+  cudaStream_t s() const { return stream_.get(); }
+
+  void Copy(void* to, const void* from, size_t bytes, cudaMemcpyKind kind, const char* what) const {
+    cuda::Check(cudaMemcpyAsync(to, from, bytes, kind, s()), what);
+  }
+  void UploadTokens(std::span<const int32_t> tokens, std::span<const int32_t> targets);
+  // Brings gradient group g (ParamLayout::GradReadyGroups) to the host and
+  // waits for it.
+  void DownloadGroup(int g);
+
+  // out (N, OC) = inp (N, C) @ weight (OC, C)^T + beta * out, row-major:
+  // column-major cuBLAS computes out^T = weight^T' inp^T'.
+  void Gemm(float* out, const float* inp, const float* weight, int64_t N, int64_t C, int64_t OC,
+            float beta) const;
+  void MatmulForward(float* out, const float* inp, const float* weight, const float* bias,
+                     int64_t N, int64_t C, int64_t OC) const;
+  void MatmulResidualForward(float* out, const float* residual, const float* inp,
+                             const float* weight, const float* bias, int64_t N, int64_t C,
+                             int64_t OC) const;
+  void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout,
+                      const float* inp, const float* weight, int64_t N, int64_t C,
+                      int64_t OC) const;
+  // One strided-batched gemm over the heads of batch row b, in the
+  // row-major terms of cpu::AttentionForward (see cuda_model.cc's notes).
+  void HeadsGemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
+                 float alpha, const float* a, int64_t lda, int64_t stride_a, const float* b,
+                 int64_t ldb, int64_t stride_b, float* c, int64_t ldc, int64_t stride_c) const;
+  void AttentionForward(float* out, float* att, const float* qkv) const;
+  void AttentionBackward(float* dqkv, float* dscores, const float* dout, const float* qkv,
+                         const float* att) const;
+
+  ParamLayout p_;
+  ActivationLayout a_;
+  cuda::DeviceInfo device_;
+  cuda::Stream stream_;
+  cuda::Blas blas_;
+  cuda::PinnedBuffer<float> params_, grads_, losses_;
+  cuda::DeviceBuffer<float> d_params_, d_grads_, d_acts_;
+  cuda::DeviceBuffer<int32_t> d_tokens_, d_targets_, d_token_rows_;
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> groups_;  // (offset, floats) per tensor
+  std::vector<int32_t> token_rows_;  // uniques | starts | rows, as uploaded
+  int64_t unique_tokens_ = 0;
+  mutable std::vector<float> logits_row_;
+  int64_t B_ = 0, T_ = 0;
+  bool has_targets_ = false;
+};
+
+void CudaModel::UploadTokens(std::span<const int32_t> tokens, std::span<const int32_t> targets) {
+  const auto N = static_cast<int64_t>(tokens.size());
+  Copy(d_tokens_.data(), tokens.data(), tokens.size_bytes(), cudaMemcpyHostToDevice, "tokens");
+  if (!targets.empty()) {
+    Copy(d_targets_.data(), targets.data(), targets.size_bytes(), cudaMemcpyHostToDevice,
+         "targets");
+  }
+  // Rows grouped by token for the deterministic embedding gradient.
+  std::vector<int32_t> order(static_cast<size_t>(N));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t x, int32_t y) { return tokens[x] < tokens[y]; });
+  std::vector<int32_t> uniques, starts;
+  for (int64_t k = 0; k < N; ++k) {
+    if (k == 0 || tokens[order[k]] != tokens[order[k - 1]]) {
+      uniques.push_back(tokens[order[k]]);
+      starts.push_back(static_cast<int32_t>(k));
+    }
+  }
+  starts.push_back(static_cast<int32_t>(N));
+  unique_tokens_ = static_cast<int64_t>(uniques.size());
+  token_rows_.clear();
+  token_rows_.insert(token_rows_.end(), uniques.begin(), uniques.end());
+  token_rows_.insert(token_rows_.end(), starts.begin(), starts.end());
+  token_rows_.insert(token_rows_.end(), order.begin(), order.end());
+  Copy(d_token_rows_.data(), token_rows_.data(), token_rows_.size() * sizeof(int32_t),
+       cudaMemcpyHostToDevice, "token rows");
+  // token_rows_ is pageable: the copy must finish before it is rebuilt.
+  stream_.Synchronize("uploading token ids");
+}
+
+float CudaModel::Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                         int64_t B, int64_t T) {
+  CheckForwardArgs(p_, a_, tokens, targets, B, T);
+  B_ = B, T_ = T;
+  has_targets_ = !targets.empty();
+  const int64_t L = p_.L, C = p_.C, F = p_.F, V = p_.V, N = B * T;
+  Copy(d_params_.data(), params_.data(), d_params_.bytes(), cudaMemcpyHostToDevice, "parameters");
+  UploadTokens(tokens, targets);
+
+  cuda::EncoderForward(A(a_.encoded, C), d_tokens_.data(), P(p_.wte, V * C), P(p_.wpe, p_.maxT * C),
+                       B, T, C, s());
+  for (int64_t l = 0; l < L; ++l) {
+    cuda::LayerNormForward(A(a_.ln1, C, l), A(a_.ln1_mean, 1, l), A(a_.ln1_rstd, 1, l),
+                           LayerInput(l), P(p_.ln1w, C, l), P(p_.ln1b, C, l), N, C, s());
+    MatmulForward(A(a_.qkv, 3 * C, l), A(a_.ln1, C, l), P(p_.qkvw, 3 * C * C, l),
+                  P(p_.qkvb, 3 * C, l), N, C, 3 * C);
+    AttentionForward(A(a_.atty, C, l), Scores(a_.att, l), A(a_.qkv, 3 * C, l));
+    MatmulResidualForward(A(a_.residual2, C, l), LayerInput(l), A(a_.atty, C, l),
+                          P(p_.attprojw, C * C, l), P(p_.attprojb, C, l), N, C, C);
+    cuda::LayerNormForward(A(a_.ln2, C, l), A(a_.ln2_mean, 1, l), A(a_.ln2_rstd, 1, l),
+                           A(a_.residual2, C, l), P(p_.ln2w, C, l), P(p_.ln2b, C, l), N, C, s());
+    MatmulForward(A(a_.fch, F, l), A(a_.ln2, C, l), P(p_.fcw, F * C, l), P(p_.fcb, F, l), N, C, F);
+    cuda::GeluForward(A(a_.fch_gelu, F, l), A(a_.fch, F, l), N * F, s());
+    MatmulResidualForward(A(a_.residual3, C, l), A(a_.residual2, C, l), A(a_.fch_gelu, F, l),
+                          P(p_.fcprojw, C * F, l), P(p_.fcprojb, C, l), N, F, C);
+  }
+  cuda::LayerNormForward(A(a_.lnf, C), A(a_.lnf_mean, 1), A(a_.lnf_rstd, 1), LayerInput(L),
+                         P(p_.lnfw, C), P(p_.lnfb, C), N, C, s());
+  MatmulForward(A(a_.logits, V), A(a_.lnf, C), P(p_.wte, V * C), nullptr, N, C, V);
+  cuda::CheckLaunch("the forward pass");
+  if (!has_targets_) {
+    stream_.Synchronize("the forward pass");
+    return 0.0f;
+  }
+  cuda::SoftmaxCrossEntropyForward(A(a_.logits, V), A(a_.losses, 1), d_targets_.data(), N, V, s());
+  cuda::CheckLaunch("the cross-entropy");
+  Copy(losses_.data(), A(a_.losses, 1), static_cast<size_t>(N) * sizeof(float),
+       cudaMemcpyDeviceToHost, "losses");
+  stream_.Synchronize("the forward pass");
+  double sum = 0;  // in order, as on the CPU
+  for (int64_t n = 0; n < N; ++n) sum += losses_.data()[n];
+  return static_cast<float>(sum / static_cast<double>(N));
+}
+
+void CudaModel::Backward(float scale, const std::function<void(int)>& ready) {
+  if (!has_targets_) throw Error("Backward needs a Forward with targets first");
+  const int64_t L = p_.L, C = p_.C, F = p_.F, V = p_.V, N = B_ * T_;
+  Copy(d_grads_.data(), grads_.data(), d_grads_.bytes(), cudaMemcpyHostToDevice, "gradients");
+  float* dlogits = A(a_.logits, V);
+  cuda::SoftmaxCrossEntropyBackwardInPlace(dlogits, d_targets_.data(), N, V, scale, s());
+  float* dres = A(a_.dresidual, C);
+  float* dln = A(a_.dln, C);
+  MatmulBackward(dln, G(p_.wte, V * C), nullptr, dlogits, A(a_.lnf, C), P(p_.wte, V * C), N, C, V);
+  cuda::Check(cudaMemsetAsync(dres, 0, static_cast<size_t>(N * C) * sizeof(float), s()),
+              "clearing the residual gradient");
+  cuda::LayerNormBackwardAccumulate(dres, G(p_.lnfw, C), G(p_.lnfb, C), dln, LayerInput(L),
+                                    P(p_.lnfw, C), A(a_.lnf_mean, 1), A(a_.lnf_rstd, 1), N, C, s());
+  if (ready) {
+    DownloadGroup(0);
+    ready(0);
+  }
+  float* dfch = A(a_.dfch, F);
+  float* dqkv = A(a_.dqkv, 3 * C);
+  float* datty = A(a_.datty, C);
+  for (int64_t l = L - 1; l >= 0; --l) {
+    MatmulBackward(dfch, G(p_.fcprojw, C * F, l), G(p_.fcprojb, C, l), dres, A(a_.fch_gelu, F, l),
+                   P(p_.fcprojw, C * F, l), N, F, C);
+    cuda::GeluBackwardInPlace(dfch, A(a_.fch, F, l), N * F, s());
+    MatmulBackward(dln, G(p_.fcw, F * C, l), G(p_.fcb, F, l), dfch, A(a_.ln2, C, l),
+                   P(p_.fcw, F * C, l), N, C, F);
+    cuda::LayerNormBackwardAccumulate(dres, G(p_.ln2w, C, l), G(p_.ln2b, C, l), dln,
+                                      A(a_.residual2, C, l), P(p_.ln2w, C, l), A(a_.ln2_mean, 1, l),
+                                      A(a_.ln2_rstd, 1, l), N, C, s());
+    MatmulBackward(datty, G(p_.attprojw, C * C, l), G(p_.attprojb, C, l), dres, A(a_.atty, C, l),
+                   P(p_.attprojw, C * C, l), N, C, C);
+    AttentionBackward(dqkv, Scores(a_.datt), datty, A(a_.qkv, 3 * C, l), Scores(a_.att, l));
+    MatmulBackward(dln, G(p_.qkvw, 3 * C * C, l), G(p_.qkvb, 3 * C, l), dqkv, A(a_.ln1, C, l),
+                   P(p_.qkvw, 3 * C * C, l), N, C, 3 * C);
+    cuda::LayerNormBackwardAccumulate(dres, G(p_.ln1w, C, l), G(p_.ln1b, C, l), dln, LayerInput(l),
+                                      P(p_.ln1w, C, l), A(a_.ln1_mean, 1, l), A(a_.ln1_rstd, 1, l),
+                                      N, C, s());
+    cuda::CheckLaunch("the backward pass");
+    if (ready) {
+      DownloadGroup(static_cast<int>(L - l));
+      ready(static_cast<int>(L - l));
+    }
+  }
+  const int32_t* rows = d_token_rows_.data();
+  cuda::PositionBackward(G(p_.wpe, p_.maxT * C), dres, B_, T_, C, s());
+  cuda::TokenBackward(G(p_.wte, V * C), dres, rows, rows + unique_tokens_,
+                      rows + 2 * unique_tokens_ + 1, unique_tokens_, C, s());
+  cuda::CheckLaunch("the embedding gradients");
+  if (ready) {
+    DownloadGroup(static_cast<int>(L + 1));
+    ready(static_cast<int>(L + 1));
+  } else {
+    Copy(grads_.data(), d_grads_.data(), d_grads_.bytes(), cudaMemcpyDeviceToHost, "gradients");
+    stream_.Synchronize("the backward pass");
+  }
+  has_targets_ = false;  // the logits now hold gradients
+}
+
+void CudaModel::DownloadGroup(int g) {
+  for (const auto& [offset, floats] : groups_[static_cast<size_t>(g)]) {
+    Copy(grads_.data() + offset, d_grads_.data() + offset, static_cast<size_t>(floats) * 4,
+         cudaMemcpyDeviceToHost, "a gradient group");
+  }
+  stream_.Synchronize("the backward pass");
+}
+
+std::span<const float> CudaModel::Logits(int64_t b, int64_t t) const {
+  logits_row_.resize(static_cast<size_t>(p_.V));
+  const float* row = A(a_.logits, p_.V) + (b * T_ + t) * p_.V;
+  cuda::Check(cudaMemcpy(logits_row_.data(), row, logits_row_.size() * sizeof(float),
+                         cudaMemcpyDeviceToHost),
+              "reading logits");
+  return logits_row_;
+}
+
+void CudaModel::Gemm(float* out, const float* inp, const float* weight, int64_t N, int64_t C,
+                     int64_t OC, float beta) const {
+  const float one = 1.0f;
+  const auto n = static_cast<int>(N), c = static_cast<int>(C), oc = static_cast<int>(OC);
+  cuda::Check(cublasSgemm(blas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c, &one, weight, c, inp, c,
+                          &beta, out, oc),
+              "a forward matmul");
+}
+
+void CudaModel::MatmulForward(float* out, const float* inp, const float* weight, const float* bias,
+                              int64_t N, int64_t C, int64_t OC) const {
+  if (bias == nullptr) return Gemm(out, inp, weight, N, C, OC, 0.0f);
+  cuda::FillRows(out, bias, N, OC, s());
+  Gemm(out, inp, weight, N, C, OC, 1.0f);
+}
+
+void CudaModel::MatmulResidualForward(float* out, const float* residual, const float* inp,
+                                      const float* weight, const float* bias, int64_t N, int64_t C,
+                                      int64_t OC) const {
+  cuda::FillRowsResidual(out, residual, bias, N, OC, s());
+  Gemm(out, inp, weight, N, C, OC, 1.0f);
+}
+
+void CudaModel::MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout,
+                               const float* inp, const float* weight, int64_t N, int64_t C,
+                               int64_t OC) const {
+  const float one = 1.0f, zero = 0.0f;
+  const auto n = static_cast<int>(N), c = static_cast<int>(C), oc = static_cast<int>(OC);
+  // dinp (N, C) = dout (N, OC) @ weight (OC, C)
+  cuda::Check(cublasSgemm(blas_.get(), CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, &one, weight, c, dout,
+                          oc, &zero, dinp, c),
+              "a backward matmul (input gradient)");
+  // dweight (OC, C) += dout^T (OC, N) @ inp (N, C)
+  cuda::Check(cublasSgemm(blas_.get(), CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, &one, inp, c, dout, oc,
+                          &one, dweight, c),
+              "a backward matmul (weight gradient)");
+  if (dbias != nullptr) cuda::BiasBackwardAccumulate(dbias, dout, N, OC, s());
+}
+
+void CudaModel::HeadsGemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n,
+                          int64_t k, float alpha, const float* a, int64_t lda, int64_t stride_a,
+                          const float* b, int64_t ldb, int64_t stride_b, float* c, int64_t ldc,
+                          int64_t stride_c) const {
+  const float zero = 0.0f;
+  cuda::Check(
+      cublasSgemmStridedBatched(blas_.get(), ta, tb, static_cast<int>(m), static_cast<int>(n),
+                                static_cast<int>(k), &alpha, a, static_cast<int>(lda), stride_a, b,
+                                static_cast<int>(ldb), stride_b, &zero, c, static_cast<int>(ldc),
+                                stride_c, static_cast<int>(p_.NH)),
+      "an attention matmul");
+}
+
+// For batch row b and head h, Q, K and V are T x hs row-major slices of qkv
+// with leading dimension 3C, one head hs floats after the previous, and the
+// scores are T x T (leading dimension T), one head T*T after the previous.
+// cuBLAS is column-major, so each row-major product X = Y Z is asked for as
+// X^T = Z^T Y^T: a row-major matrix read column-major is its transpose.
+void CudaModel::AttentionForward(float* out, float* att, const float* qkv) const {
+  const int64_t C = p_.C, NH = p_.NH, hs = C / NH, T = T_;
+  for (int64_t b = 0; b < B_; ++b) {
+    const float* q = qkv + b * T * 3 * C;
+    float* scores = att + b * NH * T * T;
+    // S = Q K^T (scaled inside the softmax)
+    HeadsGemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, q + C, 3 * C, hs, q, 3 * C, hs, scores, T,
+              T * T);
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  cuda::CausalSoftmaxForward(att, B_ * NH * T, T, scale, s());
+  for (int64_t b = 0; b < B_; ++b) {
+    const float* v = qkv + b * T * 3 * C + 2 * C;
+    // Y = P V
+    HeadsGemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, 3 * C, hs, att + b * NH * T * T, T,
+              T * T, out + b * T * C, C, hs);
+  }
+}
+
+void CudaModel::AttentionBackward(float* dqkv, float* dscores, const float* dout, const float* qkv,
+                                  const float* att) const {
+  const int64_t C = p_.C, NH = p_.NH, hs = C / NH, T = T_;
+  for (int64_t b = 0; b < B_; ++b) {
+    const float* v = qkv + b * T * 3 * C + 2 * C;
+    const float* dy = dout + b * T * C;
+    const float* p = att + b * NH * T * T;
+    // dP = dY V^T and dV = P^T dY
+    HeadsGemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, 3 * C, hs, dy, C, hs,
+              dscores + b * NH * T * T, T, T * T);
+    HeadsGemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dy, C, hs, p, T, T * T,
+              dqkv + b * T * 3 * C + 2 * C, 3 * C, hs);
+  }
+  cuda::CausalSoftmaxBackwardInPlace(dscores, att, B_ * NH * T, T, s());
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  for (int64_t b = 0; b < B_; ++b) {
+    const float* q = qkv + b * T * 3 * C;
+    const float* ds = dscores + b * NH * T * T;
+    float* dq = dqkv + b * T * 3 * C;
+    // dQ = scale dS K and dK = scale dS^T Q
+    HeadsGemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, scale, q + C, 3 * C, hs, ds, T, T * T, dq, 3 * C,
+              hs);
+    HeadsGemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, scale, q, 3 * C, hs, ds, T, T * T, dq + C, 3 * C,
+              hs);
+  }
+}
+
+}  // namespace
+
+std::string CudaUnavailableReason() {
+  return cuda::ProbeDevices().why_none;
+}
+
+std::unique_ptr<Model> CreateCudaModel(const workload::TransformerShape& shape,
+                                       const ModelOptions& options) {
+  const cuda::DeviceInfo device = cuda::UseDevice(options.device, "device \"cuda\"");
+  return std::make_unique<CudaModel>(shape, options, device);
+}
+
+}  // namespace fmstack::gpt

@@ -1,0 +1,133 @@
+// gpt: the few CUDA runtime pieces the CUDA backend needs, as RAII types
+// whose errors are exceptions naming the call and what it was doing. Built
+// only with FMSTACK_HAVE_CUDA; nothing here needs a device until it is used.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace fmstack::gpt::cuda {
+
+// Throws Error("CUDA: <what>: <call's error>") unless `status` is success.
+void Check(cudaError_t status, std::string_view what);
+void Check(cublasStatus_t status, std::string_view what);
+
+struct DeviceInfo {
+  int index = 0;
+  std::string name;
+  int sm_major = 0, sm_minor = 0;
+  int multiprocessors = 0;
+  int64_t total_bytes = 0, free_bytes = 0;
+};
+
+// The devices this process can use. When there is none, `why_none` says
+// what was looked for and what answered (no driver, no device, hidden by
+// CUDA_VISIBLE_DEVICES), and devices is empty. Never throws.
+struct DeviceProbe {
+  std::vector<DeviceInfo> devices;
+  std::string why_none;
+};
+DeviceProbe ProbeDevices();
+
+// Selects device `index` for this thread; throws with the probe's reason
+// when there is no such device. `who` names the setting that asked for it.
+DeviceInfo UseDevice(int index, std::string_view who);
+
+// Device memory for `count` values of T; freed on destruction.
+template <typename T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(size_t count, std::string_view what) : count_(count) {
+    void* p = nullptr;
+    if (count > 0) Check(cudaMalloc(&p, count * sizeof(T)), what);
+    data_ = static_cast<T*>(p);
+  }
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), count_(std::exchange(o.count_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(count_, o.count_);
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() {
+    if (data_ != nullptr) cudaFree(data_);
+  }
+  T* data() const { return data_; }
+  size_t size() const { return count_; }
+  size_t bytes() const { return count_ * sizeof(T); }
+
+ private:
+  T* data_ = nullptr;
+  size_t count_ = 0;
+};
+
+// Page-locked host memory: device copies from and to it run at full PCIe
+// speed and asynchronously.
+template <typename T>
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(size_t count, std::string_view what) : count_(count) {
+    void* p = nullptr;
+    if (count > 0) Check(cudaMallocHost(&p, count * sizeof(T)), what);
+    data_ = static_cast<T*>(p);
+  }
+  PinnedBuffer(PinnedBuffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), count_(std::exchange(o.count_, 0)) {}
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(count_, o.count_);
+    return *this;
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer() {
+    if (data_ != nullptr) cudaFreeHost(data_);
+  }
+  std::span<T> span() const { return {data_, count_}; }
+  T* data() const { return data_; }
+  size_t size() const { return count_; }
+
+ private:
+  T* data_ = nullptr;
+  size_t count_ = 0;
+};
+
+class Stream {
+ public:
+  explicit Stream(std::string_view what);
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  ~Stream();
+  cudaStream_t get() const { return stream_; }
+  // Waits for everything queued so far; throws with `what` on a device error.
+  void Synchronize(std::string_view what) const;
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+class Blas {
+ public:
+  explicit Blas(cudaStream_t stream, bool tf32);
+  Blas(const Blas&) = delete;
+  Blas& operator=(const Blas&) = delete;
+  ~Blas();
+  cublasHandle_t get() const { return handle_; }
+
+ private:
+  cublasHandle_t handle_ = nullptr;
+};
+
+}  // namespace fmstack::gpt::cuda
