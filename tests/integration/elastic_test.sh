@@ -64,7 +64,15 @@ inject() {  # kind rank step
 run() {  # name zero-stage extra-toml
   job "$1.toml" "$2" "$3"
   "$FMSTACK" run "$1.toml" --out "runs/$1" > "$1.out" 2> "$1.err" ||
-    { tail -30 "$1.err"; cat "$1.out"; fail "$1: the run did not finish by itself"; }
+    {
+      tail -30 "$1.err"
+      cat "$1.out"
+      for log in "runs/$1"/logs/rank*.log; do
+        echo "== $log (last lines)"
+        grep -v '"ev":"step"' "$log" | tail -8
+      done
+      fail "$1: the run did not finish by itself"
+    }
 }
 samples() {  # name expected-worlds: the ledger audit passes and went through these sizes
   "$FMSTACK" report "runs/$1" --json > "$1.report.json" || fail "$1: fmstack report failed the ledger"
