@@ -18,9 +18,12 @@
 #include <cstring>
 #include <filesystem>
 #include <iterator>
+#include <limits>
 #include <optional>
 #include <set>
 
+#include "comm/gloo_sync_allreduce.h"
+#include "comm/open_sockets.h"
 #include "comm/reduce.h"
 
 namespace fmstack::comm {
@@ -50,17 +53,6 @@ std::pair<int, std::string> ParseFailure(const std::string& v) {
   }
 }
 
-// Open socket descriptors of this process.
-std::set<int> OpenSockets() {
-  std::set<int> fds;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
-    const int fd = std::atoi(entry.path().filename().c_str());
-    struct stat st {};
-    if (::fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) fds.insert(fd);
-  }
-  return fds;
-}
-
 }  // namespace
 
 GlooCommunicator::GlooCommunicator(GlooOptions options) : options_(std::move(options)) {
@@ -84,6 +76,11 @@ GlooCommunicator::GlooCommunicator(GlooOptions options) : options_(std::move(opt
     const std::set<int> before = OpenSockets();
     context_->connectFullMesh(store, device);
     std::ranges::set_difference(OpenSockets(), before, std::back_inserter(sockets_));
+    if (options_.sync_allreduce) {
+      sync_ = std::make_unique<GlooSyncAllreduce>(*options_.store, options_.prefix + "/sync",
+                                                  options_.rank, options_.size, device,
+                                                  options_.timeout, options_.busy_poll, sockets_);
+    }
   } catch (const std::exception& e) {
     throw CommError(fmt::format("gloo: rank {} of {} could not connect group '{}' on {}: {}",
                                 JobRank(options_.rank), options_.size, options_.prefix,
@@ -180,6 +177,14 @@ void GlooCommunicator::Guarded(const char* op, Fn&& fn) {
 }
 
 void GlooCommunicator::AllReduce(View buf, ReduceOp op) {
+  if (sync_ && buf.dtype == DType::kF32 &&
+      buf.count <= static_cast<size_t>(std::numeric_limits<int>::max())) {
+    Guarded("allreduce", [&] {
+      if (buf.count > 0) sync_->Sum(reinterpret_cast<float*>(buf.data), buf.count);
+    });
+    if (op == ReduceOp::kAvg) ScaleInPlace(buf.data, buf.count, buf.dtype, 1.0 / size());
+    return;
+  }
   if (size() > 1 && buf.bytes() >= options_.split_allreduce_bytes) {
     // Large messages: our reduce-scatter ring, then Gloo's allgatherv ring.
     std::vector<Range> ranges(size());

@@ -1,7 +1,8 @@
-// comm: a Communicator over Gloo's TCP transport, full mesh. Gloo's own
-// algorithms do small allreduces (bcube, then ring), broadcast, alltoall and
-// barrier; reduce-scatter and allgather with uneven shards are rings of our
-// own on Gloo's unbound buffers, and a large allreduce is the two in turn.
+// comm: a Communicator over Gloo's TCP transport, full mesh. A float
+// allreduce runs on a second mesh of synchronous pairs (gloo_sync_allreduce.h);
+// Gloo's own algorithms do the bf16 allreduce (bcube, then ring), broadcast,
+// alltoall and barrier; reduce-scatter and allgather with uneven shards are
+// rings of our own on Gloo's unbound buffers.
 #pragma once
 
 #include <atomic>
@@ -24,6 +25,8 @@ class UnboundBuffer;
 
 namespace fmstack::comm {
 
+class GlooSyncAllreduce;
+
 struct GlooOptions {
   std::shared_ptr<TcpStore> store;
   std::string prefix;                  // store namespace of this group, e.g. "gen0/world"
@@ -36,6 +39,11 @@ struct GlooOptions {
   size_t segment_bytes = 1 << 20;           // ring pipelining unit (Gloo's default)
   // From here up, allreduce = reduce-scatter ring + allgatherv ring.
   size_t split_allreduce_bytes = size_t{1} << 20;
+  // Float allreduce on a second mesh of synchronous pairs (Gloo's
+  // halving-doubling; gloo_sync_allreduce.h), every size. busy_poll makes
+  // those reads spin instead of sleeping: lowest latency, one core per rank.
+  bool sync_allreduce = true;
+  bool busy_poll = false;
 };
 
 class GlooCommunicator final : public Communicator {
@@ -76,6 +84,7 @@ class GlooCommunicator final : public Communicator {
   int abort_rank_ = -1;
   std::vector<std::byte> scratch_;
   std::vector<int> sockets_;  // opened by connectFullMesh; shut down by Abort
+  std::unique_ptr<GlooSyncAllreduce> sync_;
   // Buffers with a send or receive in flight. A closed socket does not
   // always wake Gloo's waits on them (a peer that left before posting its
   // side), so Abort wakes them itself.

@@ -24,6 +24,7 @@ GlooOptions WorldGloo(const CommOptions& o) {
   g.generation = o.generation;
   g.timeout = o.timeout;
   g.segment_bytes = o.gloo_segment_bytes;
+  g.busy_poll = o.gloo_busy_poll;
   return g;
 }
 
@@ -54,6 +55,7 @@ class HierarchicalCommunicator final : public Communicator {
       g.generation = o.generation;
       g.timeout = o.timeout;
       g.segment_bytes = o.gloo_segment_bytes;
+      g.busy_poll = o.gloo_busy_poll;
       leaders_ = std::make_unique<GlooCommunicator>(std::move(g));
     }
   }
@@ -222,6 +224,7 @@ CommOptions OptionsFromEnv() {
   o.timeout = std::chrono::milliseconds(EnvInt("FMSTACK_COMM_TIMEOUT_MS", "60000"));
   o.shm_slot_bytes = static_cast<size_t>(EnvInt("FMSTACK_SHM_SLOT_BYTES", "4194304"));
   o.gloo_segment_bytes = static_cast<size_t>(EnvInt("FMSTACK_GLOO_SEGMENT_BYTES", "1048576"));
+  o.gloo_busy_poll = EnvInt("FMSTACK_COMM_BUSY_POLL", "0") != 0;
   // Under `fmstack run` the store is fmstack's own and MASTER_PORT is left to
   // the program; under torchrun's variables alone, MASTER_ADDR:MASTER_PORT.
   const bool own = std::getenv("FMSTACK_STORE_PORT") != nullptr;

@@ -28,6 +28,9 @@ struct CommOptions {
   std::string transport = "auto";
   size_t shm_slot_bytes = 4 << 20;
   size_t gloo_segment_bytes = 1 << 20;
+  // Gloo's float allreduce spins on its sockets instead of sleeping
+  // (FMSTACK_COMM_BUSY_POLL=1): lowest latency, a core per rank while waiting.
+  bool gloo_busy_poll = false;
 };
 
 // Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, the store's address

@@ -1,0 +1,69 @@
+#include "comm/gloo_sync_allreduce.h"
+
+#include <gloo/allreduce_halving_doubling.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+
+#include <algorithm>
+#include <cstring>
+#include <iterator>
+#include <set>
+
+#include "comm/open_sockets.h"
+
+namespace fmstack::comm {
+namespace {
+
+// Plans kept at most: sizes in flight in one training step (gradient
+// buckets) plus a few, and no more staging memory than this.
+constexpr size_t kMaxPlans = 16;
+constexpr size_t kMaxPlanBytes = size_t{1} << 30;
+
+}  // namespace
+
+GlooSyncAllreduce::GlooSyncAllreduce(TcpStore& store, const std::string& prefix, int rank, int size,
+                                     std::shared_ptr<gloo::transport::Device> device,
+                                     std::chrono::milliseconds timeout, bool busy_poll,
+                                     std::vector<int>& sockets) {
+  context_ = std::make_shared<gloo::rendezvous::Context>(rank, size);
+  context_->setTimeout(timeout);
+  gloo::rendezvous::PrefixStore prefixed(prefix, store);
+  const std::set<int> before = OpenSockets();
+  context_->connectFullMesh(prefixed, device);
+  std::ranges::set_difference(OpenSockets(), before, std::back_inserter(sockets));
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer != rank) context_->getPair(peer)->setSync(true, busy_poll);
+  }
+}
+
+GlooSyncAllreduce::~GlooSyncAllreduce() = default;
+
+GlooSyncAllreduce::Plan& GlooSyncAllreduce::PlanFor(size_t count) {
+  const auto hit = std::ranges::find(plans_, count, &Plan::count);
+  if (hit != plans_.end()) {
+    plans_.splice(plans_.begin(), plans_, hit);
+    return plans_.front();
+  }
+  while (!plans_.empty() &&
+         (plans_.size() >= kMaxPlans || plan_bytes_ + count * sizeof(float) > kMaxPlanBytes)) {
+    plan_bytes_ -= plans_.back().count * sizeof(float);
+    plans_.pop_back();
+  }
+  Plan& plan = plans_.emplace_front();
+  plan.count = count;
+  plan.staging.resize(count);
+  const std::vector<float*> buffers{plan.staging.data()};
+  plan.algorithm = std::make_unique<gloo::AllreduceHalvingDoubling<float>>(context_, buffers,
+                                                                           static_cast<int>(count));
+  plan_bytes_ += count * sizeof(float);
+  return plan;
+}
+
+void GlooSyncAllreduce::Sum(float* data, size_t count) {
+  Plan& plan = PlanFor(count);
+  std::memcpy(plan.staging.data(), data, count * sizeof(float));
+  plan.algorithm->run();
+  std::memcpy(data, plan.staging.data(), count * sizeof(float));
+}
+
+}  // namespace fmstack::comm
