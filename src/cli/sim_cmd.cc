@@ -65,7 +65,7 @@ int RunSearch(const spec::JobSpec& job, const sim::ScenarioOptions& options, boo
               std::to_string(c.layout.cp), std::to_string(c.layout.dp),
               std::to_string(c.micro_batch), units::FormatSeconds(s.total),
               units::FormatSeconds(s.bubble),
-              units::FormatSeconds(s.tp + s.cp + s.pp + s.ep + s.dp_exposed),
+              units::FormatSeconds(s.tp + s.cp + s.pp + s.ep_exposed + s.dp_exposed),
               fmt::format("{:.0f}", s.tflops_per_accelerator), fmt::format("{:.1f}%", 100 * s.mfu),
               units::FormatBytes(s.memory_per_accelerator)});
   }

@@ -21,6 +21,7 @@ MemoryPlan PlanMemory(const spec::JobSpec& job, double num_params, const Plan& p
     a.micro_batch = job.train.micro_batch;
     a.recompute = job.train.recompute;
     a.flash_attention = job.train.flash_attention;
+    a.sequence_parallel = job.layout.sequence_parallel;
     m.per_accelerator = workload::PerAccelerator(job.model, m.bytes, job.layout, a);
     m.hbm_bytes = plan.cluster->accelerator.hbm_bytes;
   }

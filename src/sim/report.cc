@@ -75,10 +75,13 @@ std::string RenderScenario(const spec::JobSpec& job, const BuiltScenario& b) {
   const StepTime& t = i.step;
   out += fmt::format("step     {}: compute {}, pipeline bubble {}, exposed communication {}\n",
                      FormatSeconds(t.total), FormatSeconds(t.compute), FormatSeconds(t.bubble),
-                     FormatSeconds(t.tp + t.cp + t.pp + t.ep + t.dp_exposed));
+                     FormatSeconds(t.tp + t.cp + t.pp + t.ep_exposed + t.dp_exposed));
+  const std::string ep = t.ep_exposed < t.ep ? fmt::format("{} of {}", FormatSeconds(t.ep_exposed),
+                                                           FormatSeconds(t.ep))
+                                             : FormatSeconds(t.ep);
   out += fmt::format("comm     tp {}, cp {}, pp {}, ep {}; dp {} of {} not hidden by compute\n",
-                     FormatSeconds(t.tp), FormatSeconds(t.cp), FormatSeconds(t.pp),
-                     FormatSeconds(t.ep), FormatSeconds(t.dp_exposed), FormatSeconds(t.dp));
+                     FormatSeconds(t.tp), FormatSeconds(t.cp), FormatSeconds(t.pp), ep,
+                     FormatSeconds(t.dp_exposed), FormatSeconds(t.dp));
   out += fmt::format("speed    {:.0f} TFLOP/s per accelerator, MFU {:.1f}%; memory {} of {}\n",
                      t.tflops_per_accelerator, 100 * t.mfu, FormatBytes(t.memory_per_accelerator),
                      FormatBytes(c.accelerator.hbm_bytes));

@@ -38,8 +38,8 @@ double MemoryBoundSeconds(const spec::JobSpec& job, const catalog::Accelerator& 
   const workload::TransformerShape& shape = job.model;
   const workload::Layout& l = job.layout;
   const double tp = static_cast<double>(l.tp);
-  const double hidden_wide =
-      12.0 * static_cast<double>(shape.hidden) / (o.sequence_parallel ? tp : 1.0);
+  const bool sp = o.sequence_parallel && l.sequence_parallel;
+  const double hidden_wide = 12.0 * static_cast<double>(shape.hidden) / (sp ? tp : 1.0);
   const double mlp_wide = (shape.mlp == workload::MlpKind::kSwiGlu ? 3.0 : 2.0) *
                           static_cast<double>(shape.ffn_hidden) / tp;
   const double scores = job.train.flash_attention ? 0.0
@@ -133,6 +133,8 @@ StepTime ModelStep(const spec::JobSpec& job, const Topology& topo,
         act * static_cast<double>(shape.active_experts) / static_cast<double>(l.tp);
     t.ep = layers_per_stage * m * 4 *
            Coll(o, Collective::kAllToAll, routed, topo.LevelsFor(l.ep, dp_stride));
+    // Overlap hides at most the expert compute the all-to-alls run beside.
+    t.ep_exposed = t.ep - std::min(l.ep_overlap * t.ep, t.compute);
   }
   if (l.dp > 1) {
     const workload::ParamCounts params = workload::CountParams(shape);
@@ -161,13 +163,13 @@ StepTime ModelStep(const spec::JobSpec& job, const Topology& topo,
       t.dp_exposed = std::max(0.0, t.dp - hideable);
     }
   }
-  t.total = t.compute + t.memory + t.bubble + t.tp + t.cp + t.pp + t.ep + t.dp_exposed;
+  t.total = t.compute + t.memory + t.bubble + t.tp + t.cp + t.pp + t.ep_exposed + t.dp_exposed;
 
   workload::ActivationOptions a;
   a.micro_batch = b;
   a.recompute = job.train.recompute;
   a.flash_attention = job.train.flash_attention;
-  a.sequence_parallel = l.tp > 1;
+  a.sequence_parallel = l.tp > 1 && o.sequence_parallel && l.sequence_parallel;
   t.memory_per_accelerator = workload::PerAccelerator(shape, job.train.state, l, a).total();
   t.fits = accelerator.hbm_bytes <= 0 || t.memory_per_accelerator <= accelerator.hbm_bytes;
   t.tflops_per_accelerator = hardware_flops / t.total / static_cast<double>(world) / 1e12;

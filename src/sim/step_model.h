@@ -37,7 +37,8 @@ struct StepTime {
   double tp = 0;          // tensor-parallel all-reduces (not overlapped)
   double cp = 0;          // context-parallel all-gathers of K, V
   double pp = 0;          // point-to-point activations between stages
-  double ep = 0;          // MoE all-to-alls
+  double ep = 0;          // MoE all-to-alls, whole
+  double ep_exposed = 0;  // the part not hidden behind expert compute (parallel.ep_overlap)
   double dp = 0;          // gradient reduction, whole
   double dp_exposed = 0;  // the part not hidden behind backward
   double total = 0;

@@ -98,6 +98,8 @@ workload::Layout ReadParallel(StrictTable& root, KeyPositions& positions) {
   l.cp = t->Int("cp", 1, 1 << 16).value_or(1);
   l.zero_stage = static_cast<int>(t->Int("zero_stage", 0, 3).value_or(0));
   l.virtual_stages = t->Int("virtual_stages", 1, 1024).value_or(1);
+  l.sequence_parallel = t->Bool("sequence_parallel").value_or(true);
+  l.ep_overlap = t->Number("ep_overlap", 0, 1).value_or(0);
   RecordPositions(*t, "parallel", {"dp", "ep"}, positions);
   t->Finish();
   return l;

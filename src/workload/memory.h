@@ -34,8 +34,15 @@ enum class Recompute { kNone, kSelective, kFull };
 
 struct Layout {
   int64_t dp = 1, tp = 1, pp = 1, ep = 1, cp = 1;
-  int zero_stage = 0;  // 0: DDP; 1: shard optimizer; 2: + grads; 3 (FSDP): + params
+  int zero_stage = 0;          // 0: DDP; 1: shard optimizer; 2: + grads; 3 (FSDP): + params
   int64_t virtual_stages = 1;  // interleaved 1F1B: model chunks per pipeline rank
+  // With tp > 1: activations outside the TP regions (norms, dropout,
+  // residual) are split by tp too (Korthikanti et al. 2022); false keeps
+  // them whole on every TP rank, as Megatron-LM did before.
+  bool sequence_parallel = true;
+  // The fraction of the MoE all-to-alls hidden behind expert compute
+  // (DeepSeek-V3's dual-pipe hides nearly all; a plain implementation none).
+  double ep_overlap = 0;
 
   int64_t world() const { return dp * tp * pp * cp; }  // ep lives inside dp
 };

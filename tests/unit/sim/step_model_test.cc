@@ -5,6 +5,7 @@
 
 #include "catalog/catalog.h"
 #include "spec/job_spec.h"
+#include "util/error.h"
 
 namespace fmstack::sim {
 namespace {
@@ -59,6 +60,64 @@ global_batch = 256
   EXPECT_LE(t.dp_exposed, t.dp);
   EXPECT_GT(t.mfu, 0.2);
   EXPECT_LT(t.mfu, 0.55);
+}
+
+// parallel.sequence_parallel = false keeps the activations outside the TP
+// regions whole on every TP rank: more memory and more memory-bound time,
+// the same TP traffic (an all-reduce is a reduce-scatter + all-gather).
+TEST(StepModel, SequenceParallelOffCostsMemoryAndMemoryBoundTime) {
+  const std::string base = R"(
+model = "llama3-70b"
+[cluster]
+instance = "p5.48xlarge"
+nodes = 8
+[train]
+micro_batch = 1
+global_batch = 64
+[parallel]
+tp = 8
+pp = 2
+)";
+  const spec::JobSpec on = Job(base), off = Job(base + "sequence_parallel = false\n");
+  EXPECT_TRUE(on.layout.sequence_parallel);
+  EXPECT_FALSE(off.layout.sequence_parallel);
+  const StepTime a = ModelStep(on, BuildTopology(*on.cluster), on.cluster->accelerator);
+  const StepTime b = ModelStep(off, BuildTopology(*off.cluster), off.cluster->accelerator);
+  EXPECT_GT(b.memory, a.memory);
+  EXPECT_GT(b.memory_per_accelerator, a.memory_per_accelerator);
+  EXPECT_DOUBLE_EQ(b.tp, a.tp);
+  EXPECT_DOUBLE_EQ(b.compute, a.compute);
+  EXPECT_GT(b.total, a.total);
+}
+
+// parallel.ep_overlap hides that fraction of the MoE all-to-alls, never more
+// than the step's compute, and leaves the whole traffic reported.
+TEST(StepModel, ExpertOverlapHidesItsShareOfTheAllToAlls) {
+  const std::string base = R"(
+model = "mixtral-8x7b"
+[cluster]
+instance = "p5.48xlarge"
+nodes = 4
+[train]
+micro_batch = 1
+global_batch = 64
+[parallel]
+tp = 2
+ep = 8
+)";
+  const spec::JobSpec plain = Job(base), half = Job(base + "ep_overlap = 0.5\n");
+  const spec::JobSpec all = Job(base + "ep_overlap = 1\n");
+  const auto step = [](const spec::JobSpec& j) {
+    return ModelStep(j, BuildTopology(*j.cluster), j.cluster->accelerator);
+  };
+  const StepTime a = step(plain), b = step(half), c = step(all);
+  ASSERT_GT(a.ep, 0);
+  EXPECT_DOUBLE_EQ(a.ep_exposed, a.ep);
+  EXPECT_DOUBLE_EQ(b.ep, a.ep);
+  EXPECT_NEAR(b.ep_exposed, std::max(0.5 * a.ep, a.ep - a.compute), 1e-12 * a.ep);
+  EXPECT_NEAR(a.total - b.total, a.ep - b.ep_exposed, 1e-9 * a.total);
+  EXPECT_NEAR(c.ep_exposed, std::max(0.0, a.ep - a.compute), 1e-12 * a.ep);
+  EXPECT_THROW(Job(base + "ep_overlap = 1.5\n"), SpecError);
 }
 
 TEST(StepModel, TcpInsteadOfEfaSlowsDataParallelMoreAtScale) {
