@@ -5,7 +5,8 @@
 //   per state size (default 1 GB and 4 GB, in 64 float32 tensors):
 //     blocking  Save() time / memcpy time of the state         target <= 1.2x
 //     commit    state / time to COMMITTED on the local tier     target >= 85% of disk write
-//     restore   state / cold restore time (page cache dropped)  target >= 80% of disk read
+//     restore   state / cold restore time (page cache dropped), against dd reading
+//               the same checkpoint file cold, alternated, median of 3   target >= 80%
 //     overlap   step time of a training loop (sgemm, one thread) while the
 //               background write runs / without it             target <= 1.05x
 //     peers     torch.save + fsync, torch.distributed.checkpoint + fsync
@@ -231,9 +232,13 @@ int main(int argc, char** argv) {
       t.commit_seconds = {median([](const ckpt::SaveTiming& r) { return r.commit_seconds[0]; })};
       const double memcpy_s = size / memcpy_bw;
 
-      // Cold restore.
+      // Cold restore against dd reading the same file, alternated, median of
+      // 3 each. The same file matters: on the development VM the first cold
+      // read of a file just written ran at 0.6-0.9 GB/s and later ones at
+      // 3.3 GB/s, so a fresh dd file and a fresh checkpoint are not alike.
+      // One throwaway cold read first lets the disk settle for both sides.
       ckpt::Tier& tier = *engine.tiers()[0];
-      tier.DropCache(4, ckpt::RankFileName(0));
+      const std::string file = tier.Where(4, ckpt::RankFileName(0));
       std::vector<std::vector<float>> back(state.tensors.size());
       std::vector<ckpt::TensorTarget> targets;
       for (size_t i = 0; i < back.size(); ++i) {
@@ -241,9 +246,23 @@ int main(int argc, char** argv) {
         targets.push_back({fmt::format("t{:03d}", i), ckpt::DType::kF32, 0,
                            std::as_writable_bytes(std::span(back[i]))});
       }
-      const std::optional<ckpt::RestoreResult> r = engine.Restore(targets);
-      if (!r || back != state.tensors)
-        throw fmstack::Error("bench: restore did not return the state");
+      const std::string dd = fmt::format("dd if={} of=/dev/null bs=1M status=none", file);
+      DropCache(file);
+      Timed(dd);
+      std::vector<double> dd_s, restore_s;
+      for (int round = 0; round < 3; ++round) {
+        DropCache(file);
+        dd_s.push_back(Timed(dd));
+        tier.DropCache(4, ckpt::RankFileName(0));
+        const std::optional<ckpt::RestoreResult> r = engine.Restore(targets);
+        if (!r || back != state.tensors)
+          throw fmstack::Error("bench: restore did not return the state");
+        restore_s.push_back(r->seconds);
+      }
+      std::sort(dd_s.begin(), dd_s.end());
+      std::sort(restore_s.begin(), restore_s.end());
+      const double dd_file_read = static_cast<double>(fs::file_size(file)) / dd_s[1];
+      const double restore_seconds = restore_s[1];
 
       // Training alongside the background write.
       Loop loop;
@@ -270,7 +289,10 @@ int main(int argc, char** argv) {
       table.AddRow({"limit: memcpy, 1 thread", units::FormatBytes(memcpy_bw) + "/s", "", ""});
       table.AddRow(
           {"limit: disk write + fsync (fio/dd)", units::FormatBytes(disk.write) + "/s", "", ""});
-      table.AddRow({"limit: disk cold read (dd)", units::FormatBytes(disk.read) + "/s", "", ""});
+      table.AddRow(
+          {"limit: disk cold read (dd, fresh file)", units::FormatBytes(disk.read) + "/s", "", ""});
+      table.AddRow({"limit: dd of the checkpoint, cold, median of 3",
+                    units::FormatBytes(dd_file_read) + "/s", "", ""});
       table.AddRow(
           {"blocking Save()", fmt::format("{:.3f} s", blocking.blocking_seconds),
            fmt::format("{:.2f}x memcpy ({:.3f} s)", blocking.blocking_seconds / memcpy_s, memcpy_s),
@@ -281,10 +303,11 @@ int main(int argc, char** argv) {
                        units::FormatBytes(size / t.commit_seconds[0])),
            fmt::format("{:.0f}% of disk write", 100 * size / t.commit_seconds[0] / disk.write),
            ">= 85%"});
-      table.AddRow(
-          {"cold restore",
-           fmt::format("{:.2f} s = {}/s", r->seconds, units::FormatBytes(size / r->seconds)),
-           fmt::format("{:.0f}% of disk read", 100 * size / r->seconds / disk.read), ">= 80%"});
+      table.AddRow({"cold restore, median of 3",
+                    fmt::format("{:.2f} s = {}/s", restore_seconds,
+                                units::FormatBytes(size / restore_seconds)),
+                    fmt::format("{:.0f}% of dd on it", 100 * size / restore_seconds / dd_file_read),
+                    ">= 80%"});
       table.AddRow(
           {"training step during the write",
            fmt::format("{:.1f} ms vs {:.1f} ms ({} steps in {:.1f} s)", 1e3 * during / n_during,
