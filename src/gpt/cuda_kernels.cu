@@ -5,6 +5,7 @@
 // because the summation order differs.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -277,9 +278,14 @@ void PositionBackward(float* dwpe, const float* dout, int64_t B, int64_t T, int6
 
 void TokenBackward(float* dwte, const float* dout, const int32_t* uniques, const int32_t* starts,
                    const int32_t* rows, int64_t unique_count, int64_t C, cudaStream_t stream) {
-  if (unique_count == 0) return;
-  const dim3 grid(static_cast<unsigned>(Blocks(C, kThreads)), static_cast<unsigned>(unique_count));
-  TokenBackwardKernel<<<grid, kThreads, 0, stream>>>(dwte, dout, uniques, starts, rows, C);
+  // gridDim.y is at most 65535: larger vocabularies go in slices.
+  constexpr int64_t kMaxGridY = 65535;
+  for (int64_t first = 0; first < unique_count; first += kMaxGridY) {
+    const int64_t n = std::min(kMaxGridY, unique_count - first);
+    const dim3 grid(static_cast<unsigned>(Blocks(C, kThreads)), static_cast<unsigned>(n));
+    TokenBackwardKernel<<<grid, kThreads, 0, stream>>>(dwte, dout, uniques + first, starts + first,
+                                                       rows, C);
+  }
 }
 
 void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
