@@ -59,9 +59,10 @@ double SgemmFlops(int64_t N, int64_t C, int64_t OC, bool tf32) {
   const float one = 1, zero = 0;
   auto run = [&] {
     gpt::cuda::Check(
-        cublasSgemm(blas.get(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(OC), static_cast<int>(N),
-                    static_cast<int>(C), &one, b.data(), static_cast<int>(C), a.data(),
-                    static_cast<int>(C), &zero, c.data(), static_cast<int>(OC)),
+        gpt::cuda::Cublas().sgemm(blas.get(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(OC),
+                                  static_cast<int>(N), static_cast<int>(C), &one, b.data(),
+                                  static_cast<int>(C), a.data(), static_cast<int>(C), &zero,
+                                  c.data(), static_cast<int>(OC)),
         "bench sgemm");
   };
   for (int i = 0; i < 3; ++i) run();
@@ -107,7 +108,7 @@ int Run(int argc, char** argv) {
   {
     gpt::cuda::Stream s("bench");
     gpt::cuda::Blas blas(s.get(), false);
-    cublasGetVersion(blas.get(), &cublas_version);
+    gpt::cuda::Cublas().get_version(blas.get(), &cublas_version);
   }
   std::cout << fmt::format(
       "device {} ({} SMs, sm_{}{}, {:.1f} GiB), CUDA runtime {}, driver {}, cuBLAS {}\n", dev.name,

@@ -310,8 +310,8 @@ void CudaModel::Gemm(float* out, const float* inp, const float* weight, int64_t 
                      int64_t OC, float beta) const {
   const float one = 1.0f;
   const auto n = static_cast<int>(N), c = static_cast<int>(C), oc = static_cast<int>(OC);
-  cuda::Check(cublasSgemm(blas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c, &one, weight, c, inp, c,
-                          &beta, out, oc),
+  cuda::Check(cuda::Cublas().sgemm(blas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c, &one, weight, c,
+                                   inp, c, &beta, out, oc),
               "a forward matmul");
 }
 
@@ -335,12 +335,12 @@ void CudaModel::MatmulBackward(float* dinp, float* dweight, float* dbias, const 
   const float one = 1.0f, zero = 0.0f;
   const auto n = static_cast<int>(N), c = static_cast<int>(C), oc = static_cast<int>(OC);
   // dinp (N, C) = dout (N, OC) @ weight (OC, C)
-  cuda::Check(cublasSgemm(blas_.get(), CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, &one, weight, c, dout,
-                          oc, &zero, dinp, c),
+  cuda::Check(cuda::Cublas().sgemm(blas_.get(), CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, &one, weight, c,
+                                   dout, oc, &zero, dinp, c),
               "a backward matmul (input gradient)");
   // dweight (OC, C) += dout^T (OC, N) @ inp (N, C)
-  cuda::Check(cublasSgemm(blas_.get(), CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, &one, inp, c, dout, oc,
-                          &one, dweight, c),
+  cuda::Check(cuda::Cublas().sgemm(blas_.get(), CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, &one, inp, c,
+                                   dout, oc, &one, dweight, c),
               "a backward matmul (weight gradient)");
   if (dbias != nullptr) cuda::BiasBackwardAccumulate(dbias, dout, N, OC, s());
 }
@@ -351,10 +351,10 @@ void CudaModel::HeadsGemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m,
                           int64_t stride_c) const {
   const float zero = 0.0f;
   cuda::Check(
-      cublasSgemmStridedBatched(blas_.get(), ta, tb, static_cast<int>(m), static_cast<int>(n),
-                                static_cast<int>(k), &alpha, a, static_cast<int>(lda), stride_a, b,
-                                static_cast<int>(ldb), stride_b, &zero, c, static_cast<int>(ldc),
-                                stride_c, static_cast<int>(p_.NH)),
+      cuda::Cublas().sgemm_strided_batched(
+          blas_.get(), ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
+          &alpha, a, static_cast<int>(lda), stride_a, b, static_cast<int>(ldb), stride_b, &zero, c,
+          static_cast<int>(ldc), stride_c, static_cast<int>(p_.NH)),
       "an attention matmul");
 }
 

@@ -1,5 +1,6 @@
 #include "gpt/cuda_runtime.h"
 
+#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -17,8 +18,50 @@ void Check(cudaError_t status, std::string_view what) {
 
 void Check(cublasStatus_t status, std::string_view what) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
-  throw Error(fmt::format("cuBLAS: {}: {} ({})", what, cublasGetStatusString(status),
-                          cublasGetStatusName(status)));
+  throw Error(fmt::format("cuBLAS: {}: {} ({})", what, Cublas().status_string(status),
+                          Cublas().status_name(status)));
+}
+
+namespace {
+
+template <typename Fn>
+void Bind(void* library, const char* name, Fn& fn) {
+  fn = reinterpret_cast<Fn>(::dlsym(library, name));
+  if (fn == nullptr) {
+    throw Error(fmt::format("cuBLAS: libcublas.so.{} has no {} (another cuBLAS version?)",
+                            CUBLAS_VER_MAJOR, name));
+  }
+}
+
+CublasApi LoadCublas() {
+  const std::string name = fmt::format("libcublas.so.{}", CUBLAS_VER_MAJOR);
+  // The toolkit this build used first (the binary's RPATH does not reach
+  // dlopen from a static library's code), then the loader's search path.
+  void* library =
+      ::dlopen((std::string(FMSTACK_CUDA_LIB_DIR) + "/" + name).c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (library == nullptr) library = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (library == nullptr) {
+    throw Error(fmt::format("cuBLAS: cannot load {} (looked in {} and LD_LIBRARY_PATH): {}", name,
+                            FMSTACK_CUDA_LIB_DIR, ::dlerror()));
+  }
+  CublasApi api;
+  Bind(library, "cublasCreate_v2", api.create);
+  Bind(library, "cublasDestroy_v2", api.destroy);
+  Bind(library, "cublasSetStream_v2", api.set_stream);
+  Bind(library, "cublasSetMathMode", api.set_math_mode);
+  Bind(library, "cublasGetVersion_v2", api.get_version);
+  Bind(library, "cublasGetStatusName", api.status_name);
+  Bind(library, "cublasGetStatusString", api.status_string);
+  Bind(library, "cublasSgemm_v2", api.sgemm);
+  Bind(library, "cublasSgemmStridedBatched", api.sgemm_strided_batched);
+  return api;  // the library stays loaded for the life of the process
+}
+
+}  // namespace
+
+const CublasApi& Cublas() {
+  static const CublasApi api = LoadCublas();  // NOLINT: loaded once, never changes
+  return api;
 }
 
 void CheckLaunch(const char* what) {
@@ -93,14 +136,14 @@ void Stream::Synchronize(std::string_view what) const {
 }
 
 Blas::Blas(cudaStream_t stream, bool tf32) {
-  Check(cublasCreate(&handle_), "creating the cuBLAS handle");
-  Check(cublasSetStream(handle_, stream), "binding cuBLAS to the model's stream");
-  Check(cublasSetMathMode(handle_, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+  Check(Cublas().create(&handle_), "creating the cuBLAS handle");
+  Check(Cublas().set_stream(handle_, stream), "binding cuBLAS to the model's stream");
+  Check(Cublas().set_math_mode(handle_, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
         "setting cuBLAS's math mode");
 }
 
 Blas::~Blas() {
-  if (handle_ != nullptr) cublasDestroy(handle_);
+  if (handle_ != nullptr) Cublas().destroy(handle_);
 }
 
 }  // namespace fmstack::gpt::cuda

@@ -16,6 +16,23 @@
 
 namespace fmstack::gpt::cuda {
 
+// cuBLAS, opened with dlopen on first use instead of linked: its libraries
+// (about 600 MB of libcublasLt) cost every fmstack process 200 MB of memory
+// at start-up when linked, GPU or not. Throws Error naming the library and
+// why it would not load.
+struct CublasApi {
+  decltype(&cublasCreate_v2) create = nullptr;
+  decltype(&cublasDestroy_v2) destroy = nullptr;
+  decltype(&cublasSetStream_v2) set_stream = nullptr;
+  decltype(&cublasSetMathMode) set_math_mode = nullptr;
+  decltype(&cublasGetVersion_v2) get_version = nullptr;
+  decltype(&cublasGetStatusName) status_name = nullptr;
+  decltype(&cublasGetStatusString) status_string = nullptr;
+  decltype(&cublasSgemm_v2) sgemm = nullptr;
+  decltype(&cublasSgemmStridedBatched) sgemm_strided_batched = nullptr;
+};
+const CublasApi& Cublas();
+
 // Throws Error("CUDA: <what>: <call's error>") unless `status` is success.
 void Check(cudaError_t status, std::string_view what);
 void Check(cublasStatus_t status, std::string_view what);

@@ -67,6 +67,11 @@ else
   grep -qE "this build has no CUDA backend|libcuda.so.1" device-cuda-without-gpu.out ||
     fail "device-cuda-without-gpu: does not say what was looked for"
 fi
+# The binary must start where CUDA is absent and stay small where it is
+# present: cuBLAS and NCCL are opened on first use, never linked.
+if ldd "$FMSTACK" | grep -E "libcublas|libnccl"; then
+  fail "fmstack links cuBLAS or NCCL (200 MB of memory for every process at start-up)"
+fi
 printf 'name = "old"\nmodel = "gpt-mini"\n[train]\nsteps = 2\nbackend = "cpu"\n' > old.toml
 expect train-backend-renamed "key 'train.backend': is now train.device" "$FMSTACK" train old.toml
 printf 'name = "fork"\nmodel = "gpt-mini"\n[cluster]\nbackend = "local"\nnodes = 100000\nprocs_per_node = 1\n[data]\ndir = "data"\n' > fork.toml

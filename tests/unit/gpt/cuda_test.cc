@@ -92,6 +92,17 @@ TEST(CudaDevice, NoDeviceIsAClearErrorNamingWhatWasLookedFor) {
   }
 }
 
+// cuBLAS is opened on first use, not linked (gpt/cuda_runtime.h); loading it
+// needs no device, so this runs everywhere the backend builds.
+TEST(CudaRuntime, CublasLoadsOnFirstUseWithoutADevice) {
+  const cuda::CublasApi& api = cuda::Cublas();
+  EXPECT_NE(api.create, nullptr);
+  EXPECT_NE(api.sgemm, nullptr);
+  EXPECT_NE(api.sgemm_strided_batched, nullptr);
+  EXPECT_STREQ(api.status_name(CUBLAS_STATUS_NOT_INITIALIZED), "CUBLAS_STATUS_NOT_INITIALIZED");
+  EXPECT_EQ(&api, &cuda::Cublas());  // loaded once
+}
+
 TEST(CudaKernels, EncoderForwardAndBackwardMatchCpu) {
   REQUIRE_DEVICE();
   const int64_t B = 3, T = 17, C = 64, V = 11;  // few tokens: rows repeat them
