@@ -58,68 +58,56 @@ DeviceProbe ProbeDevices();
 // when there is no such device. `who` names the setting that asked for it.
 DeviceInfo UseDevice(int index, std::string_view who);
 
-// Device memory for `count` values of T; freed on destruction.
-template <typename T>
-class DeviceBuffer {
+// CUDA memory for `count` values of T, freed on destruction: on the device,
+// or page-locked on the host (device copies from and to it run at full PCIe
+// speed and asynchronously).
+enum class Memory { kDevice, kPinnedHost };
+
+template <typename T, Memory kMemory>
+class Buffer {
  public:
-  DeviceBuffer() = default;
-  DeviceBuffer(size_t count, std::string_view what) : count_(count) {
+  Buffer() = default;
+  Buffer(size_t count, std::string_view what) : count_(count) {
     void* p = nullptr;
-    if (count > 0) Check(cudaMalloc(&p, count * sizeof(T)), what);
+    if (count > 0) {
+      Check(kMemory == Memory::kDevice ? cudaMalloc(&p, count * sizeof(T))
+                                       : cudaMallocHost(&p, count * sizeof(T)),
+            what);
+    }
     data_ = static_cast<T*>(p);
   }
-  DeviceBuffer(DeviceBuffer&& o) noexcept
+  Buffer(Buffer&& o) noexcept
       : data_(std::exchange(o.data_, nullptr)), count_(std::exchange(o.count_, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+  Buffer& operator=(Buffer&& o) noexcept {
     std::swap(data_, o.data_);
     std::swap(count_, o.count_);
     return *this;
   }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() {
-    if (data_ != nullptr) cudaFree(data_);
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() {
+    if (data_ == nullptr) return;
+    if constexpr (kMemory == Memory::kDevice) {
+      cudaFree(data_);
+    } else {
+      cudaFreeHost(data_);
+    }
   }
   T* data() const { return data_; }
   size_t size() const { return count_; }
   size_t bytes() const { return count_ * sizeof(T); }
+  // Host memory only: the values as a span.
+  std::span<T> span() const requires(kMemory == Memory::kPinnedHost) { return {data_, count_}; }
 
  private:
   T* data_ = nullptr;
   size_t count_ = 0;
 };
 
-// Page-locked host memory: device copies from and to it run at full PCIe
-// speed and asynchronously.
 template <typename T>
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  PinnedBuffer(size_t count, std::string_view what) : count_(count) {
-    void* p = nullptr;
-    if (count > 0) Check(cudaMallocHost(&p, count * sizeof(T)), what);
-    data_ = static_cast<T*>(p);
-  }
-  PinnedBuffer(PinnedBuffer&& o) noexcept
-      : data_(std::exchange(o.data_, nullptr)), count_(std::exchange(o.count_, 0)) {}
-  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
-    std::swap(data_, o.data_);
-    std::swap(count_, o.count_);
-    return *this;
-  }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  ~PinnedBuffer() {
-    if (data_ != nullptr) cudaFreeHost(data_);
-  }
-  std::span<T> span() const { return {data_, count_}; }
-  T* data() const { return data_; }
-  size_t size() const { return count_; }
-
- private:
-  T* data_ = nullptr;
-  size_t count_ = 0;
-};
+using DeviceBuffer = Buffer<T, Memory::kDevice>;
+template <typename T>
+using PinnedBuffer = Buffer<T, Memory::kPinnedHost>;
 
 class Stream {
  public:
