@@ -76,7 +76,7 @@ GlooCommunicator::GlooCommunicator(GlooOptions options) : options_(std::move(opt
     const std::set<int> before = OpenSockets();
     context_->connectFullMesh(store, device);
     std::ranges::set_difference(OpenSockets(), before, std::back_inserter(sockets_));
-    if (options_.sync_allreduce) {
+    if (options_.sync_allreduce_max_bytes > 0) {
       sync_ = std::make_unique<GlooSyncAllreduce>(*options_.store, options_.prefix + "/sync",
                                                   options_.rank, options_.size, device,
                                                   options_.timeout, options_.busy_poll, sockets_);
@@ -177,8 +177,7 @@ void GlooCommunicator::Guarded(const char* op, Fn&& fn) {
 }
 
 void GlooCommunicator::AllReduce(View buf, ReduceOp op) {
-  if (sync_ && buf.dtype == DType::kF32 &&
-      buf.count <= static_cast<size_t>(std::numeric_limits<int>::max())) {
+  if (sync_ && buf.dtype == DType::kF32 && buf.bytes() <= options_.sync_allreduce_max_bytes) {
     Guarded("allreduce", [&] {
       if (buf.count > 0) sync_->Sum(reinterpret_cast<float*>(buf.data), buf.count);
     });

@@ -39,10 +39,13 @@ struct GlooOptions {
   size_t segment_bytes = 1 << 20;           // ring pipelining unit (Gloo's default)
   // From here up, allreduce = reduce-scatter ring + allgatherv ring.
   size_t split_allreduce_bytes = size_t{1} << 20;
-  // Float allreduce on a second mesh of synchronous pairs (Gloo's
-  // halving-doubling; gloo_sync_allreduce.h), every size. busy_poll makes
-  // those reads spin instead of sleeping: lowest latency, one core per rank.
-  bool sync_allreduce = true;
+  // Float allreduces up to this size run on a second mesh of synchronous
+  // pairs (gloo_sync_allreduce.h); 0 = none. Larger messages would deadlock
+  // there: each message must fit the sockets' default buffers (16 KiB send
+  // + 128 KiB receive), and 128 KiB ones already stalled for 300 us.
+  // busy_poll makes those reads spin instead of sleeping: lowest latency,
+  // one core per rank while waiting.
+  size_t sync_allreduce_max_bytes = size_t{64} << 10;
   bool busy_poll = false;
 };
 

@@ -1,6 +1,7 @@
 #include "comm/gloo_sync_allreduce.h"
 
 #include <gloo/allreduce_halving_doubling.h>
+#include <gloo/allreduce_ring.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 
@@ -18,6 +19,12 @@ namespace {
 // buckets) plus a few, and no more staging memory than this.
 constexpr size_t kMaxPlans = 16;
 constexpr size_t kMaxPlanBytes = size_t{1} << 30;
+
+// Gloo's ring beats halving-doubling on small messages for a few ranks (2
+// ranks on loopback, synchronous pairs, 1 KiB: 49 vs 123 us, 15 vs 28 us
+// busy-polling); its 2 (n - 1) hops outgrow halving-doubling's 2 log2 n
+// beyond a few ranks.
+constexpr int kRingMaxRanks = 4;
 
 }  // namespace
 
@@ -53,8 +60,13 @@ GlooSyncAllreduce::Plan& GlooSyncAllreduce::PlanFor(size_t count) {
   plan.count = count;
   plan.staging.resize(count);
   const std::vector<float*> buffers{plan.staging.data()};
-  plan.algorithm = std::make_unique<gloo::AllreduceHalvingDoubling<float>>(context_, buffers,
-                                                                           static_cast<int>(count));
+  if (context_->size <= kRingMaxRanks) {
+    plan.algorithm =
+        std::make_unique<gloo::AllreduceRing<float>>(context_, buffers, static_cast<int>(count));
+  } else {
+    plan.algorithm = std::make_unique<gloo::AllreduceHalvingDoubling<float>>(
+        context_, buffers, static_cast<int>(count));
+  }
   plan_bytes_ += count * sizeof(float);
   return plan;
 }

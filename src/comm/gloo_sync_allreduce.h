@@ -1,11 +1,13 @@
-// comm: float allreduce on a second Gloo mesh whose pairs are in Gloo's
-// synchronous mode, running Gloo's ring (small messages, few ranks) or its
+// comm: small float allreduces on a second Gloo mesh whose pairs are in
+// Gloo's synchronous mode, with Gloo's ring (up to 4 ranks) or its
 // halving-doubling. Synchronous pairs read in the calling thread instead of
 // handing every message through Gloo's event-loop thread, which on loopback
 // cut a 1 KiB allreduce of 2 ranks from 250 us (bcube) to 49 us (15 us
-// busy-polling) and raised 1 MiB from 0.7-1.5 to 2.6-4.1 GB/s. Synchronous
-// pairs cannot serve unbound buffers, so the communicator's other
-// collectives keep the first mesh.
+// busy-polling). They also write before they read: two ranks sending each
+// other more than their sockets buffer deadlock until the write times out
+// (a 64 MiB burn-in allreduce did), so only messages up to
+// GlooOptions::sync_allreduce_max_bytes come here. Synchronous pairs cannot
+// serve unbound buffers, so every other collective keeps the first mesh.
 #pragma once
 
 #include <gloo/transport/tcp/device.h>

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -25,6 +26,7 @@ GlooOptions WorldGloo(const CommOptions& o) {
   g.timeout = o.timeout;
   g.segment_bytes = o.gloo_segment_bytes;
   g.busy_poll = o.gloo_busy_poll;
+  g.sync_allreduce_max_bytes = o.gloo_sync_max_bytes;
   return g;
 }
 
@@ -56,6 +58,7 @@ class HierarchicalCommunicator final : public Communicator {
       g.timeout = o.timeout;
       g.segment_bytes = o.gloo_segment_bytes;
       g.busy_poll = o.gloo_busy_poll;
+      g.sync_allreduce_max_bytes = o.gloo_sync_max_bytes;
       leaders_ = std::make_unique<GlooCommunicator>(std::move(g));
     }
   }
@@ -225,6 +228,8 @@ CommOptions OptionsFromEnv() {
   o.shm_slot_bytes = static_cast<size_t>(EnvInt("FMSTACK_SHM_SLOT_BYTES", "4194304"));
   o.gloo_segment_bytes = static_cast<size_t>(EnvInt("FMSTACK_GLOO_SEGMENT_BYTES", "1048576"));
   o.gloo_busy_poll = EnvInt("FMSTACK_COMM_BUSY_POLL", "0") != 0;
+  o.gloo_sync_max_bytes = static_cast<size_t>(
+      std::clamp<int64_t>(EnvInt("FMSTACK_GLOO_SYNC_MAX_BYTES", "65536"), 0, int64_t{1} << 16));
   // Under `fmstack run` the store is fmstack's own and MASTER_PORT is left to
   // the program; under torchrun's variables alone, MASTER_ADDR:MASTER_PORT.
   const bool own = std::getenv("FMSTACK_STORE_PORT") != nullptr;

@@ -209,6 +209,29 @@ INSTANTIATE_TEST_SUITE_P(Layouts, CommTest,
                                   std::to_string(p.param.procs) + "_" + p.param.transport;
                          });
 
+// Gloo's synchronous pairs write before they read: two ranks exchanging a
+// message larger than their sockets buffer would deadlock (a 64 MiB burn-in
+// allreduce did, until the write timed out). Every size must complete.
+TEST(CommTest, LargeAllReducesAcrossNodesComplete) {
+  for (const Layout& layout : {Layout{2, 1}, Layout{3, 1}, Layout{2, 1, "gloo"}}) {
+    TcpStoreServer server("127.0.0.1", 0, kSecret);  // a group's keys are per store
+    ExpectAllOk(RunRanks(
+        layout,
+        [](Communicator& c, const CommOptions&) {
+          for (const size_t n : {size_t{1} << 14, size_t{1} << 20, size_t{16} << 20}) {
+            std::vector<float> buf(n, static_cast<float>(c.rank() + 1));
+            c.AllReduce(std::span<float>(buf), ReduceOp::kSum);
+            const float want = static_cast<float>(c.size() * (c.size() + 1) / 2);
+            for (size_t i = 0; i < n; i += 4099) {
+              if (buf[i] != want)
+                throw Error("allreduce of " + std::to_string(n) + " floats: wrong sum");
+            }
+          }
+        },
+        server));
+  }
+}
+
 TEST(CommTest, RunToRunBitwiseIdentical) {
   TcpStoreServer server("127.0.0.1", 0, kSecret);
   // Each rank writes its result bits to the store; two runs must agree.
