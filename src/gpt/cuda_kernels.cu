@@ -255,6 +255,44 @@ __global__ void SoftmaxCrossEntropyBackwardKernel(float* probs, const int32_t* t
   probs[i] = probs[i] * k - (v == targets[n] ? k : 0.0f);
 }
 
+// ---- optimizer ----
+
+// One block per kNormBlock elements: each thread sums a strided share in
+// double, then the block adds its threads' sums in a fixed tree.
+__global__ void SquaredNormKernel(double* partial, const float* grads, int64_t n,
+                                  int64_t block_elems) {
+  __shared__ double sums[256];
+  const int64_t begin = blockIdx.x * block_elems;
+  const int64_t end = begin + block_elems < n ? begin + block_elems : n;
+  double s = 0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    s += static_cast<double>(grads[i]) * grads[i];
+  }
+  sums[threadIdx.x] = s;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) sums[threadIdx.x] += sums[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = sums[0];
+}
+
+__global__ void ScaleKernel(float* x, float scale, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) x[i] *= scale;
+}
+
+__global__ void AdamWKernel(float* p, const float* g, float* m, float* v, const uint8_t* decay,
+                            int64_t n, AdamWArgs a) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  m[i] = a.beta1 * m[i] + (1.0f - a.beta1) * g[i];
+  v[i] = a.beta2 * v[i] + (1.0f - a.beta2) * g[i] * g[i];
+  const float m_hat = m[i] / a.correction1;
+  const float v_hat = v[i] / a.correction2;
+  p[i] -= a.lr * (m_hat / (sqrtf(v_hat) + a.eps) + (decay[i] ? a.weight_decay * p[i] : 0.0f));
+}
+
 constexpr int kThreads = 256;
 constexpr int kRowsPerBlock = 8;  // warps per block for the warp-per-row kernels
 const dim3 kRowBlock(kWarp, kRowsPerBlock);
@@ -346,6 +384,22 @@ void SoftmaxCrossEntropyBackwardInPlace(float* probs_inout, const int32_t* targe
   const float k = scale / static_cast<float>(N);
   SoftmaxCrossEntropyBackwardKernel<<<Blocks(N * V, kThreads), kThreads, 0, stream>>>(
       probs_inout, targets, N, V, k);
+}
+
+void SquaredNormPartials(double* partial, const float* grads, int64_t n, cudaStream_t stream) {
+  const int64_t blocks = (n + kNormBlock - 1) / kNormBlock;
+  if (blocks == 0) return;
+  SquaredNormKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(partial, grads, n,
+                                                                       kNormBlock);
+}
+
+void ScaleInPlace(float* grads, float scale, int64_t n, cudaStream_t stream) {
+  ScaleKernel<<<Blocks(n, kThreads), kThreads, 0, stream>>>(grads, scale, n);
+}
+
+void AdamW(float* params, const float* grads, float* m, float* v, const uint8_t* decay, int64_t n,
+           const AdamWArgs& args, cudaStream_t stream) {
+  AdamWKernel<<<Blocks(n, kThreads), kThreads, 0, stream>>>(params, grads, m, v, decay, n, args);
 }
 
 }  // namespace fmstack::gpt::cuda

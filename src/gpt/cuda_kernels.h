@@ -58,6 +58,23 @@ void SoftmaxCrossEntropyForward(float* probs_inout, float* losses, const int32_t
 void SoftmaxCrossEntropyBackwardInPlace(float* probs_inout, const int32_t* targets, int64_t N,
                                         int64_t V, float scale, cudaStream_t stream);
 
+// ---- the optimizer, twins of train/optimizer.h (not yet driven by train/) ----
+
+// partial[b] = sum of grads[i]^2 over block b of kNormBlock elements, in
+// double; the caller adds the partials in order (train::GlobalNorm's blocks).
+constexpr int64_t kNormBlock = int64_t{1} << 16;
+void SquaredNormPartials(double* partial, const float* grads, int64_t n, cudaStream_t stream);
+// grads *= scale
+void ScaleInPlace(float* grads, float scale, int64_t n, cudaStream_t stream);
+// train::AdamWKernel on the device: bias-corrected moments, decoupled weight
+// decay where decay[i] = 1. correction1/2 = 1 - beta1/2^step.
+struct AdamWArgs {
+  float lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
+  float correction1 = 1, correction2 = 1;
+};
+void AdamW(float* params, const float* grads, float* m, float* v, const uint8_t* decay, int64_t n,
+           const AdamWArgs& args, cudaStream_t stream);
+
 // Throws Error naming `what` when the last launch on this thread failed.
 void CheckLaunch(const char* what);
 

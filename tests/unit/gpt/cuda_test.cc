@@ -15,6 +15,7 @@
 #include "gpt/cuda_kernels.h"
 #include "gpt/cuda_runtime.h"
 #include "gpt/model.h"
+#include "train/optimizer.h"
 #include "util/error.h"
 #include "util/random.h"
 
@@ -249,6 +250,49 @@ TEST(CudaKernels, SoftmaxCrossEntropyMatchesCpu) {
   cpu::SoftmaxCrossEntropyBackwardInPlace(probs, targets, N, V, 0.5f);
   cuda::SoftmaxCrossEntropyBackwardInPlace(d_probs.data(), d_targets.data(), N, V, 0.5f, nullptr);
   ExpectNear(Down(d_probs), probs, 1e-5f, "logit gradient");
+}
+
+// The optimizer's kernels against train/'s: the squared-norm partials summed
+// in order give GlobalNorm, clipping scales alike, and AdamW moves params and
+// moments alike (decay only where the mask says).
+TEST(CudaOptimizer, NormClipAndAdamWMatchTrain) {
+  REQUIRE_DEVICE();
+  const int64_t n = 3 * cuda::kNormBlock + 12345;
+  std::vector<float> grads = RandomFloats(n, 1, 0.5f), params = RandomFloats(n, 2);
+  std::vector<float> m = RandomFloats(n, 3, 0.01f), v = RandomFloats(n, 4, 0.01f);
+  for (float& x : v) x = x * x;  // second moments are non-negative
+  std::vector<uint8_t> decay(n);
+  for (int64_t i = 0; i < n; ++i) decay[i] = static_cast<uint8_t>(i % 3 != 0);
+  auto d_g = Up(grads), d_p = Up(params), d_m = Up(m), d_v = Up(v);
+  auto d_decay = Up(decay);
+  cuda::DeviceBuffer<double> d_partial((n + cuda::kNormBlock - 1) / cuda::kNormBlock, "t");
+
+  const train::OptimConfig c{.weight_decay = 0.1, .grad_clip = 1.0};
+  const double norm = train::GlobalNorm(grads);
+  const float scale = train::ClipByGlobalNorm(grads, norm, c.grad_clip);
+  const int64_t step = 3;
+  const double lr = 3e-4;
+  train::AdamWKernel(c, params.data(), grads.data(), m.data(), v.data(), decay.data(), n, step, lr);
+
+  cuda::SquaredNormPartials(d_partial.data(), d_g.data(), n, nullptr);
+  double sum = 0;
+  for (double x : Down(d_partial)) sum += x;  // in order, as GlobalNorm adds its blocks
+  EXPECT_NEAR(std::sqrt(sum), norm, 1e-12 * norm);
+  ASSERT_LT(scale, 1.0f) << "the test means to exercise clipping";
+  cuda::ScaleInPlace(d_g.data(), scale, n, nullptr);
+  ExpectNear(Down(d_g), grads, 1e-6f, "clipped gradients");
+  const cuda::AdamWArgs a{
+      .lr = static_cast<float>(lr),
+      .beta1 = static_cast<float>(c.beta1),
+      .beta2 = static_cast<float>(c.beta2),
+      .eps = static_cast<float>(c.eps),
+      .weight_decay = static_cast<float>(c.weight_decay),
+      .correction1 = static_cast<float>(1.0 - std::pow(c.beta1, static_cast<double>(step))),
+      .correction2 = static_cast<float>(1.0 - std::pow(c.beta2, static_cast<double>(step)))};
+  cuda::AdamW(d_p.data(), d_g.data(), d_m.data(), d_v.data(), d_decay.data(), n, a, nullptr);
+  ExpectNear(Down(d_p), params, 1e-6f, "parameters");
+  ExpectNear(Down(d_m), m, 1e-6f, "first moments");
+  ExpectNear(Down(d_v), v, 1e-6f, "second moments");
 }
 
 // The whole model, forward and backward, against the CPU model from the
