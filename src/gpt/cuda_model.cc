@@ -13,7 +13,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
+#include <optional>
 #include <vector>
 
 #include "gpt/cuda_kernels.h"
@@ -85,13 +87,24 @@ class CudaModel final : public Model {
   std::span<const float> params() const override { return params_.span(); }
   std::span<float> grads() override { return grads_.span(); }
   std::span<const float> grads() const override { return grads_.span(); }
-  void ZeroGrad() override { std::fill(grads_.data(), grads_.data() + grads_.size(), 0.0f); }
+  void ZeroGrad() override {
+    std::fill(grads_.data(), grads_.data() + grads_.size(), 0.0f);
+    if (device_optimizer_) {
+      cuda::Check(cudaMemsetAsync(d_grads_.data(), 0, d_grads_.bytes(), s()), "clearing gradients");
+    }
+  }
 
   float Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int64_t B,
                 int64_t T) override;
   using Model::Backward;
   void Backward(float scale, const std::function<void(int)>& ready) override;
   std::span<const float> Logits(int64_t b, int64_t t) const override;
+
+  bool EnableDeviceOptimizer(const DeviceOptimizer& config) override;
+  double DeviceOptimizerStep(int64_t step, double lr) override;
+  void SyncToHost(std::span<float> m, std::span<float> v) override;
+  void SyncToDevice(std::span<const float> m, std::span<const float> v) override;
+  void PoisonGradient() override;
 
  private:
   float* P(int64_t base, int64_t size, int64_t l = 0) const {
@@ -152,6 +165,11 @@ class CudaModel final : public Model {
   std::vector<int32_t> token_rows_;  // uniques | starts | rows, as uploaded
   int64_t unique_tokens_ = 0;
   mutable std::vector<float> logits_row_;
+  // The device optimizer, once enabled: the device holds the truth.
+  std::optional<DeviceOptimizer> device_optimizer_;
+  cuda::DeviceBuffer<float> d_m_, d_v_;
+  cuda::DeviceBuffer<uint8_t> d_decay_;
+  cuda::DeviceBuffer<double> d_norm_partials_;
   int64_t B_ = 0, T_ = 0;
   bool has_targets_ = false;
 };
@@ -193,7 +211,9 @@ float CudaModel::Forward(std::span<const int32_t> tokens, std::span<const int32_
   B_ = B, T_ = T;
   has_targets_ = !targets.empty();
   const int64_t L = p_.L, C = p_.C, F = p_.F, V = p_.V, N = B * T;
-  Copy(d_params_.data(), params_.data(), d_params_.bytes(), cudaMemcpyHostToDevice, "parameters");
+  if (!device_optimizer_) {
+    Copy(d_params_.data(), params_.data(), d_params_.bytes(), cudaMemcpyHostToDevice, "parameters");
+  }
   UploadTokens(tokens, targets);
 
   cuda::EncoderForward(A(a_.encoded, C), d_tokens_.data(), P(p_.wte, V * C), P(p_.wpe, p_.maxT * C),
@@ -234,7 +254,9 @@ float CudaModel::Forward(std::span<const int32_t> tokens, std::span<const int32_
 void CudaModel::Backward(float scale, const std::function<void(int)>& ready) {
   if (!has_targets_) throw Error("Backward needs a Forward with targets first");
   const int64_t L = p_.L, C = p_.C, F = p_.F, V = p_.V, N = B_ * T_;
-  Copy(d_grads_.data(), grads_.data(), d_grads_.bytes(), cudaMemcpyHostToDevice, "gradients");
+  if (!device_optimizer_) {
+    Copy(d_grads_.data(), grads_.data(), d_grads_.bytes(), cudaMemcpyHostToDevice, "gradients");
+  }
   float* dlogits = A(a_.logits, V);
   cuda::SoftmaxCrossEntropyBackwardInPlace(dlogits, d_targets_.data(), N, V, scale, s());
   float* dres = A(a_.dresidual, C);
@@ -282,8 +304,10 @@ void CudaModel::Backward(float scale, const std::function<void(int)>& ready) {
   if (ready) {
     DownloadGroup(static_cast<int>(L + 1));
     ready(static_cast<int>(L + 1));
-  } else {
+  } else if (!device_optimizer_) {
     Copy(grads_.data(), d_grads_.data(), d_grads_.bytes(), cudaMemcpyDeviceToHost, "gradients");
+    stream_.Synchronize("the backward pass");
+  } else {
     stream_.Synchronize("the backward pass");
   }
   has_targets_ = false;  // the logits now hold gradients
@@ -295,6 +319,88 @@ void CudaModel::DownloadGroup(int g) {
          cudaMemcpyDeviceToHost, "a gradient group");
   }
   stream_.Synchronize("the backward pass");
+}
+
+bool CudaModel::EnableDeviceOptimizer(const DeviceOptimizer& config) {
+  if (static_cast<int64_t>(config.decay_mask.size()) != p_.total) {
+    throw Error(fmt::format("device optimizer: a decay mask of {} for {} parameters",
+                            config.decay_mask.size(), p_.total));
+  }
+  const auto P = static_cast<size_t>(p_.total);
+  d_m_ = cuda::DeviceBuffer<float>(P, "allocating AdamW's first moments");
+  d_v_ = cuda::DeviceBuffer<float>(P, "allocating AdamW's second moments");
+  d_decay_ = cuda::DeviceBuffer<uint8_t>(P, "allocating the weight-decay mask");
+  d_norm_partials_ = cuda::DeviceBuffer<double>(
+      static_cast<size_t>((p_.total + cuda::kNormBlock - 1) / cuda::kNormBlock), "norm partials");
+  cuda::Check(cudaMemsetAsync(d_m_.data(), 0, d_m_.bytes(), s()), "clearing moments");
+  cuda::Check(cudaMemsetAsync(d_v_.data(), 0, d_v_.bytes(), s()), "clearing moments");
+  Copy(d_decay_.data(), config.decay_mask.data(), P, cudaMemcpyHostToDevice, "decay mask");
+  Copy(d_params_.data(), params_.data(), d_params_.bytes(), cudaMemcpyHostToDevice, "parameters");
+  Copy(d_grads_.data(), grads_.data(), d_grads_.bytes(), cudaMemcpyHostToDevice, "gradients");
+  stream_.Synchronize("enabling the device optimizer");
+  device_optimizer_ = config;
+  return true;
+}
+
+// train::GlobalNorm, ClipByGlobalNorm and AdamW, on the device.
+double CudaModel::DeviceOptimizerStep(int64_t step, double lr) {
+  if (!device_optimizer_) throw Error("DeviceOptimizerStep before EnableDeviceOptimizer");
+  const DeviceOptimizer& c = *device_optimizer_;
+  cuda::SquaredNormPartials(d_norm_partials_.data(), d_grads_.data(), p_.total, s());
+  std::vector<double> partials(d_norm_partials_.size());
+  Copy(partials.data(), d_norm_partials_.data(), d_norm_partials_.bytes(), cudaMemcpyDeviceToHost,
+       "norm partials");
+  stream_.Synchronize("the gradient norm");
+  double sum = 0;  // in order, as train::GlobalNorm adds its blocks
+  for (double x : partials) sum += x;
+  const double norm = std::sqrt(sum);
+  if (!std::isfinite(norm)) return norm;
+  if (c.grad_clip > 0 && norm > c.grad_clip) {
+    cuda::ScaleInPlace(d_grads_.data(), static_cast<float>(c.grad_clip / (norm + 1e-6)), p_.total,
+                       s());
+  }
+  const double t = static_cast<double>(step);
+  const cuda::AdamWArgs args{.lr = static_cast<float>(lr),
+                             .beta1 = static_cast<float>(c.beta1),
+                             .beta2 = static_cast<float>(c.beta2),
+                             .eps = static_cast<float>(c.eps),
+                             .weight_decay = static_cast<float>(c.weight_decay),
+                             .correction1 = static_cast<float>(1.0 - std::pow(c.beta1, t)),
+                             .correction2 = static_cast<float>(1.0 - std::pow(c.beta2, t))};
+  cuda::AdamW(d_params_.data(), d_grads_.data(), d_m_.data(), d_v_.data(), d_decay_.data(),
+              p_.total, args, s());
+  cuda::CheckLaunch("the optimizer step");
+  stream_.Synchronize("the optimizer step");
+  return norm;
+}
+
+void CudaModel::SyncToHost(std::span<float> m, std::span<float> v) {
+  if (!device_optimizer_) return;
+  Copy(params_.data(), d_params_.data(), d_params_.bytes(), cudaMemcpyDeviceToHost, "parameters");
+  if (m.size() == d_m_.size() && v.size() == d_v_.size()) {
+    Copy(m.data(), d_m_.data(), d_m_.bytes(), cudaMemcpyDeviceToHost, "first moments");
+    Copy(v.data(), d_v_.data(), d_v_.bytes(), cudaMemcpyDeviceToHost, "second moments");
+  }
+  stream_.Synchronize("copying the training state to the host");
+}
+
+void CudaModel::SyncToDevice(std::span<const float> m, std::span<const float> v) {
+  if (!device_optimizer_) return;
+  Copy(d_params_.data(), params_.data(), d_params_.bytes(), cudaMemcpyHostToDevice, "parameters");
+  if (m.size() == d_m_.size() && v.size() == d_v_.size()) {
+    Copy(d_m_.data(), m.data(), d_m_.bytes(), cudaMemcpyHostToDevice, "first moments");
+    Copy(d_v_.data(), v.data(), d_v_.bytes(), cudaMemcpyHostToDevice, "second moments");
+  }
+  stream_.Synchronize("copying the training state to the device");
+}
+
+void CudaModel::PoisonGradient() {
+  grads_.data()[0] = std::numeric_limits<float>::quiet_NaN();
+  if (device_optimizer_) {
+    Copy(d_grads_.data(), grads_.data(), sizeof(float), cudaMemcpyHostToDevice,
+         "a poisoned gradient");
+    stream_.Synchronize("poisoning a gradient");
+  }
 }
 
 std::span<const float> CudaModel::Logits(int64_t b, int64_t t) const {

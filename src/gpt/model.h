@@ -6,11 +6,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
 
 #include "gpt/layout.h"
+#include "util/error.h"
 #include "workload/shape.h"
 
 namespace fmstack::gpt {
@@ -47,6 +49,30 @@ class Model {
   virtual void ZeroGrad() = 0;
   // Next-token logits at (b, t) after a Forward without targets.
   virtual std::span<const float> Logits(int64_t b, int64_t t) const = 0;
+
+  // An optimizer on the model's own device (the CUDA backend), so that
+  // parameters, gradients and AdamW's moments stay there between steps.
+  // Once enabled, params() and grads() are copies that SyncToHost refreshes
+  // (with the moments, into the caller's spans) and SyncToDevice pushes
+  // back; Backward then copies gradient groups to the host only for a
+  // `ready` hook. Returns false where the backend has none (the CPU's
+  // buffers already are the host's).
+  struct DeviceOptimizer {
+    double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+    double grad_clip = 1.0;               // max global L2 norm; 0 = no clipping
+    std::span<const uint8_t> decay_mask;  // per parameter: 1 = apply weight decay
+  };
+  virtual bool EnableDeviceOptimizer(const DeviceOptimizer& /*config*/) { return false; }
+  // Global norm, clipping and one AdamW update at `lr` for optimizer step
+  // `step` (1-based). Returns the norm before clipping; a non-finite norm
+  // leaves the parameters as they were.
+  virtual double DeviceOptimizerStep(int64_t /*step*/, double /*lr*/) {
+    throw Error("this model backend has no device optimizer");
+  }
+  virtual void SyncToHost(std::span<float> /*m*/, std::span<float> /*v*/) {}
+  virtual void SyncToDevice(std::span<const float> /*m*/, std::span<const float> /*v*/) {}
+  // Fault rehearsal: the next step's first gradient becomes NaN.
+  virtual void PoisonGradient() { grads()[0] = std::numeric_limits<float>::quiet_NaN(); }
 };
 
 // Throws Error for an unknown backend or a shape gpt/ cannot build.

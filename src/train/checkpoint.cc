@@ -29,6 +29,7 @@ void SplitByTensor(const std::vector<gpt::TensorInfo>& tensors, size_t flat, std
 }  // namespace
 
 ckpt::Snapshot CheckpointSnapshot(Trainer& trainer) {
+  trainer.SyncHostState();  // the device optimizer's state, where it has one
   const gpt::ParamLayout layout = gpt::ParamLayout::For(trainer.config().shape);
   const std::vector<gpt::TensorInfo> tensors = layout.Tensors();
   const int rank = trainer.rank(), world = trainer.world();
@@ -101,6 +102,7 @@ void FinishRestore(Trainer& trainer, const ckpt::RestoreResult& r) {
   }
   trainer.set_counters(
       {m.counters.step, m.counters.data_position, m.counters.seed, m.counters.rng});
+  trainer.HostStateChanged();
 }
 
 }  // namespace fmstack::train

@@ -47,6 +47,18 @@ Trainer::Trainer(const TrainConfig& config, const TokenFile& data, comm::Communi
   // Every rank initialises from the same seed, so the replicas start equal
   // without a broadcast.
   if (config.init_params) gpt::InitParams(model_->params_layout(), model_->params(), config.seed);
+  // One process on a GPU: AdamW runs where the parameters live (data
+  // parallelism reduces host gradients, so it keeps the host optimizer).
+  if (!dp_ && optimizer_) {
+    const std::vector<uint8_t> decay = DecayMask(model_->params_layout());
+    const OptimConfig& o = config.optim;
+    optimizer_on_device_ = model_->EnableDeviceOptimizer({.beta1 = o.beta1,
+                                                          .beta2 = o.beta2,
+                                                          .eps = o.eps,
+                                                          .weight_decay = o.weight_decay,
+                                                          .grad_clip = o.grad_clip,
+                                                          .decay_mask = decay});
+  }
   counters_.seed = config.seed;
   counters_.rng = config.seed;
 }
@@ -64,9 +76,7 @@ StepStats Trainer::Step() {
   const auto scale = 1.0f / static_cast<float>(G);
   model_->ZeroGrad();
   if (slowdown_ > 0) std::this_thread::sleep_for(std::chrono::duration<double>(slowdown_));
-  if (std::exchange(poison_, false)) {
-    model_->grads()[0] = std::numeric_limits<float>::quiet_NaN();
-  }
+  if (std::exchange(poison_, false)) model_->PoisonGradient();
   double loss = 0;
   for (int64_t j = 0; j < rounds; ++j) {
     const bool last = j == rounds - 1;
@@ -94,6 +104,8 @@ StepStats Trainer::Step() {
     s.grad_norm =
         dp_->Step(model_->params(), model_->grads(), optimizer_.get(), counters_.step + 1, s.lr);
     s.comm = dp_->TakeTimes();
+  } else if (optimizer_on_device_) {
+    s.grad_norm = model_->DeviceOptimizerStep(counters_.step + 1, s.lr);
   } else {
     s.grad_norm = GlobalNorm(model_->grads());
     ClipByGlobalNorm(model_->grads(), s.grad_norm, config_.optim.grad_clip);
@@ -178,12 +190,22 @@ std::vector<uint64_t> Trainer::AllWords(std::span<const uint64_t> mine) {
   return dp_->AllWords(mine);
 }
 
+void Trainer::SyncHostState() {
+  if (optimizer_on_device_) model_->SyncToHost(optimizer_->m(), optimizer_->v());
+}
+
+void Trainer::HostStateChanged() {
+  if (optimizer_on_device_) model_->SyncToDevice(optimizer_->m(), optimizer_->v());
+}
+
 void Trainer::FlipParameterBit(size_t index, int bit) {
+  SyncHostState();
   std::span<float> p = model_->params();
   uint32_t word;
   std::memcpy(&word, &p[index % p.size()], sizeof word);
   word ^= 1u << (bit & 31);
   std::memcpy(&p[index % p.size()], &word, sizeof word);
+  HostStateChanged();
 }
 
 std::vector<double> Trainer::AllValues(double x) {

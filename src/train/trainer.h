@@ -80,7 +80,19 @@ class Trainer {
   const gpt::Model& model() const { return *model_; }
   int rank() const { return dp_ ? dp_->comm().rank() : 0; }
   int world() const { return dp_ ? dp_->comm().size() : 1; }
-  uint64_t ParamHash() const { return HashFloats(model_->params()); }
+  uint64_t ParamHash() {
+    SyncHostState();
+    return HashFloats(model_->params());
+  }
+
+  // With the optimizer on the model's device (CUDA, one process), the host
+  // copies of parameters and moments go stale between steps: SyncHostState
+  // refreshes them before anything reads them (checkpoint snapshots, hashes),
+  // HostStateChanged pushes them back after anything writes them (restores).
+  // Both do nothing otherwise.
+  void SyncHostState();
+  void HostStateChanged();
+  bool optimizer_on_device() const { return optimizer_on_device_; }
 
   // For the checkpoint engine (train/checkpoint.h): the moments this rank
   // holds, as runs of the flat parameter vector. Single process and DDP: one
@@ -144,6 +156,7 @@ class Trainer {
   TrainCounters counters_;
   std::vector<int32_t> inputs_, targets_;
   bool poison_ = false;
+  bool optimizer_on_device_ = false;
   double slowdown_ = 0;
 };
 
