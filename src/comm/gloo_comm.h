@@ -45,7 +45,7 @@ struct GlooOptions {
   // + 128 KiB receive), and 128 KiB ones already stalled for 300 us.
   // busy_poll makes those reads spin instead of sleeping: lowest latency,
   // one core per rank while waiting.
-  size_t sync_allreduce_max_bytes = size_t{64} << 10;
+  size_t sync_allreduce_max_bytes = 0;
   bool busy_poll = false;
 };
 

@@ -229,7 +229,7 @@ CommOptions OptionsFromEnv() {
   o.gloo_segment_bytes = static_cast<size_t>(EnvInt("FMSTACK_GLOO_SEGMENT_BYTES", "1048576"));
   o.gloo_busy_poll = EnvInt("FMSTACK_COMM_BUSY_POLL", "0") != 0;
   o.gloo_sync_max_bytes = static_cast<size_t>(
-      std::clamp<int64_t>(EnvInt("FMSTACK_GLOO_SYNC_MAX_BYTES", "65536"), 0, int64_t{1} << 16));
+      std::clamp<int64_t>(EnvInt("FMSTACK_GLOO_SYNC_MAX_BYTES", "0"), 0, int64_t{1} << 16));
   // Under `fmstack run` the store is fmstack's own and MASTER_PORT is left to
   // the program; under torchrun's variables alone, MASTER_ADDR:MASTER_PORT.
   const bool own = std::getenv("FMSTACK_STORE_PORT") != nullptr;
