@@ -16,9 +16,7 @@
 
 #include <algorithm>
 #include <cstring>
-#include <filesystem>
 #include <iterator>
-#include <limits>
 #include <optional>
 #include <set>
 

@@ -1,8 +1,9 @@
-// comm: a Communicator over Gloo's TCP transport, full mesh. A float
-// allreduce runs on a second mesh of synchronous pairs (gloo_sync_allreduce.h);
-// Gloo's own algorithms do the bf16 allreduce (bcube, then ring), broadcast,
-// alltoall and barrier; reduce-scatter and allgather with uneven shards are
-// rings of our own on Gloo's unbound buffers.
+// comm: a Communicator over Gloo's TCP transport, full mesh. Gloo's own
+// algorithms do small allreduces (bcube, then ring), broadcast, alltoall and
+// barrier; reduce-scatter and allgather with uneven shards are rings of our
+// own on Gloo's unbound buffers, and a large allreduce is the two in turn.
+// Opt-in, small float allreduces run on a second mesh of synchronous pairs
+// (gloo_sync_allreduce.h).
 #pragma once
 
 #include <atomic>

@@ -15,10 +15,9 @@
 namespace fmstack::comm {
 namespace {
 
-// Plans kept at most: sizes in flight in one training step (gradient
-// buckets) plus a few, and no more staging memory than this.
+// Plans kept at most: the sizes in flight in one training step plus a few
+// (each at most GlooOptions::sync_allreduce_max_bytes of staging).
 constexpr size_t kMaxPlans = 16;
-constexpr size_t kMaxPlanBytes = size_t{1} << 30;
 
 // Gloo's ring beats halving-doubling on small messages for a few ranks (2
 // ranks on loopback, synchronous pairs, 1 KiB: 49 vs 123 us, 15 vs 28 us
@@ -51,11 +50,7 @@ GlooSyncAllreduce::Plan& GlooSyncAllreduce::PlanFor(size_t count) {
     plans_.splice(plans_.begin(), plans_, hit);
     return plans_.front();
   }
-  while (!plans_.empty() &&
-         (plans_.size() >= kMaxPlans || plan_bytes_ + count * sizeof(float) > kMaxPlanBytes)) {
-    plan_bytes_ -= plans_.back().count * sizeof(float);
-    plans_.pop_back();
-  }
+  if (plans_.size() >= kMaxPlans) plans_.pop_back();
   Plan& plan = plans_.emplace_front();
   plan.count = count;
   plan.staging.resize(count);
@@ -67,7 +62,6 @@ GlooSyncAllreduce::Plan& GlooSyncAllreduce::PlanFor(size_t count) {
     plan.algorithm = std::make_unique<gloo::AllreduceHalvingDoubling<float>>(
         context_, buffers, static_cast<int>(count));
   }
-  plan_bytes_ += count * sizeof(float);
   return plan;
 }
 

@@ -59,7 +59,6 @@ class GlooSyncAllreduce {
 
   std::shared_ptr<gloo::rendezvous::Context> context_;
   std::list<Plan> plans_;  // most recently used first
-  size_t plan_bytes_ = 0;
 };
 
 }  // namespace fmstack::comm

@@ -326,6 +326,17 @@ bool CudaModel::EnableDeviceOptimizer(const DeviceOptimizer& config) {
     throw Error(fmt::format("device optimizer: a decay mask of {} for {} parameters",
                             config.decay_mask.size(), p_.total));
   }
+  // Two moments and the mask, on top of what the constructor checked.
+  const int64_t need = p_.total * int64_t{2 * sizeof(float) + 1};
+  size_t free_bytes = 0, total_bytes = 0;
+  cuda::Check(cudaMemGetInfo(&free_bytes, &total_bytes), "reading free device memory");
+  if (need > static_cast<int64_t>(free_bytes)) {
+    throw Error(fmt::format(
+        "device \"cuda\": AdamW on the device needs {} for its moments and decay mask but device "
+        "{} ({}) has {} free of {}; lower train.micro_batch or the model",
+        Gib(need), device_.index, device_.name, Gib(static_cast<int64_t>(free_bytes)),
+        Gib(static_cast<int64_t>(total_bytes))));
+  }
   const auto P = static_cast<size_t>(p_.total);
   d_m_ = cuda::DeviceBuffer<float>(P, "allocating AdamW's first moments");
   d_v_ = cuda::DeviceBuffer<float>(P, "allocating AdamW's second moments");

@@ -52,6 +52,7 @@ class AdamW {
   std::span<float> v() { return v_; }
   std::span<const float> m() const { return m_; }
   std::span<const float> v() const { return v_; }
+  std::span<const uint8_t> decay_mask() const { return decay_; }
 
  private:
   OptimConfig config_;

@@ -50,14 +50,13 @@ Trainer::Trainer(const TrainConfig& config, const TokenFile& data, comm::Communi
   // One process on a GPU: AdamW runs where the parameters live (data
   // parallelism reduces host gradients, so it keeps the host optimizer).
   if (!dp_ && optimizer_) {
-    const std::vector<uint8_t> decay = DecayMask(model_->params_layout());
     const OptimConfig& o = config.optim;
     optimizer_on_device_ = model_->EnableDeviceOptimizer({.beta1 = o.beta1,
                                                           .beta2 = o.beta2,
                                                           .eps = o.eps,
                                                           .weight_decay = o.weight_decay,
                                                           .grad_clip = o.grad_clip,
-                                                          .decay_mask = decay});
+                                                          .decay_mask = optimizer_->decay_mask()});
   }
   counters_.seed = config.seed;
   counters_.rng = config.seed;
