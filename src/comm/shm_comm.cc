@@ -262,7 +262,10 @@ void ShmCommunicator::Abort(const std::string& reason, int failed_rank) {
     header_->abort_rank = failed_rank;
     header_->aborted.store(1, std::memory_order_release);
   }
-  header_->epoch.fetch_add(1);  // wakes waiters, who then see the abort
+  // Wakes the sleepers without moving the epoch: only the last arrival opens
+  // a barrier. A bump here once let a waiter pass while a racing abort was
+  // still being written (aborted == 2), and read a segment its peers had not
+  // filled.
   FutexWakeAll(&header_->epoch);
 }
 

@@ -3,15 +3,18 @@
 // TcpStoreServer in the parent and runs every collective on data that is a
 // pure function of (rank, index), so each rank can compute the expected
 // result itself. A child reports failure through its exit status and stderr.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <thread>
 
 #include "comm/hier_comm.h"
@@ -352,6 +355,52 @@ TEST(CommTest, AbortFailsPendingAndLaterCalls) {
   };
   ExpectAllOk(RunRanks({1, 2, "gloo"}, body, server));
   ExpectAllOk(RunRanks({1, 2}, body, server, 1));
+}
+
+// Every rank's control thread aborts its group when the supervisor replaces
+// a lost rank, so aborts race. A barrier must never open for a rank while an
+// abort is still being written: in one CI run a rank left a shared-memory
+// barrier that way, read the previous step's words from the segment and
+// reported a silent corruption that was not there.
+TEST(CommTest, RacingAbortsNeverOpenABarrier) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  auto body = [](Communicator&, const CommOptions& o) {
+    std::vector<int> opened;  // generations whose barrier opened for rank 1
+    for (int i = 1; i <= 1000; ++i) {
+      CommOptions n = o;
+      n.generation = i;
+      const std::unique_ptr<Communicator> c = Connect(n);
+      const std::string waiting = "waiting/" + std::to_string(i);
+      if (c->rank() == 1) {
+        o.store->Set(waiting, "1");
+        try {
+          c->Barrier();
+          opened.push_back(i);
+        } catch (const CommError&) {
+        }
+        continue;
+      }
+      o.store->Get(waiting, std::chrono::seconds(10));
+      std::this_thread::sleep_for(
+          std::chrono::microseconds(20 * (i % 10)));  // rank 1 spins or sleeps
+      std::atomic<int> ready{0};
+      // One thread aborts once; the other keeps aborting, as the failed
+      // collectives of a dying group do, to land inside the first's write.
+      auto abort = [&](const char* who, int times) {
+        ready.fetch_add(1);
+        while (ready.load() < 2) {
+        }
+        for (int k = 0; k < times; ++k) c->Abort(who);
+      };
+      std::thread a(abort, "the control thread", 1), b(abort, "a failed collective", 200);
+      a.join();
+      b.join();
+    }
+    Check(opened.empty(), fmt::format("the barrier opened without rank 0 in {} of 1000 "
+                                      "generations, first {}",
+                                      opened.size(), opened.empty() ? 0 : opened[0]));
+  };
+  ExpectAllOk(RunRanks({1, 2}, body, server, 0));
 }
 
 TEST(CommTest, StoreBlocksUntilKeyAndTimesOut) {
