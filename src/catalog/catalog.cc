@@ -55,6 +55,10 @@ Accelerator ReadAccelerator(StrictTable& t) {
   a.hbm_bandwidth = t.Bandwidth("hbm_bandwidth").value_or(0);
   a.scaleup = t.String("scaleup").value_or("");
   a.scaleup_bandwidth = t.Bandwidth("scaleup_bandwidth").value_or(0);
+  a.flash_attention_flops = Tflops(t, "flash_attention_tflops");
+  a.flash_attention_source = t.String("flash_attention_source").value_or("");
+  if (a.flash_attention_flops > 0 && a.flash_attention_source.empty())
+    t.Fail("flash_attention_source", "is required with flash_attention_tflops (the measurement)");
   a.source = RequireString(t, "source");
   a.note = t.String("note").value_or("");
   t.Finish();

@@ -27,6 +27,12 @@ struct Accelerator {
   double hbm_bandwidth = 0;
   std::string scaleup;
   double scaleup_bandwidth = 0;  // per device, 0 = not published
+  // Training throughput of a flash-attention kernel (forward and backward,
+  // bf16) as its authors measured it; 0 = not published. Attention kernels
+  // reach a smaller share of peak than GEMMs on some devices (FlashAttention-2
+  // on H100), which long sequences expose.
+  double flash_attention_flops = 0;
+  std::string flash_attention_source;
   std::string source, note;
 
   // Dense peak for matmuls in `p`; 0 when the device has none.

@@ -93,7 +93,29 @@ StepTime ModelStep(const spec::JobSpec& job, const Topology& topo,
   const double peak = accelerator.PeakFlops(job.train.precision);
   if (peak <= 0)
     throw Error(fmt::format("{} has no peak FLOP/s for this precision", accelerator.name));
-  t.compute = hardware_flops / static_cast<double>(world) / (peak * o.compute_efficiency);
+  const double achieved = peak * o.compute_efficiency;
+  // The FLOP count above is Megatron's and PaLM's, which do not halve the
+  // attention scores for the causal mask; flash attention skips the masked
+  // tiles, so the time is for half of them.
+  const double recompute_factor = full_recompute ? 4.0 / 3.0 : 1.0;
+  const double attention_flops =
+      workload::TrainingFlopsPerToken(shape).attention * tokens * recompute_factor;
+  const double attention_done = job.train.flash_attention ? 0.5 * attention_flops : attention_flops;
+  // A flash-attention kernel runs at its own measured rate where the catalog
+  // has one, when that is below the GEMMs' (FlashAttention-2 on H100).
+  const double attention_rate = job.train.flash_attention && accelerator.flash_attention_flops > 0
+                                    ? std::min(achieved, accelerator.flash_attention_flops)
+                                    : achieved;
+  const double attention_seconds = attention_done / static_cast<double>(world) / attention_rate;
+  t.compute = (hardware_flops - attention_flops) / static_cast<double>(world) / achieved +
+              attention_seconds;
+  // Context parallelism without load balancing: under the causal mask the
+  // rank holding the sequence's end does (2cp - 1) / cp of the mean
+  // attention work, and every rank waits for it.
+  if (l.cp > 1 && !l.cp_load_balance && job.train.flash_attention) {
+    const double c = static_cast<double>(l.cp);
+    t.compute += attention_seconds * (c - 1) / c;
+  }
   t.memory = MemoryBoundSeconds(job, accelerator, o, static_cast<double>(global));
   // Interleaving v model chunks per rank divides the bubble by v (Megatron-LM).
   const double v = static_cast<double>(std::max<int64_t>(1, l.virtual_stages));
@@ -112,14 +134,33 @@ StepTime ModelStep(const spec::JobSpec& job, const Topology& topo,
            Coll(o, Collective::kAllReduce, act, topo.LevelsFor(l.tp, tp_stride));
   }
   if (l.cp > 1) {
-    // Keys and values all-gathered forward, their gradients reduce-scattered backward.
+    // This rank's keys and values for one layer and micro-batch.
     const double kv = static_cast<double>(b) * s * 2.0 *
                       static_cast<double>(shape.kv_heads * shape.head_dim()) *
                       o.bytes_per_activation / static_cast<double>(l.tp);
     const auto levels = topo.LevelsFor(l.cp, cp_stride);
-    t.cp = layers_per_stage * m *
-           (Coll(o, Collective::kAllGather, kv * static_cast<double>(l.cp), levels) +
-            Coll(o, Collective::kReduceScatter, kv * static_cast<double>(l.cp), levels));
+    const double c = static_cast<double>(l.cp);
+    if (l.cp_comm == workload::Layout::CpComm::kAllGather) {
+      // Gathered whole before attention forward, the gradients
+      // reduce-scattered after it backward: on the critical path (Llama 3).
+      t.cp = layers_per_stage * m *
+             (Coll(o, Collective::kAllGather, kv * c, levels) +
+              Coll(o, Collective::kReduceScatter, kv * c, levels));
+    } else {
+      // A ring of cp - 1 steps: each passes a chunk of keys and values to the
+      // next rank (backward: with their gradients, twice the bytes) while
+      // attention runs on the chunk at hand. A step is as slow as its
+      // slowest hop, and only a transfer longer than a chunk's attention
+      // shows. Attention per layer and micro-batch: forward is one of 3
+      // passes (4 when recomputed).
+      const LinkLevel link = levels.back();
+      const double chunk_forward = attention_seconds / (3.0 * recompute_factor) /
+                                   (layers_per_stage * m) / c;  // one chunk's share
+      const double send = link.latency + kv / link.bandwidth;
+      const double send_back = link.latency + 2 * kv / link.bandwidth;
+      t.cp = layers_per_stage * m * (c - 1) *
+             (std::max(0.0, send - chunk_forward) + std::max(0.0, send_back - 2 * chunk_forward));
+    }
   }
   if (l.pp > 1) {
     // One activation forward and one gradient backward per micro-batch
@@ -136,11 +177,14 @@ StepTime ModelStep(const spec::JobSpec& job, const Topology& topo,
     // Overlap hides at most the expert compute the all-to-alls run beside.
     t.ep_exposed = t.ep - std::min(l.ep_overlap * t.ep, t.compute);
   }
-  if (l.dp > 1) {
+  // Context-parallel ranks hold the same weights: gradients are reduced,
+  // and ZeRO shards, over dp x cp ranks (contiguous in the rank order).
+  if (l.dp * l.cp > 1) {
+    const auto replicas = topo.LevelsFor(l.dp * l.cp, cp_stride);
     const workload::ParamCounts params = workload::CountParams(shape);
     const double local = static_cast<double>(params.total) / static_cast<double>(l.tp * l.pp);
-    const double all_reduce = Coll(o, Collective::kAllReduce, local * o.bytes_per_gradient,
-                                   topo.LevelsFor(l.dp, dp_stride));
+    const double all_reduce =
+        Coll(o, Collective::kAllReduce, local * o.bytes_per_gradient, replicas);
     const double per_micro_batch = (t.compute + t.memory) / m;
     if (l.zero_stage >= 3) {
       // FSDP / ZeRO-3: every micro-batch all-gathers the parameters for the

@@ -35,7 +35,7 @@ struct StepTime {
   double memory = 0;      // memory-bound kernels: norms, activations, softmax, dropout
   double bubble = 0;      // 1F1B: (pp - 1) / (micro-batches x virtual stages) x compute
   double tp = 0;          // tensor-parallel all-reduces (not overlapped)
-  double cp = 0;          // context-parallel all-gathers of K, V
+  double cp = 0;          // context-parallel K, V exchange not hidden by attention
   double pp = 0;          // point-to-point activations between stages
   double ep = 0;          // MoE all-to-alls, whole
   double ep_exposed = 0;  // the part not hidden behind expert compute (parallel.ep_overlap)

@@ -73,8 +73,10 @@ MemoryBreakdown PerAccelerator(const TransformerShape& shape, const StateBytes& 
   const double expert = static_cast<double>(c.expert);
   const double params_here =
       dense / model_parallel + expert / (model_parallel * static_cast<double>(layout.ep));
-  // ZeRO shards over the data-parallel group (experts: over dp / ep replicas).
-  const double dp = static_cast<double>(layout.dp);
+  // ZeRO shards over every replica of a weight: the data-parallel ranks and,
+  // as in Megatron-Core's distributed optimizer, the context-parallel ones
+  // (experts: over dp / ep replicas).
+  const double dp = static_cast<double>(layout.dp * layout.cp);
   const double shard = std::max(1.0, dp);
   auto sharded = [&](int from_stage) { return layout.zero_stage >= from_stage ? shard : 1.0; };
 

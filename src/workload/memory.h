@@ -43,6 +43,15 @@ struct Layout {
   // The fraction of the MoE all-to-alls hidden behind expert compute
   // (DeepSeek-V3's dual-pipe hides nearly all; a plain implementation none).
   double ep_overlap = 0;
+  // Context parallelism's exchange of keys and values. kP2p passes chunks
+  // around a ring beside each chunk's attention (Megatron-Core's default);
+  // kAllGather gathers them whole before attention (Llama 3), exposed.
+  enum class CpComm { kP2p, kAllGather };
+  CpComm cp_comm = CpComm::kP2p;
+  // Under a causal mask, a rank holding one contiguous slice of the sequence
+  // does work growing with its position; splitting it into 2 x cp chunks
+  // and giving rank i chunks i and 2cp-1-i evens it out.
+  bool cp_load_balance = true;
 
   int64_t world() const { return dp * tp * pp * cp; }  // ep lives inside dp
 };

@@ -6,6 +6,8 @@
 #include "catalog/catalog.h"
 #include "spec/job_spec.h"
 #include "util/error.h"
+#include "workload/memory.h"
+#include "workload/shape.h"
 
 namespace fmstack::sim {
 namespace {
@@ -27,6 +29,7 @@ instance = "p5.4xlarge"
 [train]
 micro_batch = 8
 global_batch = 64
+flash_attention = false
 )");
   const Topology topo = BuildTopology(*job.cluster);
   const StepTime t = ModelStep(job, topo, job.cluster->accelerator, {.compute_efficiency = 0.5});
@@ -144,6 +147,80 @@ global_batch = {}
     EXPECT_GE(speedup, prev) << nodes;
     prev = speedup;
   }
+}
+
+// Flash attention skips the causal mask's upper half, and runs at the
+// kernel's published rate where that is below the GEMMs' (H100: 335 of
+// 989 TFLOP/s for FlashAttention-2): everything else is unchanged.
+TEST(StepModel, FlashAttentionDoesHalfTheScoresAtItsOwnRate) {
+  const std::string text = R"(
+model = "llama3-8b"
+[cluster]
+instance = "p5.48xlarge"
+[parallel]
+tp = 8
+[train]
+micro_batch = 1
+global_batch = 8
+flash_attention = {}
+)";
+  const spec::JobSpec flash = Job(fmt::format(fmt::runtime(text), "true"));
+  const spec::JobSpec plain = Job(fmt::format(fmt::runtime(text), "false"));
+  const catalog::Accelerator& h100 = flash.cluster->accelerator;
+  ASSERT_DOUBLE_EQ(h100.flash_attention_flops, 335e12);
+  const StepOptions o{.compute_efficiency = 0.5};
+  const Topology topo = BuildTopology(*flash.cluster);
+  const StepTime f = ModelStep(flash, topo, h100, o);
+  const StepTime p = ModelStep(plain, topo, h100, o);
+  const double tokens = 8.0 * static_cast<double>(flash.model.seq_len);
+  const double attention = workload::TrainingFlopsPerToken(flash.model).attention * tokens / 8;
+  const double achieved = 0.5 * h100.PeakFlops(catalog::Precision::kBf16);
+  EXPECT_NEAR(f.compute - p.compute, attention / 2 / 335e12 - attention / achieved, 1e-9);
+  EXPECT_DOUBLE_EQ(f.tflops_per_accelerator * f.total, p.tflops_per_accelerator * p.total);
+}
+
+// Context parallelism: weights are replicated over dp x cp ranks, so ZeRO
+// shards over all of them; the K/V ring hides behind attention where the
+// all-gather does not; without load balancing the last rank's causal work
+// sets the pace.
+TEST(StepModel, ContextParallelExchangeShardingAndBalance) {
+  const std::string text = R"(
+[model]
+preset = "llama3-70b"
+seq_len = 65536
+[cluster]
+instance = "p5.48xlarge"
+nodes = 8
+[parallel]
+tp = 8
+cp = 8
+zero_stage = 1
+{}
+[train]
+micro_batch = 1
+global_batch = 8
+recompute = "full"
+)";
+  const auto step = [&](const std::string& extra) {
+    const spec::JobSpec job = Job(fmt::format(fmt::runtime(text), extra));
+    return ModelStep(job, BuildTopology(*job.cluster), job.cluster->accelerator);
+  };
+  const StepTime ring = step("");
+  const StepTime gathered = step("cp_comm = \"allgather\"");
+  const StepTime contiguous = step("cp_load_balance = false");
+  EXPECT_GT(gathered.cp, ring.cp);
+  EXPECT_EQ(gathered.compute, ring.compute);
+  EXPECT_GT(contiguous.compute, ring.compute);
+  // dp = 1: only the cp ranks shard the optimizer; one rank would hold it whole.
+  const spec::JobSpec job = Job(fmt::format(fmt::runtime(text), ""));
+  workload::ActivationOptions a;
+  a.recompute = workload::Recompute::kFull;
+  workload::Layout alone = job.layout;
+  alone.cp = 1;
+  const double sharded =
+      workload::PerAccelerator(job.model, job.train.state, job.layout, a).optimizer;
+  const double whole = workload::PerAccelerator(job.model, job.train.state, alone, a).optimizer;
+  EXPECT_NEAR(sharded * 8, whole, whole * 1e-12);
 }
 
 }  // namespace
