@@ -1,6 +1,8 @@
 #include "sim/collectives.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace fmstack::sim {
 namespace {
@@ -68,42 +70,82 @@ double FlatTime(Collective c, Algorithm a, double bytes, const LinkLevel& l) {
   return steps * l.latency + wire;
 }
 
-double HierarchicalTime(Collective c, double bytes, std::span<const LinkLevel> levels) {
-  if (levels.empty()) return 0;
+namespace {
+
+// One phase of a hierarchical collective on one level's links.
+struct Phase {
+  double latency = 0, wire = 0;
+};
+
+Phase FlatPhase(Collective c, double bytes, const LinkLevel& l) {
+  const double total = FlatTime(c, Algorithm::kRing, bytes, l);
+  const double wire = l.ranks > 1 && bytes > 0 ? BusFactor(c, l.ranks) * bytes / l.bandwidth : 0;
+  return {total - wire, wire};
+}
+
+// The phases in order, innermost first on the way in.
+void Phases(Collective c, double bytes, std::span<const LinkLevel> levels,
+            std::vector<Phase>& out) {
+  if (levels.empty()) return;
   const LinkLevel& inner = levels.front();
   const std::span<const LinkLevel> outer = levels.subspan(1);
   const double p = inner.ranks;
-  if (outer.empty()) return FlatTime(c, Algorithm::kRing, bytes, inner);
+  if (outer.empty()) {
+    out.push_back(FlatPhase(c, bytes, inner));
+    return;
+  }
   switch (c) {
     case Collective::kAllReduce:
-      return FlatTime(Collective::kReduceScatter, Algorithm::kRing, bytes, inner) +
-             HierarchicalTime(Collective::kAllReduce, bytes / p, outer) +
-             FlatTime(Collective::kAllGather, Algorithm::kRing, bytes, inner);
+      out.push_back(FlatPhase(Collective::kReduceScatter, bytes, inner));
+      Phases(Collective::kAllReduce, bytes / p, outer, out);
+      out.push_back(FlatPhase(Collective::kAllGather, bytes, inner));
+      return;
     case Collective::kReduceScatter:
       // Each inner rank's shard is reduce-scattered across the outer levels.
-      return FlatTime(Collective::kReduceScatter, Algorithm::kRing, bytes, inner) +
-             HierarchicalTime(Collective::kReduceScatter, bytes / p, outer);
+      out.push_back(FlatPhase(Collective::kReduceScatter, bytes, inner));
+      Phases(Collective::kReduceScatter, bytes / p, outer, out);
+      return;
     case Collective::kAllGather:
-      return HierarchicalTime(Collective::kAllGather, bytes / p, outer) +
-             FlatTime(Collective::kAllGather, Algorithm::kRing, bytes, inner);
+      Phases(Collective::kAllGather, bytes / p, outer, out);
+      out.push_back(FlatPhase(Collective::kAllGather, bytes, inner));
+      return;
+    case Collective::kBroadcast:
+      Phases(Collective::kBroadcast, bytes, outer, out);
+      out.push_back(FlatPhase(Collective::kBroadcast, bytes, inner));
+      return;
     case Collective::kAllToAll: {
       // The part of each rank's buffer bound for peers first reached at a
       // level crosses that level's links.
       double total = 1;
       for (const LinkLevel& l : levels) total *= l.ranks;
-      double reached = 1, t = 0;
+      double reached = 1;
       for (const LinkLevel& l : levels) {
         const double before = reached;
         reached *= l.ranks;
-        t += Steps(l.ranks) * l.latency + bytes * (reached - before) / total / l.bandwidth;
+        out.push_back(
+            {Steps(l.ranks) * l.latency, bytes * (reached - before) / total / l.bandwidth});
       }
-      return t;
+      return;
     }
-    case Collective::kBroadcast:
-      return HierarchicalTime(Collective::kBroadcast, bytes, outer) +
-             FlatTime(Collective::kBroadcast, Algorithm::kRing, bytes, inner);
   }
-  return 0;
+}
+
+}  // namespace
+
+double HierarchicalTime(Collective c, double bytes, std::span<const LinkLevel> levels) {
+  std::vector<Phase> phases;
+  Phases(c, bytes, levels, phases);
+  if (phases.empty()) return 0;
+  double latency = 0, wire = 0, slowest = 0;
+  for (const Phase& p : phases) {
+    latency += p.latency;
+    wire += p.wire;
+    slowest = std::max(slowest, p.wire);
+  }
+  // Alltoall's levels are its destinations, not stages of a pipeline: in series.
+  if (c == Collective::kAllToAll) return latency + wire;
+  const double chunks = std::max(1.0, std::ceil(bytes / kPipelineChunkBytes));
+  return latency + slowest + (wire - slowest) / chunks;
 }
 
 }  // namespace fmstack::sim

@@ -39,6 +39,14 @@ double FlatTime(Collective c, Algorithm a, double bytes, const LinkLevel& level)
 // (all shards at once, each over its own rank's share of the links), then
 // all-gathers inside; allgather and reduce-scatter do their halves of that;
 // alltoall sends each level's share of the buffer over that level.
+//
+// The phases use different links, so a message cut into chunks flows
+// through them as a pipeline: every phase's latency, plus the slowest
+// phase's wire time, plus the others' for one chunk each. A message of one
+// chunk (or less) pays the phases in series.
 double HierarchicalTime(Collective c, double bytes, std::span<const LinkLevel> levels);
+
+// The pipeline's chunk: one NCCL buffer (NCCL_BUFFSIZE's default, 4 MiB).
+inline constexpr double kPipelineChunkBytes = 4 << 20;
 
 }  // namespace fmstack::sim

@@ -1,7 +1,8 @@
 // The collective cost model against nccl-tests' definitions: on a saturated
 // link with no latency, busbw = algbw x BusFactor equals the link bandwidth,
-// within 0.5%, for every op and rank count; and a hierarchy of levels with
-// the same bandwidth costs what one flat ring over all ranks costs.
+// within 0.5%, for every op and rank count; a hierarchy of levels with the
+// same bandwidth costs what one flat ring over all ranks costs for one chunk,
+// and less for many, whose phases pipeline over their different links.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -48,26 +49,37 @@ TEST(NcclIdentities, LatencyDominatesSmallMessagesAndTreeWinsThere) {
   EXPECT_NEAR(ring, 2 * 1023 * 20e-6 + 2.0 * 1023 / 1024 * large / 50e9, 1e-9);
 }
 
-TEST(NcclIdentities, UniformHierarchyEqualsAFlatRing) {
+// One chunk goes through the phases in series, so it costs what a flat
+// ring over the same links would.
+TEST(NcclIdentities, UniformHierarchyOfOneChunkEqualsAFlatRing) {
   for (Collective c : {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter,
                        Collective::kAllToAll}) {
     const std::vector<LinkLevel> levels = {{"node", 8, 100e9, 0}, {"net", 16, 100e9, 0}};
     const LinkLevel flat{"flat", 128, 100e9, 0};
-    const double bytes = 1ull << 28;
+    const double bytes = kPipelineChunkBytes;
     EXPECT_NEAR(HierarchicalTime(c, bytes, levels) / FlatTime(c, Algorithm::kRing, bytes, flat),
                 1.0, 1e-9)
         << CollectiveName(c);
   }
 }
 
+// Chunks pipeline through the phases, which use different links: a large
+// message pays the slowest phase whole and the others for one chunk each.
 TEST(NcclIdentities, SlowerOuterLinksOnlySlowTheShardThatCrossesThem) {
   // 8 GPUs on NVLink (450 GB/s each) x 64 nodes on 50 GB/s per GPU of EFA.
   const std::vector<LinkLevel> levels = {{"nvlink", 8, 450e9, 0}, {"efa", 64, 50e9, 0}};
   const double bytes = 1ull << 30;
+  const double chunks = bytes / kPipelineChunkBytes;  // 256
   const double t = HierarchicalTime(Collective::kAllReduce, bytes, levels);
-  const double inner = 2 * (7.0 / 8) * bytes / 450e9;
+  const double inner = 2 * (7.0 / 8) * bytes / 450e9;  // reduce-scatter + all-gather
   const double outer = 2 * (63.0 / 64) * (bytes / 8) / 50e9;
-  EXPECT_NEAR(t, inner + outer, 1e-12);
+  ASSERT_GT(outer, inner / 2);
+  EXPECT_NEAR(t, outer + inner / chunks, 1e-12);
+  // A uniform hierarchy of many chunks beats the flat ring by the phases it overlaps.
+  const std::vector<LinkLevel> uniform = {{"node", 8, 100e9, 0}, {"net", 16, 100e9, 0}};
+  const LinkLevel flat{"flat", 128, 100e9, 0};
+  EXPECT_LT(HierarchicalTime(Collective::kAllReduce, bytes, uniform),
+            0.75 * FlatTime(Collective::kAllReduce, Algorithm::kRing, bytes, flat));
 }
 
 }  // namespace
