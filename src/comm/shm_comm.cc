@@ -19,52 +19,9 @@
 #include <thread>
 
 #include "comm/reduce.h"
+#include "comm/shm_segment.h"
 
 namespace fmstack::comm {
-namespace {
-
-constexpr uint32_t kMagic = 0x464d5348;  // "FMSH"
-constexpr int kMaxLocal = 256;
-
-void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::microseconds t) {
-  timespec ts{static_cast<time_t>(t.count() / 1000000),
-              static_cast<long>(t.count() % 1000000) * 1000};
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
-}
-
-void FutexWakeAll(std::atomic<uint32_t>* word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
-}
-
-// True once the process is gone or a zombie waiting to be reaped.
-bool ProcessDead(int pid) {
-  if (pid <= 0) return false;
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return true;
-  const size_t close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
-}
-
-}  // namespace
-
-struct ShmCommunicator::Header {
-  uint32_t magic;
-  int32_t size;
-  uint64_t slot_bytes;
-  alignas(64) std::atomic<uint32_t> arrived;
-  alignas(64) std::atomic<uint32_t> epoch;  // the futex word of the barrier
-  alignas(64) std::atomic<int32_t> aborted;
-  std::atomic<int32_t> abort_rank;
-  char abort_reason[256];
-  std::atomic<int32_t> pids[kMaxLocal];
-  // Cross-memory attach: the buffer each rank offers for the current call,
-  // and whether every rank could read every other's memory at start-up.
-  std::atomic<uint64_t> addr[kMaxLocal];
-  std::atomic<int32_t> cma_failed;
-};
-
 size_t ShmCommunicator::HeaderBytes() {
   return (sizeof(Header) + 4095) / 4096 * 4096;
 }
@@ -74,7 +31,7 @@ ShmCommunicator::ShmCommunicator(ShmOptions options) : options_(std::move(option
   if (P > kMaxLocal)
     throw CommError(fmt::format("shm: {} ranks on one node, at most {}", P, kMaxLocal), -1);
   options_.slot_bytes = options_.slot_bytes / 64 * 64;
-  mapped_bytes_ = HeaderBytes() + static_cast<size_t>(P) * options_.slot_bytes;
+  mapped_bytes_ = HeaderBytes() + static_cast<size_t>(P) * (options_.slot_bytes + 2 * kSmallBytes);
   const std::string name = "/" + options_.segment;
   const std::string ready_key = options_.prefix + "/shm_ready";
   int fd = -1;
@@ -356,12 +313,14 @@ void ShmCommunicator::ReduceWindow(View buf, ReduceOp op, int root, bool all) {
 
 void ShmCommunicator::AllReduce(View buf, ReduceOp op) {
   if (size() == 1) return CheckAborted("allreduce");
+  if (UseSmall(buf.bytes())) return SmallReduce(buf, op, 0, true);
   if (UseCma(buf.bytes())) return CmaReduce(buf, op, 0, true);
   ReduceWindow(buf, op, 0, true);
 }
 
 void ShmCommunicator::Reduce(View buf, ReduceOp op, int root) {
   if (size() == 1) return CheckAborted("reduce");
+  if (UseSmall(buf.bytes())) return SmallReduce(buf, op, root, false);
   if (UseCma(buf.bytes())) return CmaReduce(buf, op, root, false);
   ReduceWindow(buf, op, root, false);
 }
@@ -374,6 +333,7 @@ void ShmCommunicator::ReduceScatter(View in, View out, ReduceOp op) {
     std::memmove(out.data, in.data, in.bytes());
     return CheckAborted("reduce_scatter");
   }
+  if (UseSmall(in.bytes())) return SmallReduceScatter(in, out, mine, op);
   if (UseCma(in.bytes())) {
     header_->addr[me].store(reinterpret_cast<uint64_t>(in.data), std::memory_order_release);
     Wait("reduce_scatter");
@@ -402,6 +362,7 @@ void ShmCommunicator::ReduceScatter(View in, View out, ReduceOp op) {
 void ShmCommunicator::AllGatherRanges(View out, const std::vector<Range>& ranges) {
   const int P = options_.size, me = options_.rank;
   if (P == 1) return CheckAborted("allgather");
+  if (UseSmall(out.bytes())) return SmallAllGatherRanges(out, ranges);
   const size_t es = DTypeSize(out.dtype);
   if (UseCma(out.bytes())) {
     header_->addr[me].store(reinterpret_cast<uint64_t>(out.data), std::memory_order_release);
@@ -438,6 +399,7 @@ void ShmCommunicator::AllGather(View in, View out) {
 void ShmCommunicator::Broadcast(View buf, int root) {
   const int P = options_.size;
   if (P == 1) return CheckAborted("broadcast");
+  if (UseSmall(buf.bytes())) return SmallBroadcast(buf, root);
   const size_t es = DTypeSize(buf.dtype);
   if (UseCma(buf.bytes())) {
     header_->addr[rank()].store(reinterpret_cast<uint64_t>(buf.data), std::memory_order_release);
@@ -477,6 +439,7 @@ void ShmCommunicator::AllToAll(View in, View out) {
     std::memmove(out.data, in.data, in.bytes());
     return CheckAborted("alltoall");
   }
+  if (UseSmall(in.bytes())) return SmallAllToAll(in, out);
   if (UseCma(in.bytes())) {
     header_->addr[me].store(reinterpret_cast<uint64_t>(in.data), std::memory_order_release);
     Wait("alltoall");

@@ -69,6 +69,26 @@ class ShmCommunicator final : public Communicator {
   // then deliver portions to everyone (all=true) or to root only.
   void ReduceWindow(View buf, ReduceOp op, int root, bool all);
 
+  // Messages up to kSmallBytes skip the barriers (shm_small.cc): each rank
+  // copies its whole input into its own small region and raises its
+  // sequence number; every rank then combines what all ranks posted. Two
+  // regions per rank alternate: by the time a rank posts operation s, every
+  // peer has posted s - 1, so none still reads its region of s - 2.
+  static constexpr size_t kSmallBytes = 64 << 10;
+  bool UseSmall(size_t bytes) const { return bytes <= kSmallBytes; }
+  std::byte* SmallRegion(int r, uint32_t seq) const;
+  // Posts this rank's bytes for the next operation and waits for every
+  // peer's; afterwards small_srcs_[r] is rank r's posted region.
+  void PostAndGather(const std::byte* in, size_t bytes, const char* op);
+  void WaitPosted(int r, uint32_t seq, const char* op);
+  void SmallReduce(View buf, ReduceOp op, int root, bool all);
+  void SmallReduceScatter(View in, View out, Range mine, ReduceOp op);
+  void SmallAllGatherRanges(View out, const std::vector<Range>& ranges);
+  void SmallBroadcast(View buf, int root);
+  void SmallAllToAll(View in, View out);
+  uint32_t small_seq_ = 0;
+  std::vector<const std::byte*> small_srcs_;
+
   // The single-copy path (process_vm_readv from the peers' own buffers).
   static constexpr size_t kCmaMinBytes = 64 << 10;
   static constexpr size_t kCmaChunkBytes = 1 << 20;
