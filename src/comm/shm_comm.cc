@@ -31,7 +31,7 @@ ShmCommunicator::ShmCommunicator(ShmOptions options) : options_(std::move(option
   if (P > kMaxLocal)
     throw CommError(fmt::format("shm: {} ranks on one node, at most {}", P, kMaxLocal), -1);
   options_.slot_bytes = options_.slot_bytes / 64 * 64;
-  mapped_bytes_ = HeaderBytes() + static_cast<size_t>(P) * (options_.slot_bytes + 2 * kSmallBytes);
+  mapped_bytes_ = HeaderBytes() + static_cast<size_t>(P) * (options_.slot_bytes + 2 * kRegionBytes);
   const std::string name = "/" + options_.segment;
   const std::string ready_key = options_.prefix + "/shm_ready";
   int fd = -1;
@@ -314,6 +314,7 @@ void ShmCommunicator::ReduceWindow(View buf, ReduceOp op, int root, bool all) {
 void ShmCommunicator::AllReduce(View buf, ReduceOp op) {
   if (size() == 1) return CheckAborted("allreduce");
   if (UseSmall(buf.bytes())) return SmallReduce(buf, op, 0, true);
+  if (UseMid(buf.bytes())) return MidReduce(buf, op, 0, true);
   if (UseCma(buf.bytes())) return CmaReduce(buf, op, 0, true);
   ReduceWindow(buf, op, 0, true);
 }
@@ -321,6 +322,7 @@ void ShmCommunicator::AllReduce(View buf, ReduceOp op) {
 void ShmCommunicator::Reduce(View buf, ReduceOp op, int root) {
   if (size() == 1) return CheckAborted("reduce");
   if (UseSmall(buf.bytes())) return SmallReduce(buf, op, root, false);
+  if (UseMid(buf.bytes())) return MidReduce(buf, op, root, false);
   if (UseCma(buf.bytes())) return CmaReduce(buf, op, root, false);
   ReduceWindow(buf, op, root, false);
 }

@@ -70,23 +70,33 @@ class ShmCommunicator final : public Communicator {
   void ReduceWindow(View buf, ReduceOp op, int root, bool all);
 
   // Messages up to kSmallBytes skip the barriers (shm_small.cc): each rank
-  // copies its whole input into its own small region and raises its
-  // sequence number; every rank then combines what all ranks posted. Two
-  // regions per rank alternate: by the time a rank posts operation s, every
-  // peer has posted s - 1, so none still reads its region of s - 2.
+  // copies its whole input into its own region and raises its sequence
+  // number; every rank then combines what all ranks posted. Reductions up to
+  // kMidBytes add a second round: each rank sums its shard into the result
+  // half of its region and posts again. Two regions per rank alternate: by
+  // the time a rank starts operation k, every peer has started k - 1, so none
+  // still reads its region of k - 2.
   static constexpr size_t kSmallBytes = 64 << 10;
+  static constexpr size_t kMidBytes = 1 << 20;
+  static constexpr size_t kRegionBytes = 2 * kMidBytes;  // input, then result
   bool UseSmall(size_t bytes) const { return bytes <= kSmallBytes; }
-  std::byte* SmallRegion(int r, uint32_t seq) const;
-  // Posts this rank's bytes for the next operation and waits for every
-  // peer's; afterwards small_srcs_[r] is rank r's posted region.
+  bool UseMid(size_t bytes) const { return bytes <= kMidBytes; }
+  std::byte* Region(int r, uint32_t op) const;
+  // Starts the next operation: posts this rank's bytes and waits for every
+  // peer's; afterwards small_srcs_[r] is rank r's posted input.
   void PostAndGather(const std::byte* in, size_t bytes, const char* op);
+  // Raises this rank's sequence number / waits until every peer's reaches ours.
+  void Post();
+  void WaitAll(const char* op);
   void WaitPosted(int r, uint32_t seq, const char* op);
   void SmallReduce(View buf, ReduceOp op, int root, bool all);
+  void MidReduce(View buf, ReduceOp op, int root, bool all);
   void SmallReduceScatter(View in, View out, Range mine, ReduceOp op);
   void SmallAllGatherRanges(View out, const std::vector<Range>& ranges);
   void SmallBroadcast(View buf, int root);
   void SmallAllToAll(View in, View out);
-  uint32_t small_seq_ = 0;
+  uint32_t small_seq_ = 0;  // posts made
+  uint32_t small_ops_ = 0;  // operations started (their parity picks the region)
   std::vector<const std::byte*> small_srcs_;
 
   // The single-copy path (process_vm_readv from the peers' own buffers).

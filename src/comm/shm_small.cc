@@ -17,10 +17,10 @@
 
 namespace fmstack::comm {
 
-std::byte* ShmCommunicator::SmallRegion(int r, uint32_t seq) const {
+std::byte* ShmCommunicator::Region(int r, uint32_t op) const {
   const size_t slots = static_cast<size_t>(options_.size) * options_.slot_bytes;
   return reinterpret_cast<std::byte*>(header_) + HeaderBytes() + slots +
-         (static_cast<size_t>(r) * 2 + (seq & 1)) * kSmallBytes;
+         (static_cast<size_t>(r) * 2 + (op & 1)) * kRegionBytes;
 }
 
 // Spins while the peer is probably on its way, then sleeps on its sequence
@@ -69,18 +69,27 @@ void ShmCommunicator::WaitPosted(int r, uint32_t seq, const char* op) {
   }
 }
 
+void ShmCommunicator::Post() {
+  std::atomic<uint32_t>& word = header_->posted[options_.rank].seq;
+  word.store(++small_seq_, std::memory_order_seq_cst);
+  if (header_->sleepers.load(std::memory_order_seq_cst) > 0) FutexWakeAll(&word);
+}
+
+void ShmCommunicator::WaitAll(const char* op) {
+  for (int r = 0; r < options_.size; ++r) {
+    if (r != options_.rank) WaitPosted(r, small_seq_, op);
+  }
+}
+
 void ShmCommunicator::PostAndGather(const std::byte* in, size_t bytes, const char* op) {
   CheckAborted(op);
-  const int P = options_.size, me = options_.rank;
-  const uint32_t seq = ++small_seq_;
-  if (bytes > 0) std::memcpy(SmallRegion(me, seq), in, bytes);
-  header_->posted[me].seq.store(seq, std::memory_order_seq_cst);
-  if (header_->sleepers.load(std::memory_order_seq_cst) > 0) FutexWakeAll(&header_->posted[me].seq);
+  const int P = options_.size;
+  const uint32_t k = ++small_ops_;
+  if (bytes > 0) std::memcpy(Region(options_.rank, k), in, bytes);
+  Post();
+  WaitAll(op);
   small_srcs_.resize(P);
-  for (int r = 0; r < P; ++r) {
-    if (r != me) WaitPosted(r, seq, op);
-    small_srcs_[r] = SmallRegion(r, seq);
-  }
+  for (int r = 0; r < P; ++r) small_srcs_[r] = Region(r, k);
 }
 
 void ShmCommunicator::SmallReduce(View buf, ReduceOp op, int root, bool all) {
@@ -88,6 +97,31 @@ void ShmCommunicator::SmallReduce(View buf, ReduceOp op, int root, bool all) {
   if (!all && options_.rank != root) return;
   SumOf(buf.data, small_srcs_, buf.count, buf.dtype);
   if (op == ReduceOp::kAvg) ScaleInPlace(buf.data, buf.count, buf.dtype, 1.0 / options_.size);
+}
+
+// Reduce-scatter, then all-gather, through the regions: each rank sums its
+// shard of every input into the result half of its own region, posts, and
+// copies every shard from its owner. Two rounds; the CMA path takes three
+// barriers, which cost most when ranks outnumber cores.
+void ShmCommunicator::MidReduce(View buf, ReduceOp op, int root, bool all) {
+  const char* name = all ? "allreduce" : "reduce";
+  PostAndGather(buf.data, buf.bytes(), name);
+  const int P = options_.size, me = options_.rank;
+  const size_t es = DTypeSize(buf.dtype);
+  const Range mine = ShardOf(buf.count, P, me);
+  std::vector<const std::byte*> shard(P);
+  for (int r = 0; r < P; ++r) shard[r] = small_srcs_[r] + mine.begin * es;
+  std::byte* result = Region(me, small_ops_) + kMidBytes + mine.begin * es;
+  SumOf(result, shard, mine.count, buf.dtype);
+  if (op == ReduceOp::kAvg) ScaleInPlace(result, mine.count, buf.dtype, 1.0 / P);
+  Post();
+  if (!all && me != root) return;
+  WaitAll(name);
+  for (int r = 0; r < P; ++r) {
+    const Range g = ShardOf(buf.count, P, r);
+    std::memcpy(buf.data + g.begin * es, Region(r, small_ops_) + kMidBytes + g.begin * es,
+                g.count * es);
+  }
 }
 
 void ShmCommunicator::SmallReduceScatter(View in, View out, Range mine, ReduceOp op) {

@@ -137,7 +137,9 @@ float SumAt(DType t, int world, size_t i) {
 
 void AllCollectives(Communicator& c, const CommOptions&) {
   const int W = c.size(), me = c.rank();
-  const std::vector<size_t> sizes = {0, 1, 3, 7, 1000, 4099, 70001};
+  // Every shared-memory path: small (up to 64 KiB), two-round reductions (up
+  // to 1 MiB, 262144 floats exactly), single-copy and slot windows above.
+  const std::vector<size_t> sizes = {0, 1, 3, 7, 1000, 4099, 70001, 262144};
   for (DType t : {DType::kF32, DType::kBf16}) {
     for (size_t n : sizes) {
       const std::string tag = std::string(DTypeName(t)) + " n=" + std::to_string(n);
