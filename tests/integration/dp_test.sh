@@ -47,6 +47,10 @@ lr = 3e-3
 warmup_steps = 5
 [data]
 dir = "data"
+[resilience]
+# Bitwise comparisons: a straggler restart on a loaded CI machine would
+# change which steps run in which process (seen under ctest -j).
+straggler_steps = 1000
 TOML
 }
 
