@@ -80,7 +80,8 @@ ShmCommunicator::ShmCommunicator(ShmOptions options) : options_(std::move(option
   }
   // More ranks than cores: a spinning waiter would take the core the rank it
   // waits for needs, so waiters yield and sleep at once.
-  spin_limit_ = static_cast<unsigned>(P) > std::thread::hardware_concurrency() ? 0 : 2000;
+  oversubscribed_ = static_cast<unsigned>(P) > std::thread::hardware_concurrency();
+  spin_limit_ = oversubscribed_ ? 0 : 2000;
   header_->pids[options_.rank] = static_cast<int32_t>(::getpid());
   if (options_.rank == 0) header_->cma_failed = 0;
   ProbeCrossMemoryAttach();
