@@ -372,6 +372,11 @@ void Supervisor::Detect(const Seen& seen) {
       break;
     case resilience::Verb::kSaveAndRestart:
     case resilience::Verb::kSaveAndStop:
+      // A stop with the restart budget spent ends the run as a failure: say why.
+      if (d.verb == resilience::Verb::kSaveAndStop) {
+        result_.failure = fmt::format("{}; {}", seen.what, d.reason);
+        result_.failed_rank = seen.event.rank;
+      }
       SendAll({{"cmd", "stop"}, {"reason", inc.kind}, {"deadline_s", o_.notice_deadline}});
       kill_at_ =
           Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o_.notice_deadline * 1e3));
