@@ -31,7 +31,13 @@ ShmCommunicator::ShmCommunicator(ShmOptions options) : options_(std::move(option
   if (P > kMaxLocal)
     throw CommError(fmt::format("shm: {} ranks on one node, at most {}", P, kMaxLocal), -1);
   options_.slot_bytes = options_.slot_bytes / 64 * 64;
-  mapped_bytes_ = HeaderBytes() + static_cast<size_t>(P) * (options_.slot_bytes + 2 * kRegionBytes);
+  // Every rank of a node computes the same answer, so the segment's size agrees.
+  oversubscribed_ = static_cast<unsigned>(P) > std::thread::hardware_concurrency();
+  // A Docker container's /dev/shm is 64 MB by default: the regions are only
+  // as large as the paths that use them.
+  region_bytes_ = oversubscribed_ ? 2 * kMidBytes : kSmallBytes;
+  mapped_bytes_ =
+      HeaderBytes() + static_cast<size_t>(P) * (options_.slot_bytes + 2 * region_bytes_);
   const std::string name = "/" + options_.segment;
   const std::string ready_key = options_.prefix + "/shm_ready";
   int fd = -1;
@@ -80,7 +86,6 @@ ShmCommunicator::ShmCommunicator(ShmOptions options) : options_(std::move(option
   }
   // More ranks than cores: a spinning waiter would take the core the rank it
   // waits for needs, so waiters yield and sleep at once.
-  oversubscribed_ = static_cast<unsigned>(P) > std::thread::hardware_concurrency();
   spin_limit_ = oversubscribed_ ? 0 : 2000;
   header_->pids[options_.rank] = static_cast<int32_t>(::getpid());
   if (options_.rank == 0) header_->cma_failed = 0;

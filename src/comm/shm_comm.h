@@ -4,8 +4,9 @@
 // through the slots between barriers. The barrier spins briefly, then sleeps
 // on a futex in the segment, checking on the way whether any peer process
 // has died (so a dead peer is named within milliseconds) or the group was
-// aborted. Where the kernel allows it, messages of 64 KiB and more skip the
-// slots: each rank reads its peers' buffers directly (process_vm_readv).
+// aborted. Where the kernel allows it, larger messages skip the slots: each
+// rank reads its peers' buffers directly (process_vm_readv). Messages up to
+// 64 KiB skip the barriers instead: one post and one wait (shm_small.cc).
 #pragma once
 
 #include <atomic>
@@ -83,7 +84,6 @@ class ShmCommunicator final : public Communicator {
   // still reads its region of k - 2.
   static constexpr size_t kSmallBytes = 64 << 10;
   static constexpr size_t kMidBytes = 1 << 20;
-  static constexpr size_t kRegionBytes = 2 * kMidBytes;  // input, then result
   bool UseSmall(size_t bytes) const { return bytes <= kSmallBytes; }
   bool UseMid(size_t bytes) const { return oversubscribed_ && bytes <= kMidBytes; }
   std::byte* Region(int r, uint32_t op) const;
@@ -119,6 +119,7 @@ class ShmCommunicator final : public Communicator {
   size_t mapped_bytes_ = 0;
   bool cma_ = false;
   bool oversubscribed_ = false;     // more ranks than cores
+  size_t region_bytes_ = 0;         // per rank and parity: input, then (mid path) result
   int spin_limit_ = 2000;           // pause-loop iterations before yielding in a barrier
   std::vector<std::byte> scratch_;  // peers' chunks on the single-copy path
 };

@@ -20,7 +20,7 @@ namespace fmstack::comm {
 std::byte* ShmCommunicator::Region(int r, uint32_t op) const {
   const size_t slots = static_cast<size_t>(options_.size) * options_.slot_bytes;
   return reinterpret_cast<std::byte*>(header_) + HeaderBytes() + slots +
-         (static_cast<size_t>(r) * 2 + (op & 1)) * kRegionBytes;
+         (static_cast<size_t>(r) * 2 + (op & 1)) * region_bytes_;
 }
 
 // Spins while the peer is probably on its way, then sleeps on its sequence
