@@ -270,10 +270,11 @@ TEST(CommTest, RunToRunBitwiseIdentical) {
 // A rank SIGKILLs itself in the middle of a stream of allreduces. Every
 // survivor must get a CommError naming it within 2 s, then rebuild a group of
 // the survivors (generation 1) in the same process and go on.
-void KillAndRebuild(const Layout& layout, int victim, const std::string& transport_after) {
+void KillAndRebuild(const Layout& layout, int victim, const std::string& transport_after,
+                    size_t floats = 300000) {
   TcpStoreServer server("127.0.0.1", 0, kSecret);
   auto body = [&](Communicator& c, const CommOptions& o) {
-    std::vector<float> a(300000, 1.0f);
+    std::vector<float> a(floats, 1.0f);
     for (int i = 0;; ++i) {
       if (c.rank() == victim && i == 3) ::raise(SIGKILL);
       const auto start = std::chrono::steady_clock::now();
@@ -319,6 +320,10 @@ TEST(CommTest, KilledPeerIsNamedWithinTwoSecondsAcrossNodes) {
 }
 TEST(CommTest, KilledPeerIsNamedWithinTwoSecondsInsideANode) {
   KillAndRebuild({1, 3}, 1, "auto");
+}
+// 4 KiB: the post-and-wait path, which watches the peer it waits for.
+TEST(CommTest, KilledPeerIsNamedWithinTwoSecondsOnTheSmallPath) {
+  KillAndRebuild({1, 3}, 2, "auto", 1000);
 }
 TEST(CommTest, KilledPeerIsNamedWithinTwoSecondsOverGloo) {
   KillAndRebuild({1, 4, "gloo"}, 2, "gloo");
