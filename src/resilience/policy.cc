@@ -301,8 +301,20 @@ Decision Decide(const Policy& policy, const JobView& job, const RunHistory& hist
       d.verb = Verb::kSaveAndStop;
       d.reason = "stopped by a signal: save the current step, then end the run";
       return d;
-    case EventKind::kNotice:
     case EventKind::kStraggler:
+      // A straggler still trains correctly. Once restarts have not cured it
+      // (a noisy neighbour, a slow host), a slow job beats a stopped one:
+      // stopping would turn slowness into a failure.
+      if (!budget_left) {
+        d.verb = Verb::kCarryOn;
+        d.reason = fmt::format(
+            "straggler: the restart budget ({}) is spent and the job still trains correctly, "
+            "only slower: carry on, and stop watching for stragglers in this run",
+            policy.max_restarts);
+        return d;
+      }
+      [[fallthrough]];
+    case EventKind::kNotice:
       // The job is healthy now and will not be soon: nothing need be lost.
       d.action = OnMaintenance(policy, job);
       d.verb = budget_left ? Verb::kSaveAndRestart : Verb::kSaveAndStop;

@@ -162,7 +162,7 @@ void Supervisor::CheckHealth() {
                         h->phase)});
     return;
   }
-  if (const std::optional<int> r = monitor_->Straggler()) {
+  if (const std::optional<int> r = monitor_->Straggler(); r && !stragglers_tolerated_) {
     Detect({{.kind = resilience::EventKind::kStraggler, .rank = *r, .step = monitor_->MaxStep()},
             fmt::format("{} is a straggler: computing more than {:.1f}x its peers' median for {} "
                         "steps in a row",
@@ -295,6 +295,8 @@ void Supervisor::Detect(const Seen& seen) {
                          history_, seen.event, o_.layout.procs_per_node);
 
   if (d.verb == resilience::Verb::kCarryOn) {
+    // A tolerated straggler would be detected again at every poll.
+    if (seen.event.kind == resilience::EventKind::kStraggler) stragglers_tolerated_ = true;
     Note(fmt::format("{}; decision: carry on: {}", seen.what, d.reason));
     result_.ledger.incidents().push_back(
         {.kind = std::string(resilience::EventName(seen.event.kind)),

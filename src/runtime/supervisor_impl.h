@@ -265,6 +265,7 @@ class Supervisor {
   std::optional<size_t> recovering_;           // incident awaiting its first step
   bool restored_ = false;                      // rank 0 reported its restore this attempt
   bool reexec_ = false;
+  bool stragglers_tolerated_ = false;  // the policy carried on past one: stop looking
   Clock::time_point next_scan_, next_link_check_;
   // From here the ledger counts a relaunch: the attempt's start, or the
   // detection of a fault recovered in place.

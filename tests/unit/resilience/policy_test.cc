@@ -148,6 +148,12 @@ TEST(Decide, HealthyJobsSaveBeforeTheyStopOrMove) {
   // A signal is obeyed whatever the budget.
   EXPECT_EQ(Decide({.max_restarts = 0}, {4, 4, 0}, {}, Ev(EventKind::kSignal)).verb,
             Verb::kSaveAndStop);
+  // With the budget spent a node going away still saves and stops, but a
+  // straggler, which trains correctly, carries on rather than fail the job.
+  EXPECT_EQ(Decide({.max_restarts = 0}, {4, 4, 0}, {}, Ev(EventKind::kNotice)).verb,
+            Verb::kSaveAndStop);
+  EXPECT_EQ(Decide({.max_restarts = 0}, {4, 4, 0}, {}, Ev(EventKind::kStraggler)).verb,
+            Verb::kCarryOn);
 }
 
 TEST(Decide, CheckpointlessReplacesLostRanksFromPeersAndNothingElse) {
