@@ -86,7 +86,7 @@ same_hash() {  # name base
 }
 in_place() {  # name: every incident recovered from peers, no rank of the job restarted
   grep -q "restored from peer memory" "$1.err" || { tail -30 "$1.err"; fail "$1: not restored from peers"; }
-  ! grep -q -- "---- restart" runs/"$1"/logs/rank*.log || fail "$1: a rank was restarted, not replaced"
+  ! grep -q -- "---- restart" runs/"$1"/logs/rank*.log || { tail -30 "$1.err"; for log in runs/"$1"/logs/rank*.log; do echo "== $log"; grep -v '"ev":"step"' "$log" | tail -8; done; fail "$1: a rank was restarted, not replaced"; }
   incidents "runs/$1" | while read -r kind rank lost rec decision; do
     case "$decision" in *checkpointless*) ;; *) fail "$1: $kind decided as: $decision";; esac
     $PY -c "import sys; sys.exit(0 if float('$rec') > 0 else 1)" || fail "$1: $kind never recovered"
