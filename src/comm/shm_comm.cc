@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <string>
 #include <thread>
 
 #include "comm/reduce.h"
@@ -35,7 +36,12 @@ ShmCommunicator::ShmCommunicator(ShmOptions options) : options_(std::move(option
   oversubscribed_ = static_cast<unsigned>(P) > std::thread::hardware_concurrency();
   // A Docker container's /dev/shm is 64 MB by default: the regions are only
   // as large as the paths that use them.
-  region_bytes_ = oversubscribed_ ? 2 * kMidBytes : kSmallBytes;
+  // Opt-in until two clean-clone CI failures of the checkpointless test
+  // with it on (a peer restore refused, a rank restarted instead of
+  // replaced; neither reproduced in 50 loaded local runs) are explained.
+  const char* post_wait = std::getenv("FMSTACK_SHM_POST_WAIT");
+  post_wait_ = post_wait != nullptr && std::string(post_wait) == "1";
+  region_bytes_ = !post_wait_ ? 0 : oversubscribed_ ? 2 * kMidBytes : kSmallBytes;
   mapped_bytes_ =
       HeaderBytes() + static_cast<size_t>(P) * (options_.slot_bytes + 2 * region_bytes_);
   const std::string name = "/" + options_.segment;

@@ -5,8 +5,9 @@
 // on a futex in the segment, checking on the way whether any peer process
 // has died (so a dead peer is named within milliseconds) or the group was
 // aborted. Where the kernel allows it, larger messages skip the slots: each
-// rank reads its peers' buffers directly (process_vm_readv). Messages up to
-// 64 KiB skip the barriers instead: one post and one wait (shm_small.cc).
+// rank reads its peers' buffers directly (process_vm_readv). With
+// FMSTACK_SHM_POST_WAIT=1 (opt-in), messages up to 64 KiB skip the barriers
+// instead: one post and one wait (shm_small.cc).
 #pragma once
 
 #include <atomic>
@@ -84,8 +85,8 @@ class ShmCommunicator final : public Communicator {
   // still reads its region of k - 2.
   static constexpr size_t kSmallBytes = 64 << 10;
   static constexpr size_t kMidBytes = 1 << 20;
-  bool UseSmall(size_t bytes) const { return bytes <= kSmallBytes; }
-  bool UseMid(size_t bytes) const { return oversubscribed_ && bytes <= kMidBytes; }
+  bool UseSmall(size_t bytes) const { return post_wait_ && bytes <= kSmallBytes; }
+  bool UseMid(size_t bytes) const { return post_wait_ && oversubscribed_ && bytes <= kMidBytes; }
   std::byte* Region(int r, uint32_t op) const;
   // Starts the next operation: posts this rank's bytes and waits for every
   // peer's; afterwards small_srcs_[r] is rank r's posted input.
@@ -119,6 +120,7 @@ class ShmCommunicator final : public Communicator {
   size_t mapped_bytes_ = 0;
   bool cma_ = false;
   bool oversubscribed_ = false;     // more ranks than cores
+  bool post_wait_ = false;          // FMSTACK_SHM_POST_WAIT=1: the paths of shm_small.cc
   size_t region_bytes_ = 0;         // per rank and parity: input, then (mid path) result
   int spin_limit_ = 2000;           // pause-loop iterations before yielding in a barrier
   std::vector<std::byte> scratch_;  // peers' chunks on the single-copy path

@@ -206,6 +206,23 @@ TEST_P(CommTest, EveryCollectiveMatchesTheReference) {
   ExpectAllOk(RunRanks(GetParam(), AllCollectives, server));
 }
 
+// FMSTACK_SHM_POST_WAIT=1 (opt-in) for the ranks forked while it lives.
+struct PostWait {
+  PostWait() { ::setenv("FMSTACK_SHM_POST_WAIT", "1", 1); }
+  ~PostWait() { ::unsetenv("FMSTACK_SHM_POST_WAIT"); }
+};
+
+// The post-and-wait paths: small messages on every layout with local
+// peers, and (with more local ranks than this machine's cores) the
+// two-round reductions.
+TEST(CommTest, PostAndWaitPathsMatchTheReference) {
+  const PostWait on;
+  for (const Layout& layout : {Layout{1, 2}, Layout{2, 2}, Layout{1, 5}, Layout{2, 4}}) {
+    TcpStoreServer server("127.0.0.1", 0, kSecret);
+    ExpectAllOk(RunRanks(layout, AllCollectives, server));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, CommTest,
                          ::testing::Values(Layout{1, 1}, Layout{1, 2}, Layout{2, 1}, Layout{1, 3},
                                            Layout{2, 2}, Layout{3, 1}, Layout{1, 5}, Layout{3, 2},
@@ -323,6 +340,7 @@ TEST(CommTest, KilledPeerIsNamedWithinTwoSecondsInsideANode) {
 }
 // 4 KiB: the post-and-wait path, which watches the peer it waits for.
 TEST(CommTest, KilledPeerIsNamedWithinTwoSecondsOnTheSmallPath) {
+  const PostWait on;
   KillAndRebuild({1, 3}, 2, "auto", 1000);
 }
 TEST(CommTest, KilledPeerIsNamedWithinTwoSecondsOverGloo) {
