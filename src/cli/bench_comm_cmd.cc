@@ -1,6 +1,6 @@
 // `fmstack bench comm`: an nccl-tests-style table (size, algbw, busbw) of
 // fmstack's collectives at 2, 4 and 8 ranks, on one node (shared memory) and
-// across nodes (Gloo over TCP), next to OpenMPI's MPI_Allreduce etc. on the
+// across nodes (our TCP mesh), next to OpenMPI's MPI_Allreduce etc. on the
 // same machine (shared-memory and TCP transports) and the machine's memcpy
 // bandwidth, all in one run.
 #include <fmt/format.h>
@@ -246,7 +246,7 @@ int RunCoordinator(const BenchArgs& args) {
   for (const std::string& rs : Split(a.ranks)) {
     const int n = std::stoi(rs);
     const Results node = RunFmstack(a, 1, n, self);   // one node: shared memory
-    const Results nodes = RunFmstack(a, n, 1, self);  // n nodes: Gloo over TCP
+    const Results nodes = RunFmstack(a, n, 1, self);  // n nodes: the TCP mesh
     const Results netns = a.netns ? RunFmstack(a, n, 1, self, true) : Results{};
     const Results mpi_shm = a.mpi ? RunMpiShm(a, n, &mpi_shm_config) : Results{};
     const Results mpi_tcp = a.mpi ? RunMpi(a, n, "tcp,self") : Results{};
@@ -309,7 +309,7 @@ Runner AddBenchCommand(CLI::App& app) {
   CLI::App* bench = app.add_subcommand("bench", "measure fmstack against peers and machine limits");
   bench->require_subcommand(1);
   CLI::App* cmd = bench->add_subcommand(
-      "comm", "collectives: fmstack (shared memory, Gloo) vs OpenMPI, nccl-tests style");
+      "comm", "collectives: fmstack (shared memory, TCP mesh) vs OpenMPI, nccl-tests style");
   cmd->add_option("--ranks", args->ranks, "comma-separated world sizes");
   cmd->add_option("--min", args->min, "smallest message");
   cmd->add_option("--max", args->max, "largest message (sizes step x4)");

@@ -413,8 +413,9 @@ Runner AddRunCommand(CLI::App& app, std::span<char* const> argv) {
                   "directory or a step-N directory in it (any world size or ZeRO stage)")
       ->check(CLI::ExistingDirectory);
   cmd->add_option("--transport", args->transport,
-                  "auto: shared memory inside a node, Gloo across nodes; gloo: Gloo everywhere")
-      ->check(CLI::IsMember({"auto", "gloo"}));
+                  "auto: shared memory inside a node, TCP across nodes; tcp: the TCP mesh "
+                  "everywhere; gloo: Gloo everywhere (the reference)")
+      ->check(CLI::IsMember({"auto", "tcp", "gloo"}));
   cmd->add_option("--backend", args->backend,
                   "where the ranks run (default: cluster.backend): local processes, or a Slurm "
                   "batch job with a srun step per rank")

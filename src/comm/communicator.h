@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "util/error.h"
 
@@ -104,6 +105,17 @@ class Communicator {
   // Thread-safe. Makes pending calls fail as soon as their transport notices
   // and every later call fail at once with `reason`, and tells the peers.
   virtual void Abort(const std::string& reason) = 0;
+};
+
+// A communicator between nodes whose rings also take one contiguous range
+// per rank, of any size: the hierarchical communicator moves a node's block
+// of shards as one.
+class RangeCommunicator : public Communicator {
+ public:
+  // Gathers variable-sized blocks: rank r contributes `in` = ranges[r] of out.
+  virtual void AllGatherRanges(View in, View out, const std::vector<Range>& ranges) = 0;
+  // Reduce-scatter where rank r owns ranges[r] of `buf` (in place).
+  virtual void ReduceScatterRanges(View buf, const std::vector<Range>& ranges, ReduceOp op) = 0;
 };
 
 }  // namespace fmstack::comm

@@ -20,7 +20,6 @@
 #include <optional>
 #include <set>
 
-#include "comm/gloo_sync_allreduce.h"
 #include "comm/open_sockets.h"
 #include "comm/reduce.h"
 
@@ -39,16 +38,6 @@ void SumF32(void* c, const void* a, const void* b, size_t n) {
   const auto* x = static_cast<const float*>(a);
   const auto* y = static_cast<const float*>(b);
   for (size_t i = 0; i < n; ++i) out[i] = x[i] + y[i];
-}
-
-// The supervisor writes "<rank> <reason>" under FailureKey(generation).
-std::pair<int, std::string> ParseFailure(const std::string& v) {
-  const size_t sp = v.find(' ');
-  try {
-    return {std::stoi(v.substr(0, sp)), sp == std::string::npos ? "" : v.substr(sp + 1)};
-  } catch (const std::exception&) {
-    return {-1, v};
-  }
 }
 
 }  // namespace
@@ -74,11 +63,6 @@ GlooCommunicator::GlooCommunicator(GlooOptions options) : options_(std::move(opt
     const std::set<int> before = OpenSockets();
     context_->connectFullMesh(store, device);
     std::ranges::set_difference(OpenSockets(), before, std::back_inserter(sockets_));
-    if (options_.sync_allreduce_max_bytes > 0) {
-      sync_ = std::make_unique<GlooSyncAllreduce>(*options_.store, options_.prefix + "/sync",
-                                                  options_.rank, options_.size, device,
-                                                  options_.timeout, options_.busy_poll, sockets_);
-    }
   } catch (const std::exception& e) {
     throw CommError(fmt::format("gloo: rank {} of {} could not connect group '{}' on {}: {}",
                                 JobRank(options_.rank), options_.size, options_.prefix,
@@ -134,26 +118,9 @@ void GlooCommunicator::Abort(const std::string& reason) {
 }
 
 void GlooCommunicator::Fail(const char* op, const std::string& transport_error) {
-  // A dead peer shows up as a closed connection, but so does every survivor
-  // that gave up before us; only the supervisor knows who died first.
-  int failed = -1;
-  std::string why;
-  try {
-    if (auto v = options_.store->TryGet(FailureKey(options_.generation),
-                                        std::chrono::milliseconds(1500))) {
-      std::tie(failed, why) = ParseFailure(*v);
-    }
-  } catch (const std::exception&) {
-    why = "the supervisor's store is unreachable too";
-  }
   Abort(fmt::format("{} failed", op));
-  const std::string who = failed >= 0 ? fmt::format("rank {} failed ({})", failed, why)
-                                      : "a peer was lost or timed out, and no rank was "
-                                        "reported dead";
-  throw CommError(fmt::format("{} on rank {} (group '{}', generation {}): {}; gloo: {}", op,
-                              JobRank(options_.rank), options_.prefix, options_.generation, who,
-                              transport_error),
-                  failed);
+  throw CollectiveFailure(*options_.store, options_.generation, op, JobRank(options_.rank),
+                          options_.prefix, "gloo", transport_error);
 }
 
 template <typename Fn>
@@ -175,13 +142,6 @@ void GlooCommunicator::Guarded(const char* op, Fn&& fn) {
 }
 
 void GlooCommunicator::AllReduce(View buf, ReduceOp op) {
-  if (sync_ && buf.dtype == DType::kF32 && buf.bytes() <= options_.sync_allreduce_max_bytes) {
-    Guarded("allreduce", [&] {
-      if (buf.count > 0) sync_->Sum(reinterpret_cast<float*>(buf.data), buf.count);
-    });
-    if (op == ReduceOp::kAvg) ScaleInPlace(buf.data, buf.count, buf.dtype, 1.0 / size());
-    return;
-  }
   if (size() > 1 && buf.bytes() >= options_.split_allreduce_bytes) {
     // Large messages: our reduce-scatter ring, then Gloo's allgatherv ring.
     std::vector<Range> ranges(size());

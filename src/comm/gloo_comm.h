@@ -2,8 +2,8 @@
 // algorithms do small allreduces (bcube, then ring), broadcast, alltoall and
 // barrier; reduce-scatter and allgather with uneven shards are rings of our
 // own on Gloo's unbound buffers, and a large allreduce is the two in turn.
-// Opt-in, small float allreduces run on a second mesh of synchronous pairs
-// (gloo_sync_allreduce.h).
+// Between nodes the default is TcpCommunicator (tcp_comm.h); this one is
+// its reference and FMSTACK_COMM_NET=gloo.
 #pragma once
 
 #include <atomic>
@@ -26,8 +26,6 @@ class UnboundBuffer;
 
 namespace fmstack::comm {
 
-class GlooSyncAllreduce;
-
 struct GlooOptions {
   std::shared_ptr<TcpStore> store;
   std::string prefix;                  // store namespace of this group, e.g. "gen0/world"
@@ -40,17 +38,9 @@ struct GlooOptions {
   size_t segment_bytes = 1 << 20;           // ring pipelining unit (Gloo's default)
   // From here up, allreduce = reduce-scatter ring + allgatherv ring.
   size_t split_allreduce_bytes = size_t{1} << 20;
-  // Float allreduces up to this size run on a second mesh of synchronous
-  // pairs (gloo_sync_allreduce.h); 0 = none. Larger messages would deadlock
-  // there: each message must fit the sockets' default buffers (16 KiB send
-  // + 128 KiB receive), and 128 KiB ones already stalled for 300 us.
-  // busy_poll makes those reads spin instead of sleeping: lowest latency,
-  // one core per rank while waiting.
-  size_t sync_allreduce_max_bytes = 0;
-  bool busy_poll = false;
 };
 
-class GlooCommunicator final : public Communicator {
+class GlooCommunicator final : public RangeCommunicator {
  public:
   // Connects the full mesh through the store; throws CommError on failure.
   explicit GlooCommunicator(GlooOptions options);
@@ -69,10 +59,8 @@ class GlooCommunicator final : public Communicator {
   void SendRecv(View send, int to, View recv, int from) override;
   void Abort(const std::string& reason) override;
 
-  // Gathers variable-sized blocks: rank r contributes `in` = ranges[r] of out.
-  void AllGatherRanges(View in, View out, const std::vector<Range>& ranges);
-  // Ring reduce-scatter where rank r owns ranges[r] of `buf` (in place).
-  void ReduceScatterRanges(View buf, const std::vector<Range>& ranges, ReduceOp op);
+  void AllGatherRanges(View in, View out, const std::vector<Range>& ranges) override;
+  void ReduceScatterRanges(View buf, const std::vector<Range>& ranges, ReduceOp op) override;
 
  private:
   template <typename Fn>
@@ -88,7 +76,6 @@ class GlooCommunicator final : public Communicator {
   int abort_rank_ = -1;
   std::vector<std::byte> scratch_;
   std::vector<int> sockets_;  // opened by connectFullMesh; shut down by Abort
-  std::unique_ptr<GlooSyncAllreduce> sync_;
   // Buffers with a send or receive in flight. A closed socket does not
   // always wake Gloo's waits on them (a peer that left before posting its
   // side), so Abort wakes them itself.

@@ -10,24 +10,46 @@
 #include "comm/gloo_comm.h"
 #include "comm/reduce.h"
 #include "comm/shm_comm.h"
+#include "comm/tcp_comm.h"
 
 namespace fmstack::comm {
 namespace {
 
-// Options of a flat Gloo mesh over every rank of the job.
-GlooOptions WorldGloo(const CommOptions& o) {
-  GlooOptions g;
-  g.store = o.store;
-  g.prefix = fmt::format("gen{}/world", o.generation);
-  g.rank = o.rank;
-  g.size = o.size;
-  g.hostname = o.hostname;
-  g.generation = o.generation;
-  g.timeout = o.timeout;
-  g.segment_bytes = o.gloo_segment_bytes;
-  g.busy_poll = o.gloo_busy_poll;
-  g.sync_allreduce_max_bytes = o.gloo_sync_max_bytes;
-  return g;
+// A communicator between nodes, or over every rank: `net` is "tcp" (our
+// mesh) or "gloo" (its reference).
+std::unique_ptr<RangeCommunicator> NetCommunicator(const CommOptions& o, const std::string& net,
+                                                   const std::string& prefix, int rank, int size,
+                                                   std::vector<int> job_ranks) {
+  if (net == "gloo") {
+    GlooOptions g;
+    g.store = o.store;
+    g.prefix = prefix;
+    g.rank = rank;
+    g.size = size;
+    g.job_ranks = std::move(job_ranks);
+    g.hostname = o.hostname;
+    g.generation = o.generation;
+    g.timeout = o.timeout;
+    g.segment_bytes = o.gloo_segment_bytes;
+    return std::make_unique<GlooCommunicator>(std::move(g));
+  }
+  TcpOptions t;
+  t.store = o.store;
+  t.prefix = prefix;
+  t.rank = rank;
+  t.size = size;
+  t.job_ranks = std::move(job_ranks);
+  t.hostname = o.hostname;
+  t.generation = o.generation;
+  t.timeout = o.timeout;
+  t.busy_poll = o.busy_poll;
+  t.spin = o.spin;
+  return std::make_unique<TcpCommunicator>(std::move(t));
+}
+
+// The flat mesh over every rank of the job.
+std::unique_ptr<RangeCommunicator> World(const CommOptions& o, const std::string& net) {
+  return NetCommunicator(o, net, fmt::format("gen{}/world", o.generation), o.rank, o.size, {});
 }
 
 class HierarchicalCommunicator final : public Communicator {
@@ -47,19 +69,9 @@ class HierarchicalCommunicator final : public Communicator {
     s.slot_bytes = o.shm_slot_bytes;
     shm_ = std::make_unique<ShmCommunicator>(std::move(s));
     if (o.local_rank == 0 && nodes_ > 1) {
-      GlooOptions g;
-      g.store = o.store;
-      g.prefix = gen + "/leaders";
-      g.rank = node_;
-      g.size = nodes_;
-      for (int n = 0; n < nodes_; ++n) g.job_ranks.push_back(n * o.local_size);
-      g.hostname = o.hostname;
-      g.generation = o.generation;
-      g.timeout = o.timeout;
-      g.segment_bytes = o.gloo_segment_bytes;
-      g.busy_poll = o.gloo_busy_poll;
-      g.sync_allreduce_max_bytes = o.gloo_sync_max_bytes;
-      leaders_ = std::make_unique<GlooCommunicator>(std::move(g));
+      std::vector<int> job_ranks;
+      for (int n = 0; n < nodes_; ++n) job_ranks.push_back(n * o.local_size);
+      leaders_ = NetCommunicator(o, o.net, gen + "/leaders", node_, nodes_, std::move(job_ranks));
     }
   }
 
@@ -124,21 +136,21 @@ class HierarchicalCommunicator final : public Communicator {
     });
   }
 
-  // All-to-all is point to point by nature: it goes over a flat Gloo mesh,
+  // All-to-all is point to point by nature: it goes over a flat mesh,
   // built on first use (every rank calls it, so the build is collective too).
   void AllToAll(View in, View out) override {
     if (nodes_ == 1) return Guarded([&] { shm_->AllToAll(in, out); });
     Guarded([&] {
-      if (!world_) world_ = std::make_unique<GlooCommunicator>(WorldGloo(options_));
+      if (!world_) world_ = World(options_, options_.net);
       world_->AllToAll(in, out);
     });
   }
 
-  // Point to point over the flat Gloo mesh too (a peer replica goes to
+  // Point to point over the flat mesh too (a peer replica goes to
   // another node, and inside a node the segment has no pairs).
   void SendRecv(View send, int to, View recv, int from) override {
     Guarded([&] {
-      if (!world_) world_ = std::make_unique<GlooCommunicator>(WorldGloo(options_));
+      if (!world_) world_ = World(options_, options_.net);
       world_->SendRecv(send, to, recv, from);
     });
   }
@@ -188,7 +200,7 @@ class HierarchicalCommunicator final : public Communicator {
   CommOptions options_;
   int nodes_, node_;
   std::unique_ptr<ShmCommunicator> shm_;
-  std::unique_ptr<GlooCommunicator> leaders_, world_;
+  std::unique_ptr<RangeCommunicator> leaders_, world_;
 };
 
 std::string Env(const char* name, const char* fallback = nullptr) {
@@ -227,9 +239,10 @@ CommOptions OptionsFromEnv() {
   o.timeout = std::chrono::milliseconds(EnvInt("FMSTACK_COMM_TIMEOUT_MS", "60000"));
   o.shm_slot_bytes = static_cast<size_t>(EnvInt("FMSTACK_SHM_SLOT_BYTES", "4194304"));
   o.gloo_segment_bytes = static_cast<size_t>(EnvInt("FMSTACK_GLOO_SEGMENT_BYTES", "1048576"));
-  o.gloo_busy_poll = EnvInt("FMSTACK_COMM_BUSY_POLL", "0") != 0;
-  o.gloo_sync_max_bytes = static_cast<size_t>(
-      std::clamp<int64_t>(EnvInt("FMSTACK_GLOO_SYNC_MAX_BYTES", "0"), 0, int64_t{1} << 16));
+  o.net = Env("FMSTACK_COMM_NET", "tcp");
+  o.busy_poll = EnvInt("FMSTACK_COMM_BUSY_POLL", "0") != 0;
+  o.spin =
+      std::chrono::microseconds(std::min<int64_t>(EnvInt("FMSTACK_COMM_SPIN_US", "50"), 1000000));
   // Under `fmstack run` the store is fmstack's own and MASTER_PORT is left to
   // the program; under torchrun's variables alone, MASTER_ADDR:MASTER_PORT.
   const bool own = std::getenv("FMSTACK_STORE_PORT") != nullptr;
@@ -251,10 +264,13 @@ std::unique_ptr<Communicator> Connect(const CommOptions& o) {
                     "LOCAL_WORLD_SIZE ranks)",
                     o.rank, o.size, o.local_rank, o.local_size));
   }
-  if (o.transport == "gloo") return std::make_unique<GlooCommunicator>(WorldGloo(o));
+  if (o.net != "tcp" && o.net != "gloo") {
+    throw Error(fmt::format("FMSTACK_COMM_NET='{}': expected \"tcp\" or \"gloo\"", o.net));
+  }
+  if (o.transport == "gloo" || o.transport == "tcp") return World(o, o.transport);
   if (o.transport != "auto") {
-    throw Error(
-        fmt::format("FMSTACK_COMM_TRANSPORT='{}': expected \"auto\" or \"gloo\"", o.transport));
+    throw Error(fmt::format("FMSTACK_COMM_TRANSPORT='{}': expected \"auto\", \"tcp\" or \"gloo\"",
+                            o.transport));
   }
   return std::make_unique<HierarchicalCommunicator>(o);
 }

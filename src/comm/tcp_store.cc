@@ -233,4 +233,33 @@ void TcpStore::wait(const std::vector<std::string>& keys,
   }
 }
 
+std::pair<int, std::string> ReportedFailure(TcpStore& store, int64_t generation,
+                                            std::chrono::milliseconds wait) {
+  std::optional<std::string> v;
+  try {
+    v = store.TryGet(FailureKey(generation), wait);
+  } catch (const std::exception&) {
+    return {-1, "the supervisor's store is unreachable too"};
+  }
+  if (!v) return {-1, ""};
+  const size_t sp = v->find(' ');
+  try {
+    return {std::stoi(v->substr(0, sp)), sp == std::string::npos ? "" : v->substr(sp + 1)};
+  } catch (const std::exception&) {
+    return {-1, *v};
+  }
+}
+
+CommError CollectiveFailure(TcpStore& store, int64_t generation, const char* op, int job_rank,
+                            const std::string& group, const std::string& transport,
+                            const std::string& transport_error) {
+  const auto [failed, why] = ReportedFailure(store, generation, std::chrono::milliseconds(1500));
+  const std::string who = failed >= 0 ? fmt::format("rank {} failed ({})", failed, why)
+                                      : "a peer was lost or timed out, and no rank was "
+                                        "reported dead";
+  return CommError(fmt::format("{} on rank {} (group '{}', generation {}): {}; {}: {}", op,
+                               job_rank, group, generation, who, transport, transport_error),
+                   failed);
+}
+
 }  // namespace fmstack::comm

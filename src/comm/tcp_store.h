@@ -23,7 +23,10 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
+
+#include "comm/communicator.h"
 
 namespace fmstack::comm {
 
@@ -104,5 +107,19 @@ class TcpStore : public gloo::rendezvous::Store {
 inline std::string FailureKey(int64_t generation) {
   return "fmstack/failed/gen" + std::to_string(generation);
 }
+
+// The rank the supervisor reported dead for `generation` and why, from
+// "<rank> <reason>" under FailureKey; {-1, ""} when none is reported within
+// `wait`, {-1, why} when the store cannot be reached.
+std::pair<int, std::string> ReportedFailure(TcpStore& store, int64_t generation,
+                                            std::chrono::milliseconds wait);
+
+// The error a collective `op` of group `group` throws after its transport
+// failed with `transport_error`: it names the rank the supervisor reported
+// dead (waiting up to 1.5 s for the report), since a dead peer and every
+// survivor that gave up before this rank look alike on the wire.
+CommError CollectiveFailure(TcpStore& store, int64_t generation, const char* op, int job_rank,
+                            const std::string& group, const std::string& transport,
+                            const std::string& transport_error);
 
 }  // namespace fmstack::comm

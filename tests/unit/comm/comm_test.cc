@@ -30,7 +30,7 @@ const std::string kSecret = "0123456789abcdef-test-secret";
 struct Layout {
   int nodes, procs;
   std::string transport = "auto";
-  size_t sync_bytes = 0;  // CommOptions::gloo_sync_max_bytes (opt-in in production)
+  std::string net = "tcp";  // CommOptions::net: between nodes
 };
 
 // Runs body on every rank; returns the exit statuses by rank.
@@ -54,7 +54,7 @@ std::vector<int> RunRanks(const Layout& layout, const Body& body, TcpStoreServer
         o.transport = layout.transport;
         o.timeout = std::chrono::seconds(20);
         o.shm_slot_bytes = slot_bytes;  // small, so that windows are exercised
-        o.gloo_sync_max_bytes = layout.sync_bytes;
+        o.net = layout.net;
         auto comm = Connect(o);
         body(*comm, o);
       } catch (const std::exception& e) {
@@ -226,21 +226,19 @@ TEST(CommTest, PostAndWaitPathsMatchTheReference) {
 INSTANTIATE_TEST_SUITE_P(Layouts, CommTest,
                          ::testing::Values(Layout{1, 1}, Layout{1, 2}, Layout{2, 1}, Layout{1, 3},
                                            Layout{2, 2}, Layout{3, 1}, Layout{1, 5}, Layout{3, 2},
-                                           Layout{2, 4}, Layout{1, 8}, Layout{2, 3, "gloo"},
-                                           Layout{1, 4, "gloo"}, Layout{3, 2, "auto", 65536},
-                                           Layout{2, 3, "gloo", 65536}),
+                                           Layout{2, 4}, Layout{1, 8}, Layout{4, 1}, Layout{5, 1},
+                                           Layout{2, 3, "tcp"}, Layout{3, 2, "auto", "gloo"},
+                                           Layout{2, 3, "gloo"}, Layout{1, 4, "gloo"}),
                          [](const auto& p) {
                            return std::to_string(p.param.nodes) + "x" +
                                   std::to_string(p.param.procs) + "_" + p.param.transport +
-                                  (p.param.sync_bytes > 0 ? "_sync" : "");
+                                  (p.param.net != "tcp" ? "_" + p.param.net : "");
                          });
 
-// Gloo's synchronous pairs write before they read: two ranks exchanging a
-// message larger than their sockets buffer would deadlock (a 64 MiB burn-in
-// allreduce did, until the write timed out). Every size must complete.
+// Two ranks that send each other more than their sockets buffer must not
+// deadlock: every size must complete, on the mesh and on Gloo.
 TEST(CommTest, LargeAllReducesAcrossNodesComplete) {
-  for (const Layout& layout :
-       {Layout{2, 1}, Layout{3, 1, "auto", 65536}, Layout{2, 1, "gloo", 65536}}) {
+  for (const Layout& layout : {Layout{2, 1}, Layout{3, 1}, Layout{2, 1, "auto", "gloo"}}) {
     TcpStoreServer server("127.0.0.1", 0, kSecret);  // a group's keys are per store
     ExpectAllOk(RunRanks(
         layout,
@@ -345,6 +343,10 @@ TEST(CommTest, KilledPeerIsNamedWithinTwoSecondsOnTheSmallPath) {
 }
 TEST(CommTest, KilledPeerIsNamedWithinTwoSecondsOverGloo) {
   KillAndRebuild({1, 4, "gloo"}, 2, "gloo");
+}
+TEST(CommTest, KilledPeerIsNamedWithinTwoSecondsOverTheTcpMesh) {
+  KillAndRebuild({1, 4, "tcp"}, 1, "tcp");
+  KillAndRebuild({4, 1}, 2, "auto", 1000);  // small: recursive doubling
 }
 
 TEST(CommTest, AbortFailsPendingAndLaterCalls) {

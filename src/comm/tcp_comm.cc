@@ -1,0 +1,292 @@
+#include "comm/tcp_comm.h"
+
+#include <fmt/format.h>
+
+#include <bit>
+#include <cstring>
+
+#include "comm/reduce.h"
+
+namespace fmstack::comm {
+namespace {
+
+// What a ring step's receive reduces into as it arrives.
+struct AddTarget {
+  std::byte* dst;
+  const std::byte* src;
+  DType dtype;
+};
+
+void AddArrived(void* ctx, size_t begin, size_t end) {
+  const auto& a = *static_cast<const AddTarget*>(ctx);
+  const size_t es = DTypeSize(a.dtype);
+  AddInto(a.dst + begin, a.src + begin, (end - begin) / es, a.dtype);
+}
+
+Transfer Send(int peer, std::byte* data, size_t bytes) {
+  Transfer t;
+  t.kind = Transfer::kSend;
+  t.peer = peer;
+  t.data = data;
+  t.bytes = bytes;
+  return t;
+}
+
+Transfer Recv(int peer, std::byte* data, size_t bytes) {
+  Transfer t = Send(peer, data, bytes);
+  t.kind = Transfer::kRecv;
+  return t;
+}
+
+std::vector<Range> Shards(size_t n, int parts) {
+  std::vector<Range> ranges(static_cast<size_t>(parts));
+  for (int i = 0; i < parts; ++i) ranges[i] = ShardOf(n, parts, i);
+  return ranges;
+}
+
+}  // namespace
+
+TcpCommunicator::TcpCommunicator(TcpOptions options) : o_(std::move(options)) {
+  if (o_.size <= 1) return;
+  TcpMeshOptions m;
+  m.prefix = o_.prefix;
+  m.rank = o_.rank;
+  m.size = o_.size;
+  m.job_ranks = o_.job_ranks;
+  m.hostname = o_.hostname;
+  m.timeout = o_.timeout;
+  m.spin = o_.spin;
+  m.busy_poll = o_.busy_poll;
+  try {
+    mesh_ = std::make_unique<TcpMesh>(*o_.store, std::move(m));
+  } catch (const std::exception& e) {
+    throw CommError(fmt::format("tcp: rank {} of {} could not connect group '{}' on {}: {}",
+                                JobRank(o_.rank), o_.size, o_.prefix, o_.hostname, e.what()),
+                    -1);
+  }
+}
+
+TcpCommunicator::~TcpCommunicator() = default;
+
+int TcpCommunicator::JobRank(int group_rank) const {
+  return o_.job_ranks.empty() ? group_rank : o_.job_ranks[static_cast<size_t>(group_rank)];
+}
+
+void TcpCommunicator::Abort(const std::string& reason) {
+  {
+    const std::lock_guard lock(abort_mu_);
+    if (aborted_.exchange(true)) return;
+    abort_reason_ = reason;
+  }
+  // Shutting our side of every connection down fails this rank's pending
+  // call and, within milliseconds, every peer's call that waits on it.
+  if (mesh_) mesh_->Shutdown();
+}
+
+void TcpCommunicator::Fail(const char* op, const std::string& transport_error) {
+  Abort(fmt::format("{} failed", op));
+  throw CollectiveFailure(*o_.store, o_.generation, op, JobRank(o_.rank), o_.prefix, "tcp",
+                          transport_error);
+}
+
+template <typename Fn>
+void TcpCommunicator::Guarded(const char* op, Fn&& fn) {
+  if (aborted_) {
+    const std::lock_guard lock(abort_mu_);
+    throw CommError(fmt::format("{} on rank {}: communicator was aborted: {}", op, JobRank(o_.rank),
+                                abort_reason_),
+                    -1);
+  }
+  if (o_.size <= 1) return;
+  try {
+    fn();
+  } catch (const CommError&) {
+    throw;
+  } catch (const std::exception& e) {
+    Fail(op, e.what());
+  }
+}
+
+void TcpCommunicator::AllReduce(View buf, ReduceOp op) {
+  Guarded("allreduce", [&] {
+    if (buf.count == 0) return;
+    if (std::has_single_bit(static_cast<unsigned>(size())) &&
+        buf.bytes() <= o_.doubling_max_bytes) {
+      RecursiveDoubling(buf);
+    } else {
+      const std::vector<Range> ranges = Shards(buf.count, size());
+      RingReduceScatter(buf, ranges);
+      RingAllGather(buf, ranges);
+    }
+  });
+  if (op == ReduceOp::kAvg) ScaleInPlace(buf.data, buf.count, buf.dtype, 1.0 / size());
+}
+
+// Step k exchanges the whole buffer with rank ^ 2^k. The sum is added
+// after the exchange, because the buffer is still being sent while the
+// peer's arrives.
+void TcpCommunicator::RecursiveDoubling(View buf) {
+  scratch_.resize(buf.bytes());
+  for (int mask = 1; mask < size(); mask <<= 1) {
+    const int peer = rank() ^ mask;
+    Transfer step[2] = {Send(peer, buf.data, buf.bytes()),
+                        Recv(peer, scratch_.data(), buf.bytes())};
+    mesh_->Run(step, "allreduce");
+    AddInto(buf.data, scratch_.data(), buf.count, buf.dtype);
+  }
+}
+
+// After step s this rank holds the partial sum of range (r - s - 2) over
+// s + 2 ranks; after n - 1 steps, range r summed over all of them. The
+// range sent and the range received always differ, so the receive can be
+// reduced into place while the send is still going.
+void TcpCommunicator::RingReduceScatter(View buf, const std::vector<Range>& ranges) {
+  const int n = size(), r = rank();
+  const size_t es = DTypeSize(buf.dtype);
+  size_t largest = 0;
+  for (const Range& g : ranges) largest = std::max(largest, g.count);
+  scratch_.resize(largest * es);
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  for (int s = 0; s < n - 1; ++s) {
+    const Range& out = ranges[(r - s - 1 + 2 * n) % n];
+    const Range& in = ranges[(r - s - 2 + 2 * n) % n];
+    AddTarget target{buf.data + in.begin * es, scratch_.data(), buf.dtype};
+    Transfer step[2];
+    int k = 0;
+    if (out.count > 0) step[k++] = Send(next, buf.data + out.begin * es, out.count * es);
+    if (in.count > 0) {
+      Transfer& t = step[k++] = Recv(prev, scratch_.data(), in.count * es);
+      t.align = es;
+      t.notify_bytes = o_.reduce_chunk_bytes;
+      t.on_data = &AddArrived;
+      t.ctx = &target;
+    }
+    mesh_->Run(std::span(step, static_cast<size_t>(k)), "reduce_scatter");
+  }
+}
+
+// At step s this rank forwards range (r - s) and receives range
+// (r - s - 1) from its predecessor, straight into place.
+void TcpCommunicator::RingAllGather(View buf, const std::vector<Range>& ranges) {
+  const int n = size(), r = rank();
+  const size_t es = DTypeSize(buf.dtype);
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  for (int s = 0; s < n - 1; ++s) {
+    const Range& out = ranges[(r - s + n) % n];
+    const Range& in = ranges[(r - s - 1 + 2 * n) % n];
+    Transfer step[2];
+    int k = 0;
+    if (out.count > 0) step[k++] = Send(next, buf.data + out.begin * es, out.count * es);
+    if (in.count > 0) step[k++] = Recv(prev, buf.data + in.begin * es, in.count * es);
+    mesh_->Run(std::span(step, static_cast<size_t>(k)), "allgather");
+  }
+}
+
+void TcpCommunicator::ReduceScatterRanges(View buf, const std::vector<Range>& ranges, ReduceOp op) {
+  Guarded("reduce_scatter", [&] { RingReduceScatter(buf, ranges); });
+  if (op == ReduceOp::kAvg) {
+    const Range& mine = ranges[rank()];
+    ScaleInPlace(buf.data + mine.begin * DTypeSize(buf.dtype), mine.count, buf.dtype, 1.0 / size());
+  }
+}
+
+void TcpCommunicator::ReduceScatter(View in, View out, ReduceOp op) {
+  const Range mine = ReduceScatterShard(in, out, size(), rank(), JobRank(rank()));
+  ReduceScatterRanges(in, Shards(in.count, size()), op);
+  std::memmove(out.data, in.data + mine.begin * DTypeSize(in.dtype), out.bytes());
+}
+
+void TcpCommunicator::AllGatherRanges(View in, View out, const std::vector<Range>& ranges) {
+  std::byte* place = out.data + ranges[rank()].begin * DTypeSize(out.dtype);
+  if (in.data != place) std::memmove(place, in.data, in.bytes());
+  Guarded("allgather", [&] { RingAllGather(out, ranges); });
+}
+
+void TcpCommunicator::AllGather(View in, View out) {
+  AllGatherShard(in, out, size(), rank(), JobRank(rank()));
+  AllGatherRanges(in, out, Shards(out.count, size()));
+}
+
+// A binomial tree rooted at `root`: a rank receives once from the rank
+// that differs in its lowest set bit (relative to the root), then sends to
+// the ranks below that bit.
+void TcpCommunicator::Broadcast(View buf, int root) {
+  Guarded("broadcast", [&] {
+    if (buf.count == 0) return;
+    const int n = size(), rel = (rank() - root + n) % n;
+    int mask = 1;
+    for (; mask < n; mask <<= 1) {
+      if ((rel & mask) != 0) {
+        Transfer t = Recv((rel - mask + root) % n, buf.data, buf.bytes());
+        mesh_->Run(std::span(&t, 1), "broadcast");
+        break;
+      }
+    }
+    for (mask >>= 1; mask > 0; mask >>= 1) {
+      if (rel + mask < n) {
+        Transfer t = Send((rel + mask + root) % n, buf.data, buf.bytes());
+        mesh_->Run(std::span(&t, 1), "broadcast");
+      }
+    }
+  });
+}
+
+void TcpCommunicator::AllToAll(View in, View out) {
+  CheckSameType(in, out, "alltoall");
+  if (in.count != out.count || in.count % size() != 0) {
+    throw CommError(fmt::format("alltoall on rank {}: {} in, {} out; both must be the same "
+                                "multiple of the group size {}",
+                                JobRank(rank()), in.count, out.count, size()),
+                    -1);
+  }
+  const size_t block = in.bytes() / size();
+  std::byte* src = in.data;
+  if (in.data == out.data && size() > 1) {
+    scratch_.assign(in.data, in.data + in.bytes());
+    src = scratch_.data();
+  }
+  if (src != out.data) std::memmove(out.data + rank() * block, src + rank() * block, block);
+  Guarded("alltoall", [&] {
+    if (block == 0) return;
+    std::vector<Transfer> all;
+    for (int j = 0; j < size(); ++j) {
+      if (j == rank()) continue;
+      all.push_back(Send(j, src + j * block, block));
+      all.push_back(Recv(j, out.data + j * block, block));
+    }
+    mesh_->Run(all, "alltoall");
+  });
+}
+
+void TcpCommunicator::SendRecv(View send, int to, View recv, int from) {
+  const int n = size();
+  if (to >= n || from >= n || to == rank() || from == rank()) {
+    throw CommError(fmt::format("sendrecv on rank {}: to {} / from {} outside the group of {} "
+                                "(or this rank itself)",
+                                JobRank(rank()), to, from, n),
+                    -1);
+  }
+  Guarded("sendrecv", [&] {
+    Transfer both[2];
+    int k = 0;
+    if (to >= 0 && send.bytes() > 0) both[k++] = Send(to, send.data, send.bytes());
+    if (from >= 0 && recv.bytes() > 0) both[k++] = Recv(from, recv.data, recv.bytes());
+    mesh_->Run(std::span(both, static_cast<size_t>(k)), "sendrecv");
+  });
+}
+
+// Dissemination: in round k every rank signals rank + 2^k and waits for
+// rank - 2^k; after ceil(log2 n) rounds each has heard from all.
+void TcpCommunicator::Barrier() {
+  Guarded("barrier", [&] {
+    const int n = size();
+    std::byte out{1}, in{0};
+    for (int dist = 1; dist < n; dist <<= 1) {
+      Transfer round[2] = {Send((rank() + dist) % n, &out, 1),
+                           Recv((rank() - dist + n) % n, &in, 1)};
+      mesh_->Run(round, "barrier");
+    }
+  });
+}
+
+}  // namespace fmstack::comm
