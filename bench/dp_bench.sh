@@ -66,6 +66,7 @@ results=$work/results
   dp_run zero1 1 2 1
   dp_run zero2 1 2 2
   dp_run ddp_2nodes 2 1 0
+  dp_run ddp_2nodes_gloo 2 1 0 FMSTACK_COMM_NET=gloo
   # Compute only: two independent single-process trainers, half the batch each.
   job half 1 1 0 4 1
   "$FMSTACK" train "$work/half.toml" --out "$work/runs/h0" --threads 1 > "$work/h0.out" 2>/dev/null &
@@ -88,11 +89,13 @@ labels = {
     "ddp_no_overlap": "W=2 DDP, not overlapped, 1 node",
     "zero1": "W=2 ZeRO-1, 1 node",
     "zero2": "W=2 ZeRO-2, 1 node",
-    "ddp_2nodes": "W=2 DDP, overlapped, 2 nodes (Gloo over TCP)",
+    "ddp_2nodes": "W=2 DDP, overlapped, 2 nodes (fmstack's TCP mesh)",
+    "ddp_2nodes_gloo": "W=2 DDP, overlapped, 2 nodes (Gloo's TCP, the reference)",
 }
 print(f"| run | tokens/s | vs W=1 | step time vs compute only | comm waited (rank 0) |")
 print(f"|---|---|---|---|---|")
-for key in ["w1", "independent", "ddp", "ddp_no_overlap", "zero1", "zero2", "ddp_2nodes"]:
+for key in ["w1", "independent", "ddp", "ddp_no_overlap", "zero1", "zero2", "ddp_2nodes",
+            "ddp_2nodes_gloo"]:
     tok_s, share = rows[key]
     added = base / tok_s - 1
     print(f"| {labels[key]} | {tok_s:.0f} | {tok_s / rows['w1'][0]:.2f}x | "

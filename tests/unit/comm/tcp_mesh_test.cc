@@ -1,0 +1,154 @@
+// The TCP mesh's handshake and framing, with ranks as threads: a stranger
+// that connects to a rank's published port without the key it published is
+// refused, the mesh still forms, and a message of the wrong size is an
+// error naming the peer.
+#include "comm/tcp_mesh.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "comm/tcp_store.h"
+
+namespace fmstack::comm {
+namespace {
+
+const std::string kSecret = "tcp-mesh-test-secret-0123456789";
+
+TcpMeshOptions Options(int rank) {
+  TcpMeshOptions o;
+  o.prefix = "mesh";
+  o.rank = rank;
+  o.size = 2;
+  o.timeout = std::chrono::seconds(10);
+  return o;
+}
+
+// Connects to rank 0's published port; the connection waits in its
+// backlog, ahead of rank 1's.
+int ImpostorConnect(TcpStore& store) {
+  const std::string addr = store.Get("mesh/addr/0", std::chrono::seconds(10));
+  unsigned port = 0;
+  char host[64] = {};
+  if (std::sscanf(addr.c_str(), "%63s %u", host, &port) != 2) return -1;
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, host, &sa.sin_addr);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) return -1;
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+// Answers rank 0's greeting with a hello that claims rank 1 but carries a
+// MAC made without the key. Returns what the listener did then: "closed"
+// when it hung up.
+std::string ImpostorHello(int fd) {
+  char greeting[40];
+  size_t got = 0;
+  while (got < sizeof greeting) {
+    const ssize_t n = ::recv(fd, greeting + got, sizeof greeting - got, 0);
+    if (n <= 0) return "no greeting";
+    got += static_cast<size_t>(n);
+  }
+  std::string hello(4 + 32 + 32, 'x');
+  const uint32_t rank = 1;
+  std::memcpy(hello.data(), &rank, 4);
+  ::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL);
+  char c = 0;
+  const ssize_t n = ::recv(fd, &c, 1, 0);
+  ::close(fd);
+  return n == 0 ? "closed" : "answered";
+}
+
+TEST(TcpMesh, AStrangerWithoutTheKeyIsRefusedAndTheMeshStillForms) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  TcpStore store0("127.0.0.1", server.port(), kSecret);
+  TcpStore store1("127.0.0.1", server.port(), kSecret);
+  TcpStore store2("127.0.0.1", server.port(), kSecret);
+  std::string impostor, error0, error1;
+  std::vector<float> got(1000, 0.0f);
+  std::thread rank0([&] {
+    try {
+      TcpMesh mesh(store0, Options(0));
+      std::vector<float> mine(1000, 7.0f);
+      Transfer t;
+      t.kind = Transfer::kSend;
+      t.peer = 1;
+      t.data = reinterpret_cast<std::byte*>(mine.data());
+      t.bytes = mine.size() * sizeof(float);
+      mesh.Run(std::span(&t, 1), "test");
+    } catch (const std::exception& e) {
+      error0 = e.what();
+    }
+  });
+  const int fd = ImpostorConnect(store2);
+  ASSERT_GE(fd, 0);
+  std::thread stranger([&] { impostor = ImpostorHello(fd); });
+  std::thread rank1([&] {
+    try {
+      TcpMesh mesh(store1, Options(1));
+      Transfer t;
+      t.kind = Transfer::kRecv;
+      t.peer = 0;
+      t.data = reinterpret_cast<std::byte*>(got.data());
+      t.bytes = got.size() * sizeof(float);
+      mesh.Run(std::span(&t, 1), "test");
+    } catch (const std::exception& e) {
+      error1 = e.what();
+    }
+  });
+  rank0.join();
+  rank1.join();
+  stranger.join();
+  EXPECT_EQ(impostor, "closed");
+  EXPECT_EQ(error0, "");
+  EXPECT_EQ(error1, "");
+  EXPECT_EQ(got[999], 7.0f);
+}
+
+TEST(TcpMesh, AMessageOfTheWrongSizeNamesThePeer) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  TcpStore store0("127.0.0.1", server.port(), kSecret);
+  TcpStore store1("127.0.0.1", server.port(), kSecret);
+  std::string error1;
+  std::vector<std::byte> buf(64);
+  std::thread rank0([&] {
+    TcpMesh mesh(store0, Options(0));
+    Transfer t;
+    t.kind = Transfer::kSend;
+    t.peer = 1;
+    t.data = buf.data();
+    t.bytes = 48;
+    mesh.Run(std::span(&t, 1), "allgather");
+  });
+  std::thread rank1([&] {
+    TcpMesh mesh(store1, Options(1));
+    std::vector<std::byte> in(64);
+    Transfer t;
+    t.kind = Transfer::kRecv;
+    t.peer = 0;
+    t.data = in.data();
+    t.bytes = 64;
+    try {
+      mesh.Run(std::span(&t, 1), "allgather");
+    } catch (const std::exception& e) {
+      error1 = e.what();
+    }
+  });
+  rank0.join();
+  rank1.join();
+  EXPECT_NE(error1.find("receiving from rank 0"), std::string::npos) << error1;
+  EXPECT_NE(error1.find("sent 48 bytes where this rank expected 64"), std::string::npos) << error1;
+}
+
+}  // namespace
+}  // namespace fmstack::comm
