@@ -44,6 +44,14 @@ std::vector<Range> Shards(size_t n, int parts) {
   return ranges;
 }
 
+// Ranges first .. first + count - 1 as one, for ranges in rank order
+// without gaps.
+Range SpanOf(const std::vector<Range>& ranges, int first, int count) {
+  const Range& a = ranges[static_cast<size_t>(first)];
+  const Range& b = ranges[static_cast<size_t>(first + count - 1)];
+  return Range{a.begin, b.end() - a.begin};
+}
+
 }  // namespace
 
 TcpCommunicator::TcpCommunicator(TcpOptions options) : o_(std::move(options)) {
@@ -115,8 +123,8 @@ void TcpCommunicator::AllReduce(View buf, ReduceOp op) {
       RecursiveDoubling(buf);
     } else {
       const std::vector<Range> ranges = Shards(buf.count, size());
-      RingReduceScatter(buf, ranges);
-      RingAllGather(buf, ranges);
+      ReduceScatterSteps(buf, ranges);
+      AllGatherSteps(buf, ranges);
     }
   });
   if (op == ReduceOp::kAvg) ScaleInPlace(buf.data, buf.count, buf.dtype, 1.0 / size());
@@ -165,6 +173,73 @@ void TcpCommunicator::RingReduceScatter(View buf, const std::vector<Range>& rang
   }
 }
 
+bool TcpCommunicator::ByHalving(View buf, const std::vector<Range>& ranges) const {
+  if (!std::has_single_bit(static_cast<unsigned>(size())) || buf.bytes() > o_.halving_max_bytes)
+    return false;
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    if (ranges[i].begin != ranges[i - 1].end()) return false;
+  }
+  return true;
+}
+
+void TcpCommunicator::ReduceScatterSteps(View buf, const std::vector<Range>& ranges) {
+  if (ByHalving(buf, ranges)) return HalvingReduceScatter(buf, ranges);
+  RingReduceScatter(buf, ranges);
+}
+
+void TcpCommunicator::AllGatherSteps(View buf, const std::vector<Range>& ranges) {
+  if (ByHalving(buf, ranges)) return DoublingAllGather(buf, ranges);
+  RingAllGather(buf, ranges);
+}
+
+// Step k splits this rank's group of 2h ranks (h = n/2, n/4, ...) in two:
+// it sends the other half's ranges to rank ^ h and reduces that rank's
+// copy of its own half as it arrives. After log2 n steps the group is
+// this rank alone and its range holds the sum; every element was summed
+// on exactly one path, so the bits do not depend on timing.
+void TcpCommunicator::HalvingReduceScatter(View buf, const std::vector<Range>& ranges) {
+  const int r = rank();
+  const size_t es = DTypeSize(buf.dtype);
+  int lo = 0;
+  for (int half = size() / 2; half >= 1; half /= 2) {
+    const bool upper = r >= lo + half;
+    const Range keep = SpanOf(ranges, upper ? lo + half : lo, half);
+    const Range give = SpanOf(ranges, upper ? lo : lo + half, half);
+    scratch_.resize(keep.count * es);
+    AddTarget target{buf.data + keep.begin * es, scratch_.data(), buf.dtype};
+    Transfer step[2];
+    int k = 0;
+    if (give.count > 0) step[k++] = Send(r ^ half, buf.data + give.begin * es, give.count * es);
+    if (keep.count > 0) {
+      Transfer& t = step[k++] = Recv(r ^ half, scratch_.data(), keep.count * es);
+      t.align = es;
+      t.notify_bytes = o_.reduce_chunk_bytes;
+      t.on_data = &AddArrived;
+      t.ctx = &target;
+    }
+    mesh_->Run(std::span(step, static_cast<size_t>(k)), "reduce_scatter");
+    if (upper) lo += half;
+  }
+}
+
+// Step k swaps with rank ^ 2^k everything this rank's group of 2^k ranks
+// holds so far: log2 n steps, each rank still receiving (n - 1) / n of
+// the buffer once.
+void TcpCommunicator::DoublingAllGather(View buf, const std::vector<Range>& ranges) {
+  const int r = rank();
+  const size_t es = DTypeSize(buf.dtype);
+  for (int mask = 1; mask < size(); mask <<= 1) {
+    const int peer = r ^ mask;
+    const Range mine = SpanOf(ranges, r & ~(mask - 1), mask);
+    const Range theirs = SpanOf(ranges, peer & ~(mask - 1), mask);
+    Transfer step[2];
+    int k = 0;
+    if (mine.count > 0) step[k++] = Send(peer, buf.data + mine.begin * es, mine.count * es);
+    if (theirs.count > 0) step[k++] = Recv(peer, buf.data + theirs.begin * es, theirs.count * es);
+    mesh_->Run(std::span(step, static_cast<size_t>(k)), "allgather");
+  }
+}
+
 // At step s this rank forwards range (r - s) and receives range
 // (r - s - 1) from its predecessor, straight into place.
 void TcpCommunicator::RingAllGather(View buf, const std::vector<Range>& ranges) {
@@ -183,7 +258,7 @@ void TcpCommunicator::RingAllGather(View buf, const std::vector<Range>& ranges) 
 }
 
 void TcpCommunicator::ReduceScatterRanges(View buf, const std::vector<Range>& ranges, ReduceOp op) {
-  Guarded("reduce_scatter", [&] { RingReduceScatter(buf, ranges); });
+  Guarded("reduce_scatter", [&] { ReduceScatterSteps(buf, ranges); });
   if (op == ReduceOp::kAvg) {
     const Range& mine = ranges[rank()];
     ScaleInPlace(buf.data + mine.begin * DTypeSize(buf.dtype), mine.count, buf.dtype, 1.0 / size());
@@ -199,7 +274,7 @@ void TcpCommunicator::ReduceScatter(View in, View out, ReduceOp op) {
 void TcpCommunicator::AllGatherRanges(View in, View out, const std::vector<Range>& ranges) {
   std::byte* place = out.data + ranges[rank()].begin * DTypeSize(out.dtype);
   if (in.data != place) std::memmove(place, in.data, in.bytes());
-  Guarded("allgather", [&] { RingAllGather(out, ranges); });
+  Guarded("allgather", [&] { AllGatherSteps(out, ranges); });
 }
 
 void TcpCommunicator::AllGather(View in, View out) {

@@ -3,14 +3,16 @@
 // together in the calling thread:
 //   - allreduce: recursive doubling (log2 n exchanges of the whole buffer)
 //     up to TcpOptions::doubling_max_bytes when n is a power of two, else a
-//     ring reduce-scatter then a ring allgather; the ring reduces each
-//     piece as it arrives;
-//   - reduce-scatter and allgather with uneven ranges: those rings;
+//     reduce-scatter then an allgather;
+//   - reduce-scatter and allgather (uneven ranges too): recursive halving
+//     and doubling when n is a power of two (log2 n steps), else rings
+//     (n - 1 steps); reductions take each piece as it arrives;
 //   - broadcast: a binomial tree; all-to-all and send/recv: every message
 //     at once; barrier: dissemination.
 // Every rank gets the same bits: recursive doubling adds a + b on one side
-// and b + a on the other, and the ring sums each piece along one path and
-// then copies it. GlooCommunicator is the reference it is tested against.
+// and b + a on the other, and halving and the ring sum each piece along one
+// path and then copy it. GlooCommunicator is the reference it is tested
+// against.
 #pragma once
 
 #include <atomic>
@@ -39,7 +41,11 @@ struct TcpOptions {
   // Recursive doubling sends the whole buffer log2 n times; the ring sends
   // 2 (n - 1) / n of it in 2 (n - 1) steps. Below this size latency wins.
   size_t doubling_max_bytes = 64 << 10;
-  size_t reduce_chunk_bytes = 64 << 10;  // the ring reduces arrivals in pieces of this
+  // With a power-of-two number of ranks, reduce-scatter and allgather (and
+  // so a larger allreduce) up to this size halve and double: log2 n steps
+  // instead of the ring's n - 1, the same bytes.
+  size_t halving_max_bytes = SIZE_MAX;
+  size_t reduce_chunk_bytes = 64 << 10;  // reductions take arrivals in pieces of this
 };
 
 class TcpCommunicator final : public RangeCommunicator {
@@ -69,6 +75,11 @@ class TcpCommunicator final : public RangeCommunicator {
   [[noreturn]] void Fail(const char* op, const std::string& transport_error);
   int JobRank(int group_rank) const;
   void RecursiveDoubling(View buf);
+  bool ByHalving(View buf, const std::vector<Range>& ranges) const;
+  void ReduceScatterSteps(View buf, const std::vector<Range>& ranges);
+  void AllGatherSteps(View buf, const std::vector<Range>& ranges);
+  void HalvingReduceScatter(View buf, const std::vector<Range>& ranges);
+  void DoublingAllGather(View buf, const std::vector<Range>& ranges);
   void RingReduceScatter(View buf, const std::vector<Range>& ranges);
   void RingAllGather(View buf, const std::vector<Range>& ranges);
 

@@ -173,7 +173,10 @@ wait $pid || fail "the requeued run did not finish"
 grep -q "was requeued by Slurm (restart 1)" batch.err || fail "the follower did not see a requeue"
 grep -q "Slurm requeued job [0-9]* (restart 1): continuing the run" batch.out || fail "the supervisor did not continue"
 grep -q "recovered from requeue in" batch.out || fail "the requeue is not an incident of the run"
-[ "$(grep -c 'training gpt-mini' batch.out)" = 2 ] || fail "the output of the first allocation is not kept"
+[ "$(grep -c 'training gpt-mini' batch.out)" = 2 ] || {
+  grep -E 'training gpt-mini|fault|decision|restart|requeue' batch.out | tail -20
+  fail "the output of the first allocation is not kept (or a run restarted): $(grep -c 'training gpt-mini' batch.out) start(s) of training, 2 expected"
+}
 grep -q "parameter hash  *$want" batch.out || { grep hash batch.out; fail "the hash after the requeue is not $want"; }
 grep -q "resumed from step-" batch.out || fail "the workers did not resume from a checkpoint"
 echo "slurm: batch host sn1 lost at step 100: requeued, $(grep -m1 'resumed from' batch.out | sed 's/^\[rank 0\] //'); training again $(/usr/bin/python3 -c "print(f'{$t_resumed - $t_fault:.1f}')") s after the fault; hash $want"
