@@ -122,6 +122,7 @@ RunResult Supervisor::Run() {
     SaveState();
   }
   result_.restarts = history_.restarts;
+  if (!result_.interrupted) AwaitBurnins();
   WriteNodes();
   StopAgents();
   result_.seconds = Since(start_, Clock::now());

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "health/agent.h"
 #include "health/device.h"
@@ -86,6 +87,34 @@ void Supervisor::StartAgent(int slot) {
   a.reader = LineReader();
   ++a.starts;
   SendPids(slot);
+}
+
+void Supervisor::AwaitBurnins() {
+  // Start-up, the measurement and the verdict: twice the measured time
+  // plus a margin for loading the program on a busy node.
+  const auto budget = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(2 * o_.health.burnin_seconds + 10));
+  const auto deadline = Clock::now() + budget;
+  for (int s = 0; s < static_cast<int>(health_.size()); ++s) {
+    const pid_t pid = health_[s].burnin_pid;
+    if (pid <= 0) continue;
+    Note(fmt::format("health: the job is done; waiting for {}'s burn-in to give its verdict",
+                     SlotName(s)));
+    while (health_[s].burnin_pid == pid) {
+      int status = 0;
+      const pid_t got = ::waitpid(pid, &status, WNOHANG);
+      if (got == pid) {
+        OnNodeProcessExit(pid, status);
+        break;
+      }
+      if (got < 0 || Clock::now() >= deadline) {
+        Note(fmt::format("health: {}'s burn-in gave no verdict within {:.0f} s; it stays drained",
+                         SlotName(s), std::chrono::duration<double>(budget).count()));
+        break;  // StopAgents ends it
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
 }
 
 void Supervisor::StopAgents() {

@@ -147,6 +147,9 @@ class Supervisor {
   // node states and operators' requests. No-ops when o_.health is off.
   void StartAgents();
   void StartAgent(int slot);
+  // A burn-in under way when the job ends gets its verdict (it is bounded
+  // by health.burnin_seconds), so the pool is not left with a node in limbo.
+  void AwaitBurnins();
   void StopAgents();
   void TendAgents();  // restarts dead agents, takes `fmstack node` requests
   // True when `pid` was an agent's or a reboot command's.
