@@ -84,7 +84,7 @@ class GlooCommunicator::Pending {
     const std::lock_guard lock(c_.pending_mu_);
     c_.pending_.insert(b_);
     // An abort between the caller's check and this registration missed it.
-    if (c_.aborted_) {
+    if (c_.abort_.tripped()) {
       b_->abortWaitRecv();
       b_->abortWaitSend();
     }
@@ -102,11 +102,7 @@ class GlooCommunicator::Pending {
 };
 
 void GlooCommunicator::Abort(const std::string& reason) {
-  {
-    std::lock_guard lock(abort_mu_);
-    if (aborted_.exchange(true)) return;
-    abort_reason_ = reason;
-  }
+  if (!abort_.Trip(reason)) return;
   // Closing our side of every pair makes the peers' pending operations fail
   // within milliseconds, so one abort spreads through the group.
   for (const int fd : sockets_) ::shutdown(fd, SHUT_RDWR);
@@ -125,12 +121,7 @@ void GlooCommunicator::Fail(const char* op, const std::string& transport_error) 
 
 template <typename Fn>
 void GlooCommunicator::Guarded(const char* op, Fn&& fn) {
-  if (aborted_) {
-    std::lock_guard lock(abort_mu_);
-    throw CommError(fmt::format("{} on rank {}: communicator was aborted: {}", op,
-                                JobRank(options_.rank), abort_reason_),
-                    abort_rank_);
-  }
+  abort_.ThrowIfTripped(op, JobRank(options_.rank));
   if (options_.size <= 1) return;
   try {
     fn();

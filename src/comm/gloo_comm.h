@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/abort_latch.h"
 #include "comm/communicator.h"
 #include "comm/tcp_store.h"
 
@@ -70,10 +71,7 @@ class GlooCommunicator final : public RangeCommunicator {
 
   GlooOptions options_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
-  std::atomic<bool> aborted_{false};
-  std::mutex abort_mu_;
-  std::string abort_reason_;
-  int abort_rank_ = -1;
+  AbortLatch abort_;
   std::vector<std::byte> scratch_;
   std::vector<int> sockets_;  // opened by connectFullMesh; shut down by Abort
   // Buffers with a send or receive in flight. A closed socket does not

@@ -15,33 +15,33 @@
 namespace fmstack::comm {
 namespace {
 
+// The fields GlooOptions and TcpOptions share, for one group.
+template <typename Options>
+Options GroupOptions(const CommOptions& o, const std::string& prefix, int rank, int size,
+                     std::vector<int> job_ranks) {
+  Options g;
+  g.store = o.store;
+  g.prefix = prefix;
+  g.rank = rank;
+  g.size = size;
+  g.job_ranks = std::move(job_ranks);
+  g.hostname = o.hostname;
+  g.generation = o.generation;
+  g.timeout = o.timeout;
+  return g;
+}
+
 // A communicator between nodes, or over every rank: `net` is "tcp" (our
 // mesh) or "gloo" (its reference).
 std::unique_ptr<RangeCommunicator> NetCommunicator(const CommOptions& o, const std::string& net,
                                                    const std::string& prefix, int rank, int size,
                                                    std::vector<int> job_ranks) {
   if (net == "gloo") {
-    GlooOptions g;
-    g.store = o.store;
-    g.prefix = prefix;
-    g.rank = rank;
-    g.size = size;
-    g.job_ranks = std::move(job_ranks);
-    g.hostname = o.hostname;
-    g.generation = o.generation;
-    g.timeout = o.timeout;
+    auto g = GroupOptions<GlooOptions>(o, prefix, rank, size, std::move(job_ranks));
     g.segment_bytes = o.gloo_segment_bytes;
     return std::make_unique<GlooCommunicator>(std::move(g));
   }
-  TcpOptions t;
-  t.store = o.store;
-  t.prefix = prefix;
-  t.rank = rank;
-  t.size = size;
-  t.job_ranks = std::move(job_ranks);
-  t.hostname = o.hostname;
-  t.generation = o.generation;
-  t.timeout = o.timeout;
+  auto t = GroupOptions<TcpOptions>(o, prefix, rank, size, std::move(job_ranks));
   t.busy_poll = o.busy_poll;
   t.spin = o.spin;
   return std::make_unique<TcpCommunicator>(std::move(t));

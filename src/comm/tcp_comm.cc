@@ -56,17 +56,8 @@ Range SpanOf(const std::vector<Range>& ranges, int first, int count) {
 
 TcpCommunicator::TcpCommunicator(TcpOptions options) : o_(std::move(options)) {
   if (o_.size <= 1) return;
-  TcpMeshOptions m;
-  m.prefix = o_.prefix;
-  m.rank = o_.rank;
-  m.size = o_.size;
-  m.job_ranks = o_.job_ranks;
-  m.hostname = o_.hostname;
-  m.timeout = o_.timeout;
-  m.spin = o_.spin;
-  m.busy_poll = o_.busy_poll;
   try {
-    mesh_ = std::make_unique<TcpMesh>(*o_.store, std::move(m));
+    mesh_ = std::make_unique<TcpMesh>(*o_.store, static_cast<const TcpMeshOptions&>(o_));
   } catch (const std::exception& e) {
     throw CommError(fmt::format("tcp: rank {} of {} could not connect group '{}' on {}: {}",
                                 JobRank(o_.rank), o_.size, o_.prefix, o_.hostname, e.what()),
@@ -81,11 +72,7 @@ int TcpCommunicator::JobRank(int group_rank) const {
 }
 
 void TcpCommunicator::Abort(const std::string& reason) {
-  {
-    const std::lock_guard lock(abort_mu_);
-    if (aborted_.exchange(true)) return;
-    abort_reason_ = reason;
-  }
+  if (!abort_.Trip(reason)) return;
   // Shutting our side of every connection down fails this rank's pending
   // call and, within milliseconds, every peer's call that waits on it.
   if (mesh_) mesh_->Shutdown();
@@ -99,12 +86,7 @@ void TcpCommunicator::Fail(const char* op, const std::string& transport_error) {
 
 template <typename Fn>
 void TcpCommunicator::Guarded(const char* op, Fn&& fn) {
-  if (aborted_) {
-    const std::lock_guard lock(abort_mu_);
-    throw CommError(fmt::format("{} on rank {}: communicator was aborted: {}", op, JobRank(o_.rank),
-                                abort_reason_),
-                    -1);
-  }
+  abort_.ThrowIfTripped(op, JobRank(o_.rank));
   if (o_.size <= 1) return;
   try {
     fn();

@@ -15,29 +15,22 @@
 // against.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "comm/abort_latch.h"
 #include "comm/communicator.h"
 #include "comm/tcp_mesh.h"
 #include "comm/tcp_store.h"
 
 namespace fmstack::comm {
 
-struct TcpOptions {
+// The mesh's options (group, address, timeout, how waits spin), and:
+struct TcpOptions : TcpMeshOptions {
   std::shared_ptr<TcpStore> store;
-  std::string prefix;                  // store namespace of this group, e.g. "gen0/leaders"
-  int rank = 0, size = 1;              // within this group
-  std::vector<int> job_ranks;          // group rank -> job rank, for messages; empty = same
-  std::string hostname = "127.0.0.1";  // address this rank listens on
   int64_t generation = 0;
-  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
-  bool busy_poll = false;              // spin for the whole of every wait
-  std::chrono::microseconds spin{50};  // else spin this long, then sleep in poll()
   // Recursive doubling sends the whole buffer log2 n times; the ring sends
   // 2 (n - 1) / n of it in 2 (n - 1) steps. Below this size latency wins.
   size_t doubling_max_bytes = 64 << 10;
@@ -85,9 +78,7 @@ class TcpCommunicator final : public RangeCommunicator {
 
   TcpOptions o_;
   std::unique_ptr<TcpMesh> mesh_;
-  std::atomic<bool> aborted_{false};
-  std::mutex abort_mu_;
-  std::string abort_reason_;
+  AbortLatch abort_;
   std::vector<std::byte> scratch_;
 };
 

@@ -223,9 +223,13 @@ void TcpMesh::Connect(TcpStore& store) {
   const std::string boot = BootId();
   store.Set(fmt::format("{}/addr/{}", o_.prefix, o_.rank),
             fmt::format("{} {} {} {}", o_.hostname, port, Hex(key), boot));
+  // Every peer's "host port key boot-id", read once against the deadline.
+  std::vector<std::string> addresses(static_cast<size_t>(o_.size));
   for (int peer = 0; peer < o_.size; ++peer) {
     if (peer == o_.rank) continue;
-    const std::string value = store.Get(fmt::format("{}/addr/{}", o_.prefix, peer), o_.timeout);
+    const std::string& value = addresses[peer] =
+        store.Get(fmt::format("{}/addr/{}", o_.prefix, peer),
+                  std::chrono::milliseconds(std::max(1, LeftMs(deadline))));
     if (value.size() >= boot.size() &&
         value.compare(value.size() - boot.size(), boot.size(), boot) == 0)
       ++colocated_;
@@ -233,7 +237,7 @@ void TcpMesh::Connect(TcpStore& store) {
 
   for (int peer = 0; peer < o_.rank; ++peer) {
     const std::string what = fmt::format("{}: to rank {}", me, JobRank(peer));
-    const std::string value = store.Get(fmt::format("{}/addr/{}", o_.prefix, peer), o_.timeout);
+    const std::string& value = addresses[peer];
     char host[256] = {};
     unsigned peer_port = 0;
     char hex[2 * kKeyBytes + 1] = {};
@@ -373,7 +377,6 @@ void TcpMesh::Run(std::span<Transfer> transfers, const char* op) {
   const auto finished = [](const Transfer& t) {
     return t.header_done == kHeaderBytes && t.done == t.bytes;
   };
-  std::vector<pollfd> waits;
   auto spin_until = Clock::now() + o_.spin;
   for (;;) {
     bool moved = false, left = false;
@@ -395,13 +398,13 @@ void TcpMesh::Run(std::span<Transfer> transfers, const char* op) {
       }
     }
     if (o_.busy_poll || now < spin_until) continue;
-    waits.clear();
+    waits_.clear();
     for (const Transfer& t : transfers) {
       if (finished(t)) continue;
-      waits.push_back({fds_[static_cast<size_t>(t.peer)],
-                       static_cast<short>(t.kind == Transfer::kSend ? POLLOUT : POLLIN), 0});
+      waits_.push_back({fds_[static_cast<size_t>(t.peer)],
+                        static_cast<short>(t.kind == Transfer::kSend ? POLLOUT : POLLIN), 0});
     }
-    ::poll(waits.data(), waits.size(), LeftMs(deadline));
+    ::poll(waits_.data(), waits_.size(), LeftMs(deadline));
   }
 }
 

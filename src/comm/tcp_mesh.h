@@ -15,6 +15,8 @@
 // listener proves itself back. A key never crosses the network.
 #pragma once
 
+#include <poll.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -94,6 +96,7 @@ class TcpMesh {
   std::vector<int> fds_;  // by group rank; -1 for this rank
   int colocated_ = 1;     // ranks of this mesh on this machine, this one included
   std::atomic<bool> shut_{false};
+  std::vector<pollfd> waits_;  // Run's poll set, kept to spare an allocation per sleep
 };
 
 }  // namespace fmstack::comm

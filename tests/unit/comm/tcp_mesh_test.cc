@@ -30,6 +30,15 @@ TcpMeshOptions Options(int rank) {
   return o;
 }
 
+Transfer Message(Transfer::Kind kind, int peer, void* data, size_t bytes) {
+  Transfer t;
+  t.kind = kind;
+  t.peer = peer;
+  t.data = static_cast<std::byte*>(data);
+  t.bytes = bytes;
+  return t;
+}
+
 // Connects to rank 0's published port; the connection waits in its
 // backlog, ahead of rank 1's.
 int ImpostorConnect(TcpStore& store) {
@@ -80,11 +89,7 @@ TEST(TcpMesh, AStrangerWithoutTheKeyIsRefusedAndTheMeshStillForms) {
     try {
       TcpMesh mesh(store0, Options(0));
       std::vector<float> mine(1000, 7.0f);
-      Transfer t;
-      t.kind = Transfer::kSend;
-      t.peer = 1;
-      t.data = reinterpret_cast<std::byte*>(mine.data());
-      t.bytes = mine.size() * sizeof(float);
+      Transfer t = Message(Transfer::kSend, 1, mine.data(), mine.size() * sizeof(float));
       mesh.Run(std::span(&t, 1), "test");
     } catch (const std::exception& e) {
       error0 = e.what();
@@ -96,11 +101,7 @@ TEST(TcpMesh, AStrangerWithoutTheKeyIsRefusedAndTheMeshStillForms) {
   std::thread rank1([&] {
     try {
       TcpMesh mesh(store1, Options(1));
-      Transfer t;
-      t.kind = Transfer::kRecv;
-      t.peer = 0;
-      t.data = reinterpret_cast<std::byte*>(got.data());
-      t.bytes = got.size() * sizeof(float);
+      Transfer t = Message(Transfer::kRecv, 0, got.data(), got.size() * sizeof(float));
       mesh.Run(std::span(&t, 1), "test");
     } catch (const std::exception& e) {
       error1 = e.what();
@@ -123,21 +124,13 @@ TEST(TcpMesh, AMessageOfTheWrongSizeNamesThePeer) {
   std::vector<std::byte> buf(64);
   std::thread rank0([&] {
     TcpMesh mesh(store0, Options(0));
-    Transfer t;
-    t.kind = Transfer::kSend;
-    t.peer = 1;
-    t.data = buf.data();
-    t.bytes = 48;
+    Transfer t = Message(Transfer::kSend, 1, buf.data(), 48);
     mesh.Run(std::span(&t, 1), "allgather");
   });
   std::thread rank1([&] {
     TcpMesh mesh(store1, Options(1));
     std::vector<std::byte> in(64);
-    Transfer t;
-    t.kind = Transfer::kRecv;
-    t.peer = 0;
-    t.data = in.data();
-    t.bytes = 64;
+    Transfer t = Message(Transfer::kRecv, 0, in.data(), 64);
     try {
       mesh.Run(std::span(&t, 1), "allgather");
     } catch (const std::exception& e) {
