@@ -135,8 +135,15 @@ ValidationCase ReadValidationCase(StrictTable& t, const std::string& file) {
   ValidationCase v;
   v.name = RequireString(t, "name");
   v.group = t.String("group").value_or("");
-  v.metric = t.Choice("metric", std::vector<std::string>{"tflops_per_gpu", "step_seconds"})
-                 .value_or("tflops_per_gpu");
+  v.metric =
+      t.Choice("metric", std::vector<std::string>{"tflops_per_gpu", "step_seconds", "busbw_gbps"})
+          .value_or("tflops_per_gpu");
+  v.collective = t.String("collective").value_or("");
+  v.bytes = t.Bytes("bytes").value_or(0);
+  if (v.IsCollective() && (v.collective.empty() || v.bytes <= 0))
+    t.Fail("collective", "a busbw_gbps case needs collective (\"allreduce\" ...) and bytes");
+  if (!v.IsCollective() && (!v.collective.empty() || v.bytes > 0))
+    t.Fail("collective", "only a busbw_gbps case names a collective and its bytes");
   v.published = t.Number("published", 1e-9, 1e9).value_or(0);
   if (v.published <= 0) t.Fail("published", "is required: the figure the source reports");
   v.sequence_parallel = t.Bool("sequence_parallel").value_or(true);

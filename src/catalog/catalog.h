@@ -98,12 +98,18 @@ struct FaultSet {
 // file's text, and the figure its authors report for it.
 struct ValidationCase {
   std::string name;
-  std::string group;   // cases of one group are compared for their ordering
-  std::string metric;  // "tflops_per_gpu" (model FLOP/s per accelerator) or "step_seconds"
+  std::string group;  // cases of one group are compared for their ordering
+  // "tflops_per_gpu" (model FLOP/s per accelerator), "step_seconds", or
+  // "busbw_gbps": nccl-tests' bus bandwidth of one collective over every
+  // accelerator of the job's cluster (GB/s).
+  std::string metric;
   double published = 0;
+  std::string collective;  // busbw_gbps: nccl-tests' name of the op ("allreduce" ...)
+  double bytes = 0;        // busbw_gbps: the message size
+  bool IsCollective() const { return metric == "busbw_gbps"; }
   bool sequence_parallel = true;  // false for runs before Korthikanti et al. (2022)
   bool calibration = false;       // a constant of the model was chosen with this case in view
-  std::string job;                // TOML of a job file with a [cluster]
+  std::string job;                // TOML of a job file with a [cluster] (collectives: only that)
   std::string source;
   std::string origin;  // "validation.toml" and the case's line, for errors
 };

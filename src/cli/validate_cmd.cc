@@ -17,6 +17,12 @@ std::string Figure(const catalog::ValidationCase& c, double v) {
   return c.metric == "step_seconds" ? fmt::format("{:.1f} s", v) : fmt::format("{:.0f}", v);
 }
 
+std::string MetricName(const catalog::ValidationCase& c) {
+  if (c.metric == "step_seconds") return "step time";
+  if (c.IsCollective()) return c.collective + " busbw GB/s";
+  return "TFLOP/s per GPU";
+}
+
 nlohmann::json ToJson(const sim::Validation& v) {
   nlohmann::json j;
   for (const sim::ValidationResult& r : v.results) {
@@ -27,6 +33,10 @@ nlohmann::json ToJson(const sim::Validation& v) {
                           {"error", r.error},
                           {"calibration", r.c->calibration},
                           {"source", r.c->source}});
+    if (r.c->IsCollective()) {
+      j["cases"].back()["collective"] = r.c->collective;
+      j["cases"].back()["bytes"] = r.c->bytes;
+    }
   }
   for (const sim::GroupOrder& g : v.groups)
     j["groups"].push_back({{"group", g.group}, {"cases", g.cases}, {"order_kept", g.kept}});
@@ -35,6 +45,8 @@ nlohmann::json ToJson(const sim::Validation& v) {
   j["worst_case"] = v.worst_case;
   j["independent_cases"] = v.independent;
   j["independent_median_abs_error"] = v.independent_median_abs_error;
+  j["collective_cases"] = v.collectives;
+  j["collective_median_abs_error"] = v.collective_median_abs_error;
   return j;
 }
 
@@ -49,8 +61,7 @@ int Run(const std::string& format, const std::string& catalog_dir) {
               {TextTable::Align::kLeft, TextTable::Align::kLeft, TextTable::Align::kRight,
                TextTable::Align::kRight, TextTable::Align::kRight});
   for (const sim::ValidationResult& r : v.results) {
-    t.AddRow({r.c->name + (r.c->calibration ? " *" : ""),
-              r.c->metric == "step_seconds" ? "step time" : "TFLOP/s per GPU",
+    t.AddRow({r.c->name + (r.c->calibration ? " *" : ""), MetricName(*r.c),
               Figure(*r.c, r.c->published), Figure(*r.c, r.model),
               fmt::format("{:+.1f}%", 100 * r.error)});
   }
@@ -59,8 +70,13 @@ int Run(const std::string& format, const std::string& catalog_dir) {
                            v.results.size(), 100 * v.median_abs_error, 100 * v.worst_abs_error,
                            v.worst_case);
   std::cout << fmt::format(
-      "{} cases no constant was chosen with (* marks the others): median |error| {:.1f}%\n",
+      "{} training runs no constant was chosen with (* marks the others): median |error| "
+      "{:.1f}%\n",
       v.independent, 100 * v.independent_median_abs_error);
+  if (v.collectives > 0) {
+    std::cout << fmt::format("{} collectives (nccl-tests busbw): median |error| {:.1f}%\n",
+                             v.collectives, 100 * v.collective_median_abs_error);
+  }
   for (const sim::GroupOrder& g : v.groups) {
     std::cout << fmt::format("{}: the {} cases in the published order: {}\n", g.group, g.cases,
                              g.kept ? "yes" : "NO");

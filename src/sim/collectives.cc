@@ -77,41 +77,48 @@ struct Phase {
   double latency = 0, wire = 0;
 };
 
-Phase FlatPhase(Collective c, double bytes, const LinkLevel& l) {
+// `ring` is the whole group's size: the outermost phase of an allreduce,
+// reduce-scatter or allgather moves what NCCL's ring over all of the group's
+// ranks moves across a node boundary, 2(n-1)/n (or (n-1)/n) of its shard,
+// not the 2(N-1)/N a reduction among N node leaders would. NCCL runs no such
+// hierarchical reduction outside CollNet and NVLS, and on 2 nodes its ring
+// crosses the network with nearly twice the leaders' bytes.
+Phase FlatPhase(Collective c, double bytes, const LinkLevel& l, int ring) {
   const double total = FlatTime(c, Algorithm::kRing, bytes, l);
-  const double wire = l.ranks > 1 && bytes > 0 ? BusFactor(c, l.ranks) * bytes / l.bandwidth : 0;
-  return {total - wire, wire};
+  const double own = l.ranks > 1 && bytes > 0 ? BusFactor(c, l.ranks) * bytes / l.bandwidth : 0;
+  const double wire = l.ranks > 1 && bytes > 0 ? BusFactor(c, ring) * bytes / l.bandwidth : 0;
+  return {total - own, wire};
 }
 
 // The phases in order, innermost first on the way in.
-void Phases(Collective c, double bytes, std::span<const LinkLevel> levels,
+void Phases(Collective c, double bytes, std::span<const LinkLevel> levels, int ring,
             std::vector<Phase>& out) {
   if (levels.empty()) return;
   const LinkLevel& inner = levels.front();
   const std::span<const LinkLevel> outer = levels.subspan(1);
   const double p = inner.ranks;
   if (outer.empty()) {
-    out.push_back(FlatPhase(c, bytes, inner));
+    out.push_back(FlatPhase(c, bytes, inner, c == Collective::kBroadcast ? inner.ranks : ring));
     return;
   }
   switch (c) {
     case Collective::kAllReduce:
-      out.push_back(FlatPhase(Collective::kReduceScatter, bytes, inner));
-      Phases(Collective::kAllReduce, bytes / p, outer, out);
-      out.push_back(FlatPhase(Collective::kAllGather, bytes, inner));
+      out.push_back(FlatPhase(Collective::kReduceScatter, bytes, inner, inner.ranks));
+      Phases(Collective::kAllReduce, bytes / p, outer, ring, out);
+      out.push_back(FlatPhase(Collective::kAllGather, bytes, inner, inner.ranks));
       return;
     case Collective::kReduceScatter:
       // Each inner rank's shard is reduce-scattered across the outer levels.
-      out.push_back(FlatPhase(Collective::kReduceScatter, bytes, inner));
-      Phases(Collective::kReduceScatter, bytes / p, outer, out);
+      out.push_back(FlatPhase(Collective::kReduceScatter, bytes, inner, inner.ranks));
+      Phases(Collective::kReduceScatter, bytes / p, outer, ring, out);
       return;
     case Collective::kAllGather:
-      Phases(Collective::kAllGather, bytes / p, outer, out);
-      out.push_back(FlatPhase(Collective::kAllGather, bytes, inner));
+      Phases(Collective::kAllGather, bytes / p, outer, ring, out);
+      out.push_back(FlatPhase(Collective::kAllGather, bytes, inner, inner.ranks));
       return;
     case Collective::kBroadcast:
-      Phases(Collective::kBroadcast, bytes, outer, out);
-      out.push_back(FlatPhase(Collective::kBroadcast, bytes, inner));
+      Phases(Collective::kBroadcast, bytes, outer, ring, out);
+      out.push_back(FlatPhase(Collective::kBroadcast, bytes, inner, inner.ranks));
       return;
     case Collective::kAllToAll: {
       // The part of each rank's buffer bound for peers first reached at a
@@ -134,7 +141,9 @@ void Phases(Collective c, double bytes, std::span<const LinkLevel> levels,
 
 double HierarchicalTime(Collective c, double bytes, std::span<const LinkLevel> levels) {
   std::vector<Phase> phases;
-  Phases(c, bytes, levels, phases);
+  int ring = 1;
+  for (const LinkLevel& l : levels) ring *= l.ranks;
+  Phases(c, bytes, levels, ring, phases);
   if (phases.empty()) return 0;
   double latency = 0, wire = 0, slowest = 0;
   for (const Phase& p : phases) {

@@ -30,8 +30,11 @@ Topology BuildTopology(const spec::ClusterSpec& cluster, const NetworkOptions& o
         cluster.file, cluster.instance.name, cluster.nodes));
   }
   // Catalog scale-up figures are both directions together (H100: 900 GB/s).
-  t.scaleup = {"scale-up", 1, cluster.accelerator.scaleup_bandwidth / 2, options.scaleup_latency};
-  const double nic = cluster.instance.network_bandwidth / static_cast<double>(t.per_node);
+  t.scaleup = {"scale-up", 1,
+               cluster.accelerator.scaleup_bandwidth / 2 * options.scaleup_efficiency,
+               options.scaleup_latency};
+  const double nic = cluster.instance.network_bandwidth / static_cast<double>(t.per_node) *
+                     options.network_efficiency;
   t.network = options.tcp_only
                   ? LinkLevel{"tcp", 1, nic * options.tcp_efficiency, options.tcp_latency}
                   : LinkLevel{cluster.instance.efa.empty() ? "network" : "efa", 1, nic,

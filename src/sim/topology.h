@@ -21,6 +21,12 @@ struct NetworkOptions {
   bool tcp_only = false;
   double tcp_efficiency = 0.35;
   double efa_latency = 15e-6, tcp_latency = 60e-6, scaleup_latency = 3e-6;
+  // What NCCL moves over a link, as a share of its line rate. Scale-up: NCCL's
+  // maintainers put its protocol overhead on NVLink at about 20% (H100: 370
+  // of 450 GB/s; A800: 160 of 200 GB/s at 8 GB, nccl-tests issue 212 and
+  // NVIDIA/nccl issue 412). Network: 24 of 25 GB/s per HDR NIC, 48-49 of 50
+  // per NDR NIC (the same threads, NVIDIA/nccl-tests issue 267).
+  double scaleup_efficiency = 0.8, network_efficiency = 0.96;
 };
 
 struct Topology {

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <map>
 
+#include "sim/busbw.h"
+#include "sim/collectives.h"
 #include "sim/step_model.h"
 #include "sim/topology.h"
 #include "spec/job_spec.h"
@@ -14,7 +16,24 @@
 namespace fmstack::sim {
 namespace {
 
+// nccl-tests' busbw of the case's op over every accelerator of its cluster.
+double ModelBusbw(const catalog::ValidationCase& c, const catalog::Catalog& catalog) {
+  const std::optional<Collective> op = ParseCollective(c.collective);
+  if (!op) {
+    throw Error(
+        fmt::format("{}: collective = \"{}\" is not one the model times (allreduce, "
+                    "allgather, reduce_scatter, alltoall, broadcast)",
+                    c.origin, c.collective));
+  }
+  const spec::ClusterSpec cluster = spec::ParseClusterSpec(c.job, c.origin, catalog);
+  const Topology topology = BuildTopology(cluster);
+  const std::vector<LinkLevel> levels = topology.LevelsFor(topology.accelerators, 1);
+  const double seconds = HierarchicalTime(*op, c.bytes, levels);
+  return c.bytes / seconds * BusFactor(*op, static_cast<int>(topology.accelerators)) / 1e9;
+}
+
 double ModelFigure(const catalog::ValidationCase& c, const catalog::Catalog& catalog) {
+  if (c.IsCollective()) return ModelBusbw(c, catalog);
   const spec::JobSpec job = spec::ParseJobSpec(c.job, c.origin, catalog);
   if (!job.cluster) throw Error(c.origin + ": the case's job has no [cluster]");
   StepOptions options;
@@ -49,10 +68,14 @@ Validation Validate(const catalog::Catalog& catalog) {
     r.error = (r.model - c.published) / c.published;
     v.results.push_back(r);
   }
-  std::vector<double> abs, independent;
+  std::vector<double> abs, independent, collectives;
   for (const ValidationResult& r : v.results) {
     abs.push_back(std::fabs(r.error));
-    if (!r.c->calibration) independent.push_back(std::fabs(r.error));
+    if (r.c->IsCollective()) {
+      collectives.push_back(std::fabs(r.error));
+    } else if (!r.c->calibration) {
+      independent.push_back(std::fabs(r.error));
+    }
     if (std::fabs(r.error) > v.worst_abs_error) {
       v.worst_abs_error = std::fabs(r.error);
       v.worst_case = r.c->name;
@@ -61,6 +84,8 @@ Validation Validate(const catalog::Catalog& catalog) {
   v.median_abs_error = Median(abs);
   v.independent = static_cast<int>(independent.size());
   v.independent_median_abs_error = Median(independent);
+  v.collectives = static_cast<int>(collectives.size());
+  v.collective_median_abs_error = Median(collectives);
   // Within a group, sorting by the published figure must sort the model's too.
   std::map<std::string, std::vector<const ValidationResult*>> groups;
   for (const ValidationResult& r : v.results) {

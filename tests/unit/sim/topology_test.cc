@@ -17,8 +17,11 @@ TEST(Topology, P5NodesSplitIntoNvlinkAndEfa) {
   const Topology t = BuildTopology(Cluster("instance = \"p5.48xlarge\"\nnodes = 64\n"));
   EXPECT_EQ(t.accelerators, 512);
   EXPECT_EQ(t.domain, 8);
-  EXPECT_DOUBLE_EQ(t.scaleup.bandwidth, 450e9);           // 900 GB/s both directions
-  EXPECT_DOUBLE_EQ(t.network.bandwidth, 3200e9 / 8 / 8);  // 3200 Gbps per node, per GPU
+  // 900 GB/s both directions; 3200 Gbps per node, per GPU; each at what NCCL
+  // moves over such a link.
+  const NetworkOptions o;
+  EXPECT_DOUBLE_EQ(t.scaleup.bandwidth, 450e9 * o.scaleup_efficiency);
+  EXPECT_DOUBLE_EQ(t.network.bandwidth, 3200e9 / 8 / 8 * o.network_efficiency);
   // TP = 8 (stride 1) stays on NVLink; DP over 64 nodes (stride 8) is all EFA;
   // a flat group of 512 crosses both.
   const auto tp = t.LevelsFor(8, 1);
