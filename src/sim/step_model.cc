@@ -59,6 +59,50 @@ double MemoryBoundSeconds(const spec::JobSpec& job, const catalog::Accelerator& 
   return tokens * layers * per_token_layer / (accelerator.hbm_bandwidth * o.memory_efficiency);
 }
 
+// FSDP / ZeRO-3, one micro-batch on one pipeline stage, layer by layer
+// (Zhao et al., PyTorch FSDP, 2023): forward all-gathers each layer's
+// parameters; backward gathers them again and reduce-scatters the layer's
+// gradients. The collectives of one micro-batch run in order on one stream,
+// so a layer's backward shares the network between its gather and the
+// previous layer's reduce-scatter. With prefetch, layer i + 1's gather runs
+// beside layer i's compute (FSDP's default: one layer ahead, two buffers),
+// so a layer costs the longer of its compute and its communication, and
+// only the first gather and the last reduce-scatter have nothing beside
+// them. One layer ahead is all uniform layers need; without prefetch every
+// gather waits for the compute before it.
+struct FsdpTime {
+  double comm = 0;     // every collective's time, whole
+  double exposed = 0;  // beyond the compute it overlaps
+};
+
+FsdpTime FsdpMicroBatch(const StepOptions& o, const spec::JobSpec& job, double local_params,
+                        double compute, const std::vector<LinkLevel>& replicas) {
+  const double layers = static_cast<double>(job.model.layers) / static_cast<double>(job.layout.pp);
+  const double bytes = local_params / layers * o.bytes_per_gradient;  // one layer, gathered
+  const double gather = Coll(o, Collective::kAllGather, bytes, replicas);
+  const double scatter = Coll(o, Collective::kReduceScatter, bytes, replicas);
+  // Forward is a third of the work; a quarter when backward recomputes it.
+  const double forward_share = job.train.recompute == workload::Recompute::kFull ? 0.25 : 1.0 / 3.0;
+  const double forward = compute * forward_share / layers;
+  const double backward = compute * (1 - forward_share) / layers;
+  FsdpTime f;
+  f.comm = layers * (2 * gather + scatter);
+  double wall = 0;
+  // Beside compute, NCCL's kernels take SMs from it: only `fsdp_overlap` of
+  // the shorter of the two is hidden.
+  const auto beside = [&](double work, double comm) {
+    return std::max(work, comm) + (1 - o.fsdp_overlap) * std::min(work, comm);
+  };
+  if (job.layout.fsdp_prefetch) {
+    wall = gather + (layers - 1) * beside(forward, gather) + forward +  // forward pass
+           gather + (layers - 1) * beside(backward, gather + scatter) + backward + scatter;
+  } else {
+    wall = layers * (gather + forward) + layers * (gather + backward + scatter);
+  }
+  f.exposed = std::max(0.0, wall - compute);
+  return f;
+}
+
 }  // namespace
 
 StepTime ModelStep(const spec::JobSpec& job, const Topology& topo,
@@ -187,17 +231,9 @@ StepTime ModelStep(const spec::JobSpec& job, const Topology& topo,
         Coll(o, Collective::kAllReduce, local * o.bytes_per_gradient, replicas);
     const double per_micro_batch = (t.compute + t.memory) / m;
     if (l.zero_stage >= 3) {
-      // FSDP / ZeRO-3: every micro-batch all-gathers the parameters for the
-      // forward and again for the backward pass and reduce-scatters the
-      // gradients (1.5 all-reduces of traffic), prefetched layer by layer
-      // behind that micro-batch's compute - but NCCL kernels share the SMs
-      // and the first gather has nothing to hide behind, so only
-      // `fsdp_overlap` of the shorter of the two is hidden.
-      const double comm = 1.5 * all_reduce;
-      t.dp = m * comm;
-      t.dp_exposed = o.overlap_dp ? m * (std::max(0.0, comm - per_micro_batch) +
-                                         (1 - o.fsdp_overlap) * std::min(comm, per_micro_batch))
-                                  : t.dp;
+      const FsdpTime f = FsdpMicroBatch(o, job, local, per_micro_batch, replicas);
+      t.dp = m * f.comm;
+      t.dp_exposed = o.overlap_dp ? m * f.exposed : t.dp;
     } else {
       // ZeRO-0/1/2: one reduction of the gradients per step (reduce-scatter +
       // all-gather is an all-reduce's traffic). They are complete only in the

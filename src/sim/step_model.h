@@ -21,8 +21,11 @@ struct StepOptions {
   // Norms and dropout split over TP ranks (Korthikanti et al. 2022); Megatron-LM
   // before 2022 repeated them on every TP rank.
   bool sequence_parallel = true;
-  bool overlap_dp = true;           // gradient reduction hidden behind backward
-  double fsdp_overlap = 0.7;        // ZeRO-3: share of the shorter of comm / compute hidden
+  bool overlap_dp = true;  // gradient reduction hidden behind backward
+  // ZeRO-3: of the shorter of a layer's compute and the collectives beside
+  // it, the share that is hidden (NCCL's kernels take SMs from the compute;
+  // an assumption, not a measurement).
+  double fsdp_overlap = 0.7;
   double bytes_per_activation = 2;  // bf16 activations on the wire
   double bytes_per_gradient = 2;    // bf16 gradient reduction
   // Measured busbw curves for groups that cross the network (nullptr: the

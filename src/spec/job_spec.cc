@@ -100,6 +100,7 @@ workload::Layout ReadParallel(StrictTable& root, KeyPositions& positions) {
   l.virtual_stages = t->Int("virtual_stages", 1, 1024).value_or(1);
   l.sequence_parallel = t->Bool("sequence_parallel").value_or(true);
   l.ep_overlap = t->Number("ep_overlap", 0, 1).value_or(0);
+  l.fsdp_prefetch = t->Bool("fsdp_prefetch").value_or(true);
   static const std::vector<std::string> kCpComm = {"p2p", "allgather"};
   l.cp_comm = t->Choice("cp_comm", kCpComm).value_or("p2p") == "allgather"
                   ? workload::Layout::CpComm::kAllGather

@@ -43,6 +43,8 @@ struct Layout {
   // The fraction of the MoE all-to-alls hidden behind expert compute
   // (DeepSeek-V3's dual-pipe hides nearly all; a plain implementation none).
   double ep_overlap = 0;
+  // ZeRO-3: the next layer's parameters are gathered while this one computes.
+  bool fsdp_prefetch = true;
   // Context parallelism's exchange of keys and values. kP2p passes chunks
   // around a ring beside each chunk's attention (Megatron-Core's default);
   // kAllGather gathers them whole before attention (Llama 3), exposed.

@@ -152,6 +152,49 @@ global_batch = {}
 // Flash attention skips the causal mask's upper half, and runs at the
 // kernel's published rate where that is below the GEMMs' (H100: 335 of
 // 989 TFLOP/s for FlashAttention-2): everything else is unchanged.
+// ZeRO-3 layer by layer: without prefetch every gather and reduce-scatter
+// waits for the compute (the whole of the communication shows); with it,
+// uniform layers expose the first gather, the last reduce-scatter and the
+// unhidden share of the rest, and splitting the same parameters into more
+// layers costs more, one latency per collective per layer.
+TEST(StepModel, FsdpIsTimedLayerByLayer) {
+  const auto step = [](int layers, bool prefetch) {
+    const spec::JobSpec job = Job(fmt::format(R"(
+[model]
+name = "m"
+layers = {}
+hidden = 4096
+heads = 32
+ffn_hidden = 16384
+vocab = 32000
+seq_len = 2048
+[train]
+micro_batch = 16
+global_batch = 1024
+[parallel]
+zero_stage = 3
+fsdp_prefetch = {}
+[cluster]
+instance = "p4d.24xlarge"
+nodes = 8
+)",
+                                              layers, prefetch));
+    return ModelStep(job, BuildTopology(*job.cluster), job.cluster->accelerator);
+  };
+  const StepTime serial = step(32, false), overlapped = step(32, true);
+  EXPECT_GT(serial.dp, 0);
+  EXPECT_NEAR(serial.dp_exposed, serial.dp, 1e-9 * serial.dp);
+  EXPECT_LT(overlapped.dp_exposed, 0.5 * overlapped.dp);
+  EXPECT_NEAR(overlapped.dp, serial.dp, 1e-12 * serial.dp);  // the same traffic
+  // Compute dominates here: what shows is the first gather and last
+  // reduce-scatter per micro-batch plus 30% of the rest.
+  EXPECT_GT(overlapped.dp_exposed, 0.3 * overlapped.dp);
+  // Twice the layers at half the width would change the compute; the same
+  // layers' collectives cut in two pay their latency twice instead.
+  const StepTime finer = step(64, true);
+  EXPECT_GT(finer.dp / finer.micro_batches, overlapped.dp / overlapped.micro_batches);
+}
+
 TEST(StepModel, FlashAttentionDoesHalfTheScoresAtItsOwnRate) {
   const std::string text = R"(
 model = "llama3-8b"
