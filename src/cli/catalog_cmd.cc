@@ -3,6 +3,7 @@
 // "unknown ..." error always has a place to look.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iostream>
 #include <string>
 
@@ -70,11 +71,24 @@ void Presets() {
   std::cout << "model presets (model)\n" << t.RenderText() << "\n";
 }
 
+// Sources run to hundreds of characters and are shared by several cases, so
+// the table names each by number and the sources follow it in full.
 void Validation(const catalog::Catalog& c) {
-  TextTable t({"case", "metric", "published", "source"});
-  for (const catalog::ValidationCase& v : c.validation_cases())
-    t.AddRow({v.name, v.metric, fmt::format("{:g}", v.published), v.source});
+  TextTable t({"case", "metric", "published", "role", "source"},
+              {TextTable::Align::kLeft, TextTable::Align::kLeft, TextTable::Align::kRight,
+               TextTable::Align::kLeft, TextTable::Align::kRight});
+  std::vector<std::string> sources;
+  for (const catalog::ValidationCase& v : c.validation_cases()) {
+    auto it = std::find(sources.begin(), sources.end(), v.source);
+    if (it == sources.end()) it = sources.insert(sources.end(), v.source);
+    t.AddRow({v.name, v.metric, fmt::format("{:g}", v.published),
+              v.calibration ? "calibration" : "check",
+              fmt::format("[{}]", it - sources.begin() + 1)});
+  }
   std::cout << "validation cases (fmstack validate)\n" << t.RenderText() << "\n";
+  for (size_t i = 0; i < sources.size(); ++i)
+    std::cout << fmt::format("[{}] {}\n", i + 1, sources[i]);
+  std::cout << "\n";
 }
 
 void Terms() {

@@ -265,7 +265,9 @@ Runner AddSimCommand(CLI::App& app) {
   cmd->add_option("--threads", args->threads, "worker threads (default: all cores)");
   cmd->add_flag("--tcp", args->tcp, "no EFA/InfiniBand: TCP over the instance network");
   cmd->add_option("--efficiency", args->efficiency,
-                  "matmul efficiency (achieved / peak), default 0.65")
+                  fmt::format("matmul efficiency (achieved / peak), default {} (calibrated: "
+                              "fmstack validate)",
+                              sim::StepOptions{}.compute_efficiency))
       ->check(CLI::Range(0.01, 1.0));
   cmd->add_option("--format", args->format, "output format")
       ->check(CLI::IsMember({"table", "markdown", "json"}));

@@ -50,11 +50,19 @@ nlohmann::json ToJson(const sim::Validation& v) {
   return j;
 }
 
-int Run(const std::string& format, const std::string& catalog_dir) {
+int Run(const std::string& format, const std::string& catalog_dir, double efficiency) {
   const catalog::Catalog catalog = LoadCatalog(catalog_dir);
-  const sim::Validation v = sim::Validate(catalog);
+  sim::StepOptions options;
+  if (efficiency > 0) options.compute_efficiency = efficiency;
+  const sim::Validation v = sim::Validate(catalog, options);
+  const sim::Calibration cal = sim::CalibrateEfficiency(catalog);
   if (format == "json") {
-    std::cout << ToJson(v).dump(2) << "\n";
+    nlohmann::json j = ToJson(v);
+    j["efficiency"] = options.compute_efficiency;
+    j["calibration"] = {{"cases", cal.cases},
+                        {"efficiency", cal.efficiency},
+                        {"worst_abs_error", cal.worst_abs_error}};
+    std::cout << j.dump(2) << "\n";
     return 0;
   }
   TextTable t({"case", "metric", "published", "fmstack", "error"},
@@ -81,6 +89,10 @@ int Run(const std::string& format, const std::string& catalog_dir) {
     std::cout << fmt::format("{}: the {} cases in the published order: {}\n", g.group, g.cases,
                              g.kept ? "yes" : "NO");
   }
+  std::cout << fmt::format(
+      "matmul efficiency {:.2f}{}; the {} * cases are best fit by {:.3f} (worst |error| {:.1f}%)\n",
+      options.compute_efficiency, efficiency > 0 ? " (--efficiency)" : "", cal.cases,
+      cal.efficiency, 100 * cal.worst_abs_error);
   std::cout << "sources: fmstack catalog list validation\n";
   return 0;
 }
@@ -90,6 +102,7 @@ int Run(const std::string& format, const std::string& catalog_dir) {
 Runner AddValidateCommand(CLI::App& app) {
   auto format = std::make_shared<std::string>("table");
   auto dir = std::make_shared<std::string>();
+  auto efficiency = std::make_shared<double>(0);
   CLI::App* cmd =
       app.add_subcommand("validate",
                          "the step model against published training runs: each source's figure, "
@@ -97,7 +110,10 @@ Runner AddValidateCommand(CLI::App& app) {
   cmd->add_option("--format", *format, "output format")
       ->check(CLI::IsMember({"table", "markdown", "json"}));
   cmd->add_option("--catalog", *dir, "catalog directory (default: the built-in one)");
-  return [format, dir] { return Run(*format, *dir); };
+  cmd->add_option("--efficiency", *efficiency,
+                  "matmul efficiency (achieved / peak) to try instead of the calibrated one")
+      ->check(CLI::Range(0.01, 1.0));
+  return [format, dir, efficiency] { return Run(*format, *dir, *efficiency); };
 }
 
 }  // namespace fmstack::cli

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "sim/busbw.h"
@@ -32,11 +33,11 @@ double ModelBusbw(const catalog::ValidationCase& c, const catalog::Catalog& cata
   return c.bytes / seconds * BusFactor(*op, static_cast<int>(topology.accelerators)) / 1e9;
 }
 
-double ModelFigure(const catalog::ValidationCase& c, const catalog::Catalog& catalog) {
+double ModelFigure(const catalog::ValidationCase& c, const catalog::Catalog& catalog,
+                   StepOptions options) {
   if (c.IsCollective()) return ModelBusbw(c, catalog);
   const spec::JobSpec job = spec::ParseJobSpec(c.job, c.origin, catalog);
   if (!job.cluster) throw Error(c.origin + ": the case's job has no [cluster]");
-  StepOptions options;
   options.sequence_parallel = c.sequence_parallel;
   const StepTime t = ModelStep(job, BuildTopology(*job.cluster), job.cluster->accelerator, options);
   if (!t.fits) {
@@ -44,6 +45,16 @@ double ModelFigure(const catalog::ValidationCase& c, const catalog::Catalog& cat
                             c.origin, t.memory_per_accelerator / 1e9));
   }
   return c.metric == "step_seconds" ? t.total : t.tflops_per_accelerator;
+}
+
+// ModelFigure, with the case named in any error.
+double CaseFigure(const catalog::ValidationCase& c, const catalog::Catalog& catalog,
+                  const StepOptions& options) {
+  try {
+    return ModelFigure(c, catalog, options);
+  } catch (const Error& e) {  // SpecError too: it is an Error
+    throw Error(fmt::format("validation case '{}': {}", c.name, e.what()));
+  }
 }
 
 double Median(std::vector<double> v) {
@@ -55,16 +66,40 @@ double Median(std::vector<double> v) {
 
 }  // namespace
 
-Validation Validate(const catalog::Catalog& catalog) {
+Calibration CalibrateEfficiency(const catalog::Catalog& catalog) {
+  std::vector<const catalog::ValidationCase*> cases;
+  for (const catalog::ValidationCase& c : catalog.validation_cases()) {
+    if (c.calibration && !c.IsCollective()) cases.push_back(&c);
+  }
+  if (cases.empty()) throw Error("the catalog has no calibration cases (validation.calibration)");
+  Calibration best;
+  best.cases = static_cast<int>(cases.size());
+  best.worst_abs_error = std::numeric_limits<double>::infinity();
+  // The worst error is convex enough in the efficiency (each case's figure
+  // moves one way with it) that a plain scan finds its minimum; 0.001 steps
+  // are finer than anything the figures could tell apart.
+  for (int milli = 300; milli <= 950; ++milli) {
+    StepOptions options;
+    options.compute_efficiency = milli / 1000.0;
+    double worst = 0;
+    for (const catalog::ValidationCase* c : cases) {
+      const double model = CaseFigure(*c, catalog, options);
+      worst = std::max(worst, std::fabs(model - c->published) / c->published);
+    }
+    if (worst < best.worst_abs_error) {
+      best.worst_abs_error = worst;
+      best.efficiency = options.compute_efficiency;
+    }
+  }
+  return best;
+}
+
+Validation Validate(const catalog::Catalog& catalog, const StepOptions& options) {
   Validation v;
   for (const catalog::ValidationCase& c : catalog.validation_cases()) {
     ValidationResult r;
     r.c = &c;
-    try {
-      r.model = ModelFigure(c, catalog);
-    } catch (const Error& e) {  // SpecError too: it is an Error
-      throw Error(fmt::format("validation case '{}': {}", c.name, e.what()));
-    }
+    r.model = CaseFigure(c, catalog, options);
     r.error = (r.model - c.published) / c.published;
     v.results.push_back(r);
   }

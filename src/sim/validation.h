@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "catalog/catalog.h"
+#include "sim/step_model.h"
 
 namespace fmstack::sim {
 
@@ -40,6 +41,18 @@ struct Validation {
 // Throws Error naming the case (and its file) when a case's job does not
 // parse, names an accelerator or instance the catalog lacks, or asks for a
 // layout the step model cannot time.
-Validation Validate(const catalog::Catalog& catalog);
+// The matmul efficiency that the calibration cases (Megatron-LM's Table 1)
+// choose: the one that minimizes their worst |error|, found on a 0.001 grid.
+// StepOptions' default is this value rounded to 0.01, and a test holds the
+// two together, so a change to the model that moves the fit is seen.
+struct Calibration {
+  int cases = 0;
+  double efficiency = 0;
+  double worst_abs_error = 0;  // over the calibration cases, at `efficiency`
+};
+Calibration CalibrateEfficiency(const catalog::Catalog& catalog);
+
+// `options` times every training case (its sequence_parallel is the case's own).
+Validation Validate(const catalog::Catalog& catalog, const StepOptions& options = {});
 
 }  // namespace fmstack::sim
