@@ -54,9 +54,14 @@ void Storage(const catalog::Catalog& c) {
 }
 
 void Faults(const catalog::Catalog& c) {
-  TextTable t({"fault set", "causes", "source"});
-  for (const catalog::FaultSet& f : c.fault_sets())
-    t.AddRow({f.name, std::to_string(f.causes.size()), f.source.substr(0, 80)});
+  TextTable t({"fault set", "causes", "observed", "unplanned per 1000 node-days", "source"},
+              {TextTable::Align::kLeft, TextTable::Align::kRight, TextTable::Align::kRight,
+               TextTable::Align::kRight, TextTable::Align::kLeft});
+  for (const catalog::FaultSet& f : c.fault_sets()) {
+    t.AddRow({f.name, std::to_string(f.causes.size()),
+              fmt::format("{:g} nodes x {:g} d", f.observed_nodes, f.observed_hours / 24),
+              fmt::format("{:.1f}", f.UnplannedPerNodeHour() * 24 * 1000), f.source.substr(0, 60)});
+  }
   std::cout << "fault sets (faults.set)\n" << t.RenderText() << "\n";
 }
 

@@ -54,5 +54,7 @@ Calibration CalibrateEfficiency(const catalog::Catalog& catalog);
 
 // `options` times every training case (its sequence_parallel is the case's own).
 Validation Validate(const catalog::Catalog& catalog, const StepOptions& options = {});
+// The results point into the catalog's cases: it must outlive them.
+Validation Validate(catalog::Catalog&& catalog, const StepOptions& options = {}) = delete;
 
 }  // namespace fmstack::sim

@@ -78,13 +78,29 @@ nodes = 2
 // docs/sim.md states the bound: nccl-tests busbw on A100 systems, median
 // within 5% and each case within 20%.
 TEST(Validation, CollectivesMeetTheirBound) {
-  const Validation v = Validate(catalog::Catalog::LoadEmbedded());
+  const catalog::Catalog cat = catalog::Catalog::LoadEmbedded();  // the results point into it
+  const Validation v = Validate(cat);
   ASSERT_GE(v.collectives, 6);
   EXPECT_LE(v.collective_median_abs_error, 0.05);
   for (const ValidationResult& r : v.results) {
     if (r.c->IsCollective()) {
       EXPECT_LE(std::fabs(r.error), 0.20) << r.c->name;
     }
+  }
+}
+
+// docs/sim.md states the bound for training runs that chose no constant:
+// median within 10% (issue 21's), and each within 20% except the cases the
+// docs name as outside it, which must stay within 25%.
+TEST(Validation, IndependentTrainingRunsMeetTheirBound) {
+  const catalog::Catalog cat = catalog::Catalog::LoadEmbedded();  // the results point into it
+  const Validation v = Validate(cat);
+  ASSERT_GE(v.independent, 9);
+  EXPECT_LE(v.independent_median_abs_error, 0.10);
+  for (const ValidationResult& r : v.results) {
+    if (r.c->IsCollective() || r.c->calibration) continue;
+    const bool named_miss = r.c->name == "mt-nlg-530b-3360" || r.c->name == "gpt-neox-20b";
+    EXPECT_LE(std::fabs(r.error), named_miss ? 0.25 : 0.20) << r.c->name;
   }
 }
 
