@@ -9,7 +9,7 @@ Prints one JSON line: {"tokens_per_s": median round, "rounds": [...],
 "torch": version, "blas": the BLAS library libblas.so.3 resolves to,
 "threads": n}.
 """
-import argparse, json, math, os, statistics, time
+import argparse, ctypes, json, math, os, statistics, time
 
 import torch
 import torch.nn as nn
@@ -78,7 +78,14 @@ def main():
         for _ in range(a.steps):
             step()
         rounds.append(round(a.steps * a.batch * a.seq / (time.perf_counter() - start)))
-    blas = os.path.realpath("/lib/x86_64-linux-gnu/libblas.so.3").split("/")[-2]
+    lib = os.path.realpath("/lib/x86_64-linux-gnu/libblas.so.3")
+    blas = lib.split("/")[-2]
+    try:  # the kernels OpenBLAS picked in this process (OPENBLAS_CORETYPE, inherited)
+        get = ctypes.CDLL(lib).openblas_get_corename
+        get.restype = ctypes.c_char_p
+        blas += " " + get().decode()
+    except (OSError, AttributeError):
+        pass
     print(json.dumps({"tokens_per_s": statistics.median(rounds), "rounds": rounds,
                       "torch": torch.__version__, "blas": blas,
                       "threads": torch.get_num_threads()}))

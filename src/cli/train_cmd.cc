@@ -239,11 +239,12 @@ int RunTrain(const TrainArgs& args) {
   auto state_path = [&] { return ckpt_root + "/" + ckpt::StepDirName(trainer.step()); };
   if (lead()) {
     std::cerr << fmt::format(
-        "training {} ({} params) on {} x {} threads ({}): {} steps x {} tokens, from step {}\n",
+        "training {} ({} params) on {} x {} threads ({}; OpenBLAS {} kernels): {} steps x {} "
+        "tokens, from step {}\n",
         config.shape.name, units::FormatCount(static_cast<double>(trainer.model().params().size())),
         trainer.world(), gpt::CpuThreads(),
         comm ? fmt::format("{} over {}", train::DpModeName(dp.mode), comm->name()) : "1 process",
-        config.steps, config.tokens_per_step(), trainer.step());
+        gpt::BlasCoreName(), config.steps, config.tokens_per_step(), trainer.step());
   }
 
   const double unigram = train::UnigramEntropy(train_tokens.tokens, train_tokens.vocab);

@@ -56,4 +56,9 @@ std::string BlasConfig() {
   const char* config = openblas_get_config();
   return config != nullptr ? config : "OpenBLAS (no build string)";
 }
+std::string BlasCoreName() {
+  const char* core = openblas_get_corename();
+  return core != nullptr ? core : "unknown";
+}
+
 }  // namespace fmstack::gpt

@@ -31,4 +31,7 @@ int CpuThreads();
 // The BLAS build the matmuls run on, for benchmark output:
 // "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Cooperlake MAX_THREADS=64".
 std::string BlasConfig();
+// The kernels OpenBLAS picked for this CPU ("Haswell", "SkylakeX", ...).
+std::string BlasCoreName();
+
 }  // namespace fmstack::gpt
