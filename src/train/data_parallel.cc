@@ -277,17 +277,16 @@ double DataParallel::Step(std::span<float> params, std::span<float> grads, AdamW
                           int64_t step, double lr) {
   if (!sharded()) {
     const double norm = GlobalNorm(grads);
-    ClipByGlobalNorm(grads, norm, optim_.grad_clip);
-    full->Update(params, grads, step, lr);
+    full->Update(params, grads, step, lr, ClipScale(norm, optim_.grad_clip));
     return norm;
   }
   const double local = GlobalNorm(shard_grads_);
   const auto start = std::chrono::steady_clock::now();
   const double norm = std::sqrt(SumAcrossRanks(local * local));
-  ClipByGlobalNorm(shard_grads_, norm, optim_.grad_clip);
   LoadShard(params);
   AdamWKernel(optim_, shard_params_.data(), shard_grads_.data(), shard_m_.data(), shard_v_.data(),
-              shard_decay_.data(), static_cast<int64_t>(shard_params_.size()), step, lr);
+              shard_decay_.data(), static_cast<int64_t>(shard_params_.size()), step, lr,
+              ClipScale(norm, optim_.grad_clip));
   GatherShards(params);
   std::fill(shard_grads_.begin(), shard_grads_.end(), 0.0f);
   const double s = Since(start);

@@ -35,9 +35,14 @@ double GlobalNorm(std::span<const float> grads) {
   return std::sqrt(total);
 }
 
-float ClipByGlobalNorm(std::span<float> grads, double norm, double max_norm) {
+float ClipScale(double norm, double max_norm) {
   if (max_norm <= 0 || norm <= max_norm) return 1.0f;
-  const auto scale = static_cast<float>(max_norm / (norm + 1e-6));
+  return static_cast<float>(max_norm / (norm + 1e-6));
+}
+
+float ClipByGlobalNorm(std::span<float> grads, double norm, double max_norm) {
+  const float scale = ClipScale(norm, max_norm);
+  if (scale == 1.0f) return scale;
   const auto n = static_cast<int64_t>(grads.size());
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) grads[i] *= scale;
@@ -53,7 +58,7 @@ std::vector<uint8_t> DecayMask(const gpt::ParamLayout& layout) {
 }
 
 void AdamWKernel(const OptimConfig& c, float* p, const float* g, float* m, float* v,
-                 const uint8_t* decay, int64_t n, int64_t step, double lr) {
+                 const uint8_t* decay, int64_t n, int64_t step, double lr, float grad_scale) {
   const double t = static_cast<double>(step);
   const auto b1 = static_cast<float>(c.beta1), b2 = static_cast<float>(c.beta2);
   const auto correction1 = static_cast<float>(1.0 - std::pow(c.beta1, t));
@@ -62,8 +67,9 @@ void AdamWKernel(const OptimConfig& c, float* p, const float* g, float* m, float
   const auto wd = static_cast<float>(c.weight_decay);
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-    v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+    const float gi = g[i] * grad_scale;  // the value an in-place clip would have stored
+    m[i] = b1 * m[i] + (1.0f - b1) * gi;
+    v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
     const float m_hat = m[i] / correction1;
     const float v_hat = v[i] / correction2;
     p[i] -= rate * (m_hat / (std::sqrt(v_hat) + eps) + (decay[i] ? wd * p[i] : 0.0f));
@@ -73,9 +79,10 @@ void AdamWKernel(const OptimConfig& c, float* p, const float* g, float* m, float
 AdamW::AdamW(const OptimConfig& config, const gpt::ParamLayout& layout)
     : config_(config), m_(layout.total, 0.0f), v_(layout.total, 0.0f), decay_(DecayMask(layout)) {}
 
-void AdamW::Update(std::span<float> params, std::span<const float> grads, int64_t step, double lr) {
+void AdamW::Update(std::span<float> params, std::span<const float> grads, int64_t step, double lr,
+                   float grad_scale) {
   AdamWKernel(config_, params.data(), grads.data(), m_.data(), v_.data(), decay_.data(),
-              static_cast<int64_t>(params.size()), step, lr);
+              static_cast<int64_t>(params.size()), step, lr, grad_scale);
 }
 
 }  // namespace fmstack::train

@@ -27,13 +27,20 @@ double LearningRate(const OptimConfig& c, int64_t step, int64_t total_steps);
 // does not depend on the thread count.
 double GlobalNorm(std::span<const float> grads);
 
+// The factor that brings a global norm `norm` down to at most max_norm (1
+// when it is under, or max_norm <= 0).
+float ClipScale(double norm, double max_norm);
+
 // Scales grads so their global norm is at most max_norm; returns the factor.
+// The training step does not call it: it hands ClipScale to AdamW, which
+// multiplies as it reads (one pass over the gradients fewer, same bits).
 float ClipByGlobalNorm(std::span<float> grads, double norm, double max_norm);
 
-// The AdamW update of n elements with bias-corrected moments; `decay[i]` = 1
-// applies weight decay to element i. ZeRO runs it on a rank's shard only.
+// The AdamW update of n elements with bias-corrected moments, on the
+// gradients times grad_scale (clipping); `decay[i]` = 1 applies weight decay
+// to element i. ZeRO runs it on a rank's shard only.
 void AdamWKernel(const OptimConfig& c, float* params, const float* grads, float* m, float* v,
-                 const uint8_t* decay, int64_t n, int64_t step, double lr);
+                 const uint8_t* decay, int64_t n, int64_t step, double lr, float grad_scale = 1.0f);
 
 // Per parameter of `layout`: 1 = apply weight decay (matrices and embeddings,
 // never biases or LayerNorm gains).
@@ -46,7 +53,8 @@ class AdamW {
   AdamW(const OptimConfig& config, const gpt::ParamLayout& layout);
 
   // One update with bias-corrected moments; `step` is 1 for the first update.
-  void Update(std::span<float> params, std::span<const float> grads, int64_t step, double lr);
+  void Update(std::span<float> params, std::span<const float> grads, int64_t step, double lr,
+              float grad_scale = 1.0f);
 
   std::span<float> m() { return m_; }
   std::span<float> v() { return v_; }

@@ -107,8 +107,8 @@ StepStats Trainer::Step() {
     s.grad_norm = model_->DeviceOptimizerStep(counters_.step + 1, s.lr);
   } else {
     s.grad_norm = GlobalNorm(model_->grads());
-    ClipByGlobalNorm(model_->grads(), s.grad_norm, config_.optim.grad_clip);
-    optimizer_->Update(model_->params(), model_->grads(), counters_.step + 1, s.lr);
+    optimizer_->Update(model_->params(), model_->grads(), counters_.step + 1, s.lr,
+                       ClipScale(s.grad_norm, config_.optim.grad_clip));
   }
   if (!std::isfinite(s.grad_norm)) {
     // Every rank sees the same global norm, so all stop at this step together.

@@ -45,5 +45,40 @@ TEST(AdamW, FirstStepMovesByLrAndDecaysOnlyMatrices) {
   EXPECT_FLOAT_EQ(p[layout.ln1w], 1.0f);                      // no grad, no decay
 }
 
+// The training step hands the clip factor to AdamW instead of scaling the
+// gradients first; the plain form (ClipByGlobalNorm, then the update) stays
+// as the reference, and the two must agree bit for bit over several steps.
+TEST(AdamW, ClippingInsideTheUpdateMatchesClippingFirst) {
+  const int64_t n = 1000;  // not a multiple of any vector width
+  OptimConfig c;
+  c.weight_decay = 0.1;
+  c.grad_clip = 0.5;
+  std::vector<float> p_fused(n), p_ref(n), m_fused(n, 0), v_fused(n, 0), m_ref(n, 0), v_ref(n, 0);
+  std::vector<uint8_t> decay(n);
+  for (int64_t i = 0; i < n; ++i) {
+    p_fused[i] = p_ref[i] = 0.01f * static_cast<float>(i % 97) - 0.4f;
+    decay[i] = static_cast<uint8_t>(i % 3 != 0);
+  }
+  for (int64_t step = 1; step <= 4; ++step) {
+    std::vector<float> g(n);
+    for (int64_t i = 0; i < n; ++i)
+      g[i] = std::sin(0.37f * static_cast<float>(i * step)) * static_cast<float>(step);
+    const double norm = GlobalNorm(g);
+    const float scale = ClipScale(norm, c.grad_clip);
+    ASSERT_LT(scale, 1.0f) << "the test means to clip";
+    AdamWKernel(c, p_fused.data(), g.data(), m_fused.data(), v_fused.data(), decay.data(), n, step,
+                1e-3, scale);
+    std::vector<float> clipped = g;
+    EXPECT_EQ(ClipByGlobalNorm(clipped, norm, c.grad_clip), scale);
+    AdamWKernel(c, p_ref.data(), clipped.data(), m_ref.data(), v_ref.data(), decay.data(), n, step,
+                1e-3);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(p_fused[i], p_ref[i]) << i;
+    ASSERT_EQ(m_fused[i], m_ref[i]) << i;
+    ASSERT_EQ(v_fused[i], v_ref[i]) << i;
+  }
+}
+
 }  // namespace
 }  // namespace fmstack::train
