@@ -240,8 +240,11 @@ void ShmCommunicator::Wait(const char* op) {
   const uint32_t epoch = header_->epoch.load(std::memory_order_acquire);
   if (header_->arrived.fetch_add(1, std::memory_order_acq_rel) == static_cast<uint32_t>(P - 1)) {
     header_->arrived.store(0, std::memory_order_relaxed);
-    header_->epoch.fetch_add(1, std::memory_order_release);
-    FutexWakeAll(&header_->epoch);
+    header_->epoch.fetch_add(1, std::memory_order_seq_cst);
+    // A wake is a system call: only when someone sleeps. A sleeper counts
+    // itself before it reads the epoch, and this reads the count after
+    // moving the epoch (both seq_cst), so one of the two sees the other.
+    if (header_->sleepers.load(std::memory_order_seq_cst) > 0) FutexWakeAll(&header_->epoch);
     return;
   }
   const auto start = std::chrono::steady_clock::now();
@@ -255,7 +258,10 @@ void ShmCommunicator::Wait(const char* op) {
       sched_yield();
       continue;
     }
-    FutexWait(&header_->epoch, epoch, std::chrono::microseconds(2000));
+    header_->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (header_->epoch.load(std::memory_order_seq_cst) == epoch)
+      FutexWait(&header_->epoch, epoch, std::chrono::microseconds(2000));
+    header_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
     if (header_->epoch.load(std::memory_order_acquire) != epoch) break;
     CheckAborted(op);
     const auto now = std::chrono::steady_clock::now();
