@@ -75,9 +75,9 @@ struct FsdpTime {
   double exposed = 0;  // beyond the compute it overlaps
 };
 
-FsdpTime FsdpMicroBatch(const StepOptions& o, const spec::JobSpec& job, double local_params,
-                        double compute, const std::vector<LinkLevel>& replicas) {
-  const double layers = static_cast<double>(job.model.layers) / static_cast<double>(job.layout.pp);
+FsdpTime FsdpMicroBatch(const StepOptions& o, const spec::JobSpec& job, double layers,
+                        double local_params, double compute,
+                        const std::vector<LinkLevel>& replicas) {
   const double bytes = local_params / layers * o.bytes_per_gradient;  // one layer, gathered
   const double gather = Coll(o, Collective::kAllGather, bytes, replicas);
   const double scatter = Coll(o, Collective::kReduceScatter, bytes, replicas);
@@ -231,7 +231,7 @@ StepTime ModelStep(const spec::JobSpec& job, const Topology& topo,
         Coll(o, Collective::kAllReduce, local * o.bytes_per_gradient, replicas);
     const double per_micro_batch = (t.compute + t.memory) / m;
     if (l.zero_stage >= 3) {
-      const FsdpTime f = FsdpMicroBatch(o, job, local, per_micro_batch, replicas);
+      const FsdpTime f = FsdpMicroBatch(o, job, layers_per_stage, local, per_micro_batch, replicas);
       t.dp = m * f.comm;
       t.dp_exposed = o.overlap_dp ? m * f.exposed : t.dp;
     } else {
