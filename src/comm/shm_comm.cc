@@ -118,6 +118,8 @@ void ShmCommunicator::ProbeCrossMemoryAttach() {
   }
   Wait("attach");
   cma_ = header_->cma_failed.load() == 0 && std::getenv("FMSTACK_SHM_NO_CMA") == nullptr;
+  const char* cma_reduce = std::getenv("FMSTACK_SHM_CMA_REDUCE");
+  cma_reduce_ = cma_reduce != nullptr && std::string(cma_reduce) == "1";
 }
 
 void ShmCommunicator::ReadPeer(int r, const std::byte* remote, std::byte* local, size_t bytes,
@@ -328,7 +330,7 @@ void ShmCommunicator::AllReduce(View buf, ReduceOp op) {
   if (size() == 1) return CheckAborted("allreduce");
   if (UseSmall(buf.bytes())) return SmallReduce(buf, op, 0, true);
   if (UseMid(buf.bytes())) return MidReduce(buf, op, 0, true);
-  if (UseCma(buf.bytes())) return CmaReduce(buf, op, 0, true);
+  if (UseCmaReduce(buf.bytes())) return CmaReduce(buf, op, 0, true);
   ReduceWindow(buf, op, 0, true);
 }
 
@@ -336,7 +338,7 @@ void ShmCommunicator::Reduce(View buf, ReduceOp op, int root) {
   if (size() == 1) return CheckAborted("reduce");
   if (UseSmall(buf.bytes())) return SmallReduce(buf, op, root, false);
   if (UseMid(buf.bytes())) return MidReduce(buf, op, root, false);
-  if (UseCma(buf.bytes())) return CmaReduce(buf, op, root, false);
+  if (UseCmaReduce(buf.bytes())) return CmaReduce(buf, op, root, false);
   ReduceWindow(buf, op, root, false);
 }
 

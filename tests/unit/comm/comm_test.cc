@@ -206,11 +206,29 @@ TEST_P(CommTest, EveryCollectiveMatchesTheReference) {
   ExpectAllOk(RunRanks(GetParam(), AllCollectives, server));
 }
 
-// FMSTACK_SHM_POST_WAIT=1 (opt-in) for the ranks forked while it lives.
-struct PostWait {
-  PostWait() { ::setenv("FMSTACK_SHM_POST_WAIT", "1", 1); }
-  ~PostWait() { ::unsetenv("FMSTACK_SHM_POST_WAIT"); }
+// An opt-in variable set to 1 for the ranks forked while it lives.
+struct OptIn {
+  explicit OptIn(const char* name) : name_(name) { ::setenv(name, "1", 1); }
+  ~OptIn() { ::unsetenv(name_); }
+  OptIn(const OptIn&) = delete;
+  OptIn& operator=(const OptIn&) = delete;
+
+ private:
+  const char* name_;
 };
+struct PostWait : OptIn {
+  PostWait() : OptIn("FMSTACK_SHM_POST_WAIT") {}
+};
+
+// All-reduce and reduce through cross-memory attach (FMSTACK_SHM_CMA_REDUCE=1),
+// which the default leaves to the slots.
+TEST(CommTest, CrossMemoryAttachReductionsMatchTheReference) {
+  const OptIn on("FMSTACK_SHM_CMA_REDUCE");
+  for (const Layout& layout : {Layout{1, 2}, Layout{2, 2}, Layout{1, 5}}) {
+    TcpStoreServer server("127.0.0.1", 0, kSecret);
+    ExpectAllOk(RunRanks(layout, AllCollectives, server));
+  }
+}
 
 // The post-and-wait paths: small messages on every layout with local
 // peers, and (with more local ranks than this machine's cores) the
