@@ -89,10 +89,13 @@ int Run(const std::string& format, const std::string& catalog_dir, double effici
     std::cout << fmt::format("{}: the {} cases in the published order: {}\n", g.group, g.cases,
                              g.kept ? "yes" : "NO");
   }
-  std::cout << fmt::format(
-      "matmul efficiency {:.2f}{}; the {} * cases are best fit by {:.3f} (worst |error| {:.1f}%)\n",
-      options.compute_efficiency, efficiency > 0 ? " (--efficiency)" : "", cal.cases,
-      cal.efficiency, 100 * cal.worst_abs_error);
+  if (cal.cases > 0) {
+    std::cout << fmt::format(
+        "matmul efficiency {:.2f}{}; the {} * cases are best fit by {:.3f} (worst |error| "
+        "{:.1f}%)\n",
+        options.compute_efficiency, efficiency > 0 ? " (--efficiency)" : "", cal.cases,
+        cal.efficiency, 100 * cal.worst_abs_error);
+  }
   std::cout << "sources: fmstack catalog list validation\n";
   return 0;
 }

@@ -46,7 +46,7 @@ struct Validation {
 // StepOptions' default is this value rounded to 0.01, and a test holds the
 // two together, so a change to the model that moves the fit is seen.
 struct Calibration {
-  int cases = 0;
+  int cases = 0;  // 0: the catalog has no calibration cases, and nothing was fitted
   double efficiency = 0;
   double worst_abs_error = 0;  // over the calibration cases, at `efficiency`
 };
