@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "gpt/cpu_kernels.h"
+#include "gpt/sgemm_peak.h"
 #include "grad_check.h"
 
 namespace fmstack::gpt {
@@ -54,6 +55,28 @@ TEST(Kernels, MatmulBackwardMatchesFiniteDifferences) {
   EXPECT_LT(GradientError(loss, x, dx), kTolerance);
   EXPECT_LT(GradientError(loss, w, dw), kTolerance);
   EXPECT_LT(GradientError(loss, b, db), kTolerance);
+}
+
+// On two threads the input and weight gradients run side by side, each
+// single-threaded; the result must be the bits of running them in turn on
+// one thread.
+TEST(Kernels, MatmulBackwardSideBySideEqualsInTurn) {
+  const int64_t N = 256, C = 64, OC = 192;
+  V x(N * C), w(OC * C), r(N * OC);
+  FillNormal(x, 1), FillNormal(w, 2), FillNormal(r, 3);
+  const int threads = CpuThreads();
+  auto run = [&](int t) {
+    SetCpuThreads(t);
+    V dx(N * C, 0), dw(OC * C, 0.5f), db(OC, 0);
+    cpu::MatmulBackward(dx, dw, db, r, x, w, N, C, OC);
+    dx.insert(dx.end(), dw.begin(), dw.end());
+    dx.insert(dx.end(), db.begin(), db.end());
+    return dx;
+  };
+  const V in_turn = run(1), side_by_side = run(2);
+  SetCpuThreads(threads);
+  ASSERT_EQ(in_turn.size(), side_by_side.size());
+  for (size_t i = 0; i < in_turn.size(); ++i) ASSERT_EQ(in_turn[i], side_by_side[i]) << i;
 }
 
 TEST(Kernels, MatmulResidualAddsTheResidual) {
