@@ -4,12 +4,13 @@
 // through the slots between barriers. The barrier spins briefly, then sleeps
 // on a futex in the segment, checking on the way whether any peer process
 // has died (so a dead peer is named within milliseconds) or the group was
-// aborted. Where the kernel allows it, larger all-gathers, reduce-scatters,
-// broadcasts and all-to-alls skip the slots: each rank reads its peers'
-// buffers directly (process_vm_readv). All-reduce and reduce stay on the
-// slots, which ran 1.3-2x faster here at every size from 64 KiB up once the
-// barrier stopped making a system call per round (docs/comm.md);
-// FMSTACK_SHM_CMA_REDUCE=1 sends them through cross-memory attach too. With
+// aborted. Where the kernel allows it and the ranks do not outnumber the
+// cores, larger all-gathers, reduce-scatters, broadcasts and all-to-alls
+// skip the slots: each rank reads its peers' buffers directly
+// (process_vm_readv). All-reduce and reduce stay on the slots, which ran
+// 1.3-2x faster here at every size from 64 KiB up once the barrier stopped
+// making a system call per round (docs/comm.md); FMSTACK_SHM_CMA_REDUCE=1
+// sends everything through cross-memory attach. With
 // FMSTACK_SHM_POST_WAIT=1 (opt-in), messages up to 64 KiB skip the barriers
 // instead: one post and one wait (shm_small.cc).
 #pragma once
@@ -115,7 +116,9 @@ class ShmCommunicator final : public Communicator {
   // Not when ranks outnumber cores: there every barrier sleeps, and the
   // slots beat cross-memory attach at most sizes (4 and 8 ranks on 2 cores:
   // all-gather and all-to-all 1.5-7x from 64 KiB to 1 MiB, docs/comm.md).
-  bool UseCma(size_t bytes) const { return cma_ && !oversubscribed_ && bytes >= kCmaMinBytes; }
+  bool UseCma(size_t bytes) const {
+    return cma_ && (!oversubscribed_ || cma_reduce_) && bytes >= kCmaMinBytes;
+  }
   bool UseCmaReduce(size_t bytes) const { return cma_reduce_ && UseCma(bytes); }
   void ProbeCrossMemoryAttach();
   const std::byte* PeerBuffer(int r) const;
@@ -127,7 +130,9 @@ class ShmCommunicator final : public Communicator {
   Header* header_ = nullptr;
   size_t mapped_bytes_ = 0;
   bool cma_ = false;
-  bool cma_reduce_ = false;         // FMSTACK_SHM_CMA_REDUCE=1: all-reduce and reduce by CMA too
+  // FMSTACK_SHM_CMA_REDUCE=1: cross-memory attach for every collective over
+  // 64 KiB, reductions too, whatever the rank count (comm_test runs it).
+  bool cma_reduce_ = false;
   bool oversubscribed_ = false;     // more ranks than cores
   bool post_wait_ = false;          // FMSTACK_SHM_POST_WAIT=1: the paths of shm_small.cc
   size_t region_bytes_ = 0;         // per rank and parity: input, then (mid path) result

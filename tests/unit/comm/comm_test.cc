@@ -220,8 +220,9 @@ struct PostWait : OptIn {
   PostWait() : OptIn("FMSTACK_SHM_POST_WAIT") {}
 };
 
-// All-reduce and reduce through cross-memory attach (FMSTACK_SHM_CMA_REDUCE=1),
-// which the default leaves to the slots.
+// Every collective over 64 KiB through cross-memory attach, reductions too
+// and with more ranks than cores (FMSTACK_SHM_CMA_REDUCE=1): the default
+// leaves those to the slots.
 TEST(CommTest, CrossMemoryAttachReductionsMatchTheReference) {
   const OptIn on("FMSTACK_SHM_CMA_REDUCE");
   for (const Layout& layout : {Layout{1, 2}, Layout{2, 2}, Layout{1, 5}}) {
