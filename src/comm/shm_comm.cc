@@ -118,8 +118,8 @@ void ShmCommunicator::ProbeCrossMemoryAttach() {
   }
   Wait("attach");
   cma_ = header_->cma_failed.load() == 0 && std::getenv("FMSTACK_SHM_NO_CMA") == nullptr;
-  const char* cma_reduce = std::getenv("FMSTACK_SHM_CMA_REDUCE");
-  cma_reduce_ = cma_reduce != nullptr && std::string(cma_reduce) == "1";
+  const char* everywhere = std::getenv("FMSTACK_SHM_CMA_REDUCE");
+  cma_everywhere_ = everywhere != nullptr && std::string(everywhere) == "1";
 }
 
 void ShmCommunicator::ReadPeer(int r, const std::byte* remote, std::byte* local, size_t bytes,

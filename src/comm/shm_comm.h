@@ -117,9 +117,9 @@ class ShmCommunicator final : public Communicator {
   // slots beat cross-memory attach at most sizes (4 and 8 ranks on 2 cores:
   // all-gather and all-to-all 1.5-7x from 64 KiB to 1 MiB, docs/comm.md).
   bool UseCma(size_t bytes) const {
-    return cma_ && (!oversubscribed_ || cma_reduce_) && bytes >= kCmaMinBytes;
+    return cma_ && (!oversubscribed_ || cma_everywhere_) && bytes >= kCmaMinBytes;
   }
-  bool UseCmaReduce(size_t bytes) const { return cma_reduce_ && UseCma(bytes); }
+  bool UseCmaReduce(size_t bytes) const { return cma_everywhere_ && UseCma(bytes); }
   void ProbeCrossMemoryAttach();
   const std::byte* PeerBuffer(int r) const;
   void ReadPeer(int r, const std::byte* remote, std::byte* local, size_t bytes, const char* op);
@@ -132,7 +132,7 @@ class ShmCommunicator final : public Communicator {
   bool cma_ = false;
   // FMSTACK_SHM_CMA_REDUCE=1: cross-memory attach for every collective over
   // 64 KiB, reductions too, whatever the rank count (comm_test runs it).
-  bool cma_reduce_ = false;
+  bool cma_everywhere_ = false;
   bool oversubscribed_ = false;     // more ranks than cores
   bool post_wait_ = false;          // FMSTACK_SHM_POST_WAIT=1: the paths of shm_small.cc
   size_t region_bytes_ = 0;         // per rank and parity: input, then (mid path) result

@@ -33,28 +33,44 @@ double ModelBusbw(const catalog::ValidationCase& c, const catalog::Catalog& cata
   return c.bytes / seconds * BusFactor(*op, static_cast<int>(topology.accelerators)) / 1e9;
 }
 
-double ModelFigure(const catalog::ValidationCase& c, const catalog::Catalog& catalog,
-                   StepOptions options) {
-  if (c.IsCollective()) return ModelBusbw(c, catalog);
-  const spec::JobSpec job = spec::ParseJobSpec(c.job, c.origin, catalog);
-  if (!job.cluster) throw Error(c.origin + ": the case's job has no [cluster]");
-  options.sequence_parallel = c.sequence_parallel;
-  const StepTime t = ModelStep(job, BuildTopology(*job.cluster), job.cluster->accelerator, options);
-  if (!t.fits) {
-    throw Error(fmt::format("{}: the case's layout does not fit ({:.1f} GB per accelerator)",
-                            c.origin, t.memory_per_accelerator / 1e9));
-  }
-  return c.metric == "step_seconds" ? t.total : t.tflops_per_accelerator;
-}
+// A training case's job, parsed once and timed under any options.
+struct TrainingCase {
+  const catalog::ValidationCase* c;
+  spec::JobSpec job;
+  Topology topology;
 
-// ModelFigure, with the case named in any error.
-double CaseFigure(const catalog::ValidationCase& c, const catalog::Catalog& catalog,
-                  const StepOptions& options) {
+  TrainingCase(const catalog::ValidationCase& vc, const catalog::Catalog& catalog)
+      : c(&vc), job(spec::ParseJobSpec(vc.job, vc.origin, catalog)) {
+    if (!job.cluster) throw Error(vc.origin + ": the case's job has no [cluster]");
+    topology = BuildTopology(*job.cluster);
+  }
+
+  double Figure(StepOptions options) const {
+    options.sequence_parallel = c->sequence_parallel;
+    const StepTime t = ModelStep(job, topology, job.cluster->accelerator, options);
+    if (!t.fits) {
+      throw Error(fmt::format("{}: the case's layout does not fit ({:.1f} GB per accelerator)",
+                              c->origin, t.memory_per_accelerator / 1e9));
+    }
+    return c->metric == "step_seconds" ? t.total : t.tflops_per_accelerator;
+  }
+};
+
+// `fn()`, with the case named in any error.
+template <typename Fn>
+auto NamingTheCase(const catalog::ValidationCase& c, Fn&& fn) {
   try {
-    return ModelFigure(c, catalog, options);
+    return fn();
   } catch (const Error& e) {  // SpecError too: it is an Error
     throw Error(fmt::format("validation case '{}': {}", c.name, e.what()));
   }
+}
+
+double CaseFigure(const catalog::ValidationCase& c, const catalog::Catalog& catalog,
+                  const StepOptions& options) {
+  return NamingTheCase(c, [&] {
+    return c.IsCollective() ? ModelBusbw(c, catalog) : TrainingCase(c, catalog).Figure(options);
+  });
 }
 
 double Median(std::vector<double> v) {
@@ -67,9 +83,10 @@ double Median(std::vector<double> v) {
 }  // namespace
 
 Calibration CalibrateEfficiency(const catalog::Catalog& catalog) {
-  std::vector<const catalog::ValidationCase*> cases;
+  std::vector<TrainingCase> cases;
   for (const catalog::ValidationCase& c : catalog.validation_cases()) {
-    if (c.calibration && !c.IsCollective()) cases.push_back(&c);
+    if (c.calibration && !c.IsCollective())
+      cases.push_back(NamingTheCase(c, [&] { return TrainingCase(c, catalog); }));
   }
   Calibration best;
   best.cases = static_cast<int>(cases.size());
@@ -82,9 +99,9 @@ Calibration CalibrateEfficiency(const catalog::Catalog& catalog) {
     StepOptions options;
     options.compute_efficiency = milli / 1000.0;
     double worst = 0;
-    for (const catalog::ValidationCase* c : cases) {
-      const double model = CaseFigure(*c, catalog, options);
-      worst = std::max(worst, std::fabs(model - c->published) / c->published);
+    for (const TrainingCase& t : cases) {
+      const double model = NamingTheCase(*t.c, [&] { return t.Figure(options); });
+      worst = std::max(worst, std::fabs(model - t.c->published) / t.c->published);
     }
     if (worst < best.worst_abs_error) {
       best.worst_abs_error = worst;

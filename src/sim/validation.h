@@ -38,9 +38,6 @@ struct Validation {
   double collective_median_abs_error = 0;
 };
 
-// Throws Error naming the case (and its file) when a case's job does not
-// parse, names an accelerator or instance the catalog lacks, or asks for a
-// layout the step model cannot time.
 // The matmul efficiency that the calibration cases (Megatron-LM's Table 1)
 // choose: the one that minimizes their worst |error|, found on a 0.001 grid.
 // StepOptions' default is this value rounded to 0.01, and a test holds the
@@ -52,7 +49,10 @@ struct Calibration {
 };
 Calibration CalibrateEfficiency(const catalog::Catalog& catalog);
 
-// `options` times every training case (its sequence_parallel is the case's own).
+// Throws Error naming the case (and its file) when a case's job does not
+// parse, names an accelerator or instance the catalog lacks, or asks for a
+// layout the step model cannot time (CalibrateEfficiency too). `options`
+// times every training case (its sequence_parallel is the case's own).
 Validation Validate(const catalog::Catalog& catalog, const StepOptions& options = {});
 // The results point into the catalog's cases: it must outlive them.
 Validation Validate(catalog::Catalog&& catalog, const StepOptions& options = {}) = delete;
