@@ -135,9 +135,9 @@ ValidationCase ReadValidationCase(StrictTable& t, const std::string& file) {
   ValidationCase v;
   v.name = RequireString(t, "name");
   v.group = t.String("group").value_or("");
-  v.metric =
-      t.Choice("metric", std::vector<std::string>{"tflops_per_gpu", "step_seconds", "busbw_gbps"})
-          .value_or("tflops_per_gpu");
+  v.metric = t.Choice("metric", std::vector<std::string>{"tflops_per_gpu", "mfu_percent",
+                                                         "step_seconds", "gpu_hours", "busbw_gbps"})
+                 .value_or("tflops_per_gpu");
   v.collective = t.String("collective").value_or("");
   v.bytes = t.Bytes("bytes").value_or(0);
   if (v.IsCollective() && (v.collective.empty() || v.bytes <= 0))

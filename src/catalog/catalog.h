@@ -99,9 +99,11 @@ struct FaultSet {
 struct ValidationCase {
   std::string name;
   std::string group;  // cases of one group are compared for their ordering
-  // "tflops_per_gpu" (model FLOP/s per accelerator), "step_seconds", or
-  // "busbw_gbps": nccl-tests' bus bandwidth of one collective over every
-  // accelerator of the job's cluster (GB/s).
+  // "tflops_per_gpu" (model FLOP/s per accelerator, recomputation counted as
+  // Megatron counts it), "mfu_percent" (model FLOPs only, of the peak),
+  // "step_seconds", "gpu_hours" (accelerator-hours to train the job's
+  // train.tokens), or "busbw_gbps": nccl-tests' bus bandwidth of one
+  // collective over every accelerator of the job's cluster (GB/s).
   std::string metric;
   double published = 0;
   std::string collective;  // busbw_gbps: nccl-tests' name of the op ("allreduce" ...)

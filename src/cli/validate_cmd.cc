@@ -14,11 +14,16 @@ namespace fmstack::cli {
 namespace {
 
 std::string Figure(const catalog::ValidationCase& c, double v) {
-  return c.metric == "step_seconds" ? fmt::format("{:.1f} s", v) : fmt::format("{:.0f}", v);
+  if (c.metric == "step_seconds") return fmt::format("{:.1f} s", v);
+  if (c.metric == "mfu_percent") return fmt::format("{:.1f}%", v);
+  if (c.metric == "gpu_hours") return fmt::format("{:.0f}k", v / 1e3);
+  return fmt::format("{:.0f}", v);
 }
 
 std::string MetricName(const catalog::ValidationCase& c) {
   if (c.metric == "step_seconds") return "step time";
+  if (c.metric == "mfu_percent") return "MFU";
+  if (c.metric == "gpu_hours") return "GPU-hours";
   if (c.IsCollective()) return c.collective + " busbw GB/s";
   return "TFLOP/s per GPU";
 }

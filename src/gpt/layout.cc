@@ -44,6 +44,7 @@ ParamLayout ParamLayout::For(const workload::TransformerShape& s) {
   Require(s.bias, s, "bias", "must be true");
   Require(!s.is_moe(), s, "experts", "must be 1 (dense)");
   Require(s.kv_heads == s.heads, s, "kv_heads", "must equal heads (no GQA)");
+  Require(s.q_dim() == s.hidden, s, "head_dim", "must be hidden / heads");
   Require(s.vocab <= 65536, s, "vocab", "must be at most 65536 (tokens are stored as uint16)");
 
   ParamLayout p;

@@ -48,6 +48,7 @@ CheckpointPlan PlanCheckpoint(const spec::JobSpec& job, double num_params,
   const resilience::FaultLoad load = resilience::ResolveFaultLoad(job, catalog);
   c.mtti = load.mtti;
   c.mtti_source = load.source;
+  c.nodes_away = resilience::NodesOutOfService(load, cluster->nodes, cluster->spares);
   const resilience::CheckpointCost cost = resilience::ModelCheckpoints(job, catalog, c.mtti);
   c.save_seconds = cost.blocking_seconds;
   c.tiers = cost.tiers;

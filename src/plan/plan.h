@@ -74,6 +74,7 @@ struct CheckpointPlan {
   std::string interval_rule;
   double overhead = 0;  // expected share of time lost at `interval`
   double bandwidth_blocking = 0, bandwidth_async = 0;
+  resilience::NodesAway nodes_away;  // nodes in repair or maintenance at once, and spares for it
 };
 
 struct StoragePlan {

@@ -165,6 +165,9 @@ Section CheckpointSection(const Plan& p) {
   }
   if (c.mtti > 0) {
     s.table.AddRow({"job MTTI", FormatSeconds(c.mtti), ShortSource(c.mtti_source)});
+    s.table.AddRow({"nodes away at once", fmt::format("{:.1f}", c.nodes_away.mean),
+                    fmt::format("in repair or maintenance; {} spares cover 99% of the time",
+                                c.nodes_away.spares_99)});
     s.table.AddRow({"interval, MTTI/10", FormatSeconds(c.interval_tenth_mtti), "seeds' rule"});
     if (c.interval_young_daly > 0) {
       s.table.AddRow({"interval, Young/Daly", FormatSeconds(c.interval_young_daly),

@@ -33,6 +33,7 @@ json ToJson(const Plan& p) {
                 {"hidden", p.shape.hidden},
                 {"heads", p.shape.heads},
                 {"kv_heads", p.shape.kv_heads},
+                {"head_dim", p.shape.head_dim()},
                 {"ffn_hidden", p.shape.ffn_hidden},
                 {"vocab", p.shape.vocab},
                 {"seq_len", p.shape.seq_len},
@@ -102,7 +103,9 @@ json ToJson(const Plan& p) {
                      {"interval_rule", k.interval_rule},
                      {"overhead", k.overhead},
                      {"bandwidth_blocking", k.bandwidth_blocking},
-                     {"bandwidth_async", k.bandwidth_async}};
+                     {"bandwidth_async", k.bandwidth_async},
+                     {"nodes_away", k.nodes_away.mean},
+                     {"spares_99", k.nodes_away.spares_99}};
   j["storage"] = {{"data_bytes", p.storage.data_bytes},
                   {"generations", p.storage.generations},
                   {"total_bytes", p.storage.total_bytes},

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "resilience/policy.h"
 #include "util/error.h"
@@ -98,6 +99,42 @@ FaultLoad ResolveFaultLoad(const spec::JobSpec& job, const catalog::Catalog& cat
   }
   load.mtti = JobMtti(load.causes, nodes, 0);
   return load;
+}
+
+NodesAway NodesOutOfService(const FaultLoad& load, int64_t nodes, int64_t spares) {
+  double away_per_node = load.planned_per_node_hour / 3600 * kPlannedOutOfService;
+  for (const catalog::FaultCause& c : load.causes) {
+    if (c.recovery != catalog::Recovery::kRestart)
+      away_per_node += c.rate_per_node_hour / 3600 * c.out_of_service_seconds;
+  }
+  NodesAway a;
+  a.mean = away_per_node * static_cast<double>(nodes);
+  // Poisson terms in logs: exp(-mean) underflows for a mean above ~745.
+  const auto pmf = [&](int64_t k) {
+    const double kd = static_cast<double>(k);
+    return a.mean > 0 ? std::exp(kd * std::log(a.mean) - a.mean - std::lgamma(kd + 1))
+                      : (k == 0 ? 1.0 : 0.0);
+  };
+  double cdf = 0;
+  bool have_99 = false;
+  const int64_t last = static_cast<int64_t>(a.mean + 12 * std::sqrt(a.mean) + 20);
+  for (int64_t k = 0; k <= std::max(last, spares); ++k) {
+    cdf += pmf(k);
+    if (k == spares) a.beyond_spares = std::max(0.0, 1 - cdf);
+    if (!have_99 && cdf >= 0.99) a.spares_99 = k, have_99 = true;
+  }
+  if (!have_99) a.spares_99 = last;
+  return a;
+}
+
+std::string SparesWarning(const NodesAway& away, int64_t spares) {
+  if (away.beyond_spares < 0.10) return "";
+  return fmt::format(
+      "about {:.1f} nodes are away at any time (each fault's rate x how long it keeps a node "
+      "away); with {} spare node{} more are away than spares {:.0f}% of the time, and the job "
+      "waits then unless resilience.policy = \"elastic\" lets it shrink: cluster.spares = {} "
+      "covers 99%",
+      away.mean, spares, spares == 1 ? "" : "s", 100 * away.beyond_spares, away.spares_99);
 }
 
 CheckpointCost ModelCheckpoints(const spec::JobSpec& job, const catalog::Catalog& catalog,

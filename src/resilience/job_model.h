@@ -24,6 +24,23 @@ struct FaultLoad {
 };
 FaultLoad ResolveFaultLoad(const spec::JobSpec& job, const catalog::Catalog& catalog);
 
+// How long a planned maintenance window keeps a node away.
+inline constexpr double kPlannedOutOfService = 3600;
+
+// A job's nodes away at any moment (rebooting, in repair, in maintenance),
+// on average: by Little's law, nodes x each cause's rate x how long a node
+// it takes stays away. The count away is Poisson with that mean, which says
+// how often it exceeds the spares: then a job that cannot shrink waits.
+struct NodesAway {
+  double mean = 0;
+  double beyond_spares = 0;  // share of the time more nodes are away than there are spares
+  int64_t spares_99 = 0;     // the fewest spares that cover 99% of the time
+};
+NodesAway NodesOutOfService(const FaultLoad& load, int64_t nodes, int64_t spares);
+// The warning sim prints when the spares fall short 10% of the time or more
+// (plan shows the figures in its checkpoint table); empty when they do not.
+std::string SparesWarning(const NodesAway& away, int64_t spares);
+
 // One checkpoint tier as the job sees it, fastest first.
 struct TierCost {
   std::string name;

@@ -11,12 +11,13 @@
 #include <vector>
 
 #include "catalog/catalog.h"
+#include "resilience/job_model.h"
 #include "util/random.h"
 
 namespace fmstack::sim {
 
-inline constexpr int kPlannedCause = -1;              // planned maintenance
-inline constexpr double kPlannedOutOfService = 3600;  // a maintenance window, seconds
+inline constexpr int kPlannedCause = -1;  // planned maintenance
+inline constexpr double kPlannedOutOfService = resilience::kPlannedOutOfService;
 
 struct FaultEvent {
   double time = 0;

@@ -112,6 +112,8 @@ std::string RenderScenario(const spec::JobSpec& job, const BuiltScenario& b) {
         "warning  no durable tier (cluster.shared or cluster.object): a silent corruption\n"
         "         found after the local copies rotate out restarts from step 0\n";
   }
+  const std::string spares = resilience::SparesWarning(i.nodes_away, s.spare_nodes);
+  if (!spares.empty()) out += "warning" + Indented(spares).substr(7);
   out += fmt::format("recovery restart {}, peer rebuild {}, peer state transfer {} ({} per node)\n",
                      FormatSeconds(s.restart_seconds), FormatSeconds(s.peer_rebuild_seconds),
                      FormatSeconds(s.peer_restore_seconds), FormatBytes(i.state_per_node));
@@ -211,6 +213,8 @@ nlohmann::json OutcomesJson(const spec::JobSpec& job, const BuiltScenario& b,
                    {"checkpoint_interval_seconds", s.checkpoint_interval},
                    {"interval_rule", b.info.interval_rule},
                    {"job_mtti_seconds", b.info.mtti},
+                   {"nodes_away", b.info.nodes_away.mean},
+                   {"spares_99", b.info.nodes_away.spares_99},
                    {"fault_source", b.info.fault_source}};
   for (const PolicyOutcome& o : outcomes) {
     const TrialSummary& t = o.summary;

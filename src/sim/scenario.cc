@@ -57,6 +57,7 @@ BuiltScenario MakeScenario(const spec::JobSpec& job, const catalog::Catalog& cat
   s.planned_per_node_hour = load.planned_per_node_hour;
   info.fault_source = load.source;
   info.mtti = load.mtti;
+  info.nodes_away = resilience::NodesOutOfService(load, s.job_nodes, s.spare_nodes);
   const resilience::CheckpointCost ck = resilience::ModelCheckpoints(job, catalog, info.mtti);
   info.checkpoint_bytes = ck.bytes;
   s.checkpoint_blocking = ck.blocking_seconds;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "catalog/catalog.h"
+#include "resilience/job_model.h"
 #include "resilience/policy.h"
 #include "sim/cluster_sim.h"
 #include "sim/step_model.h"
@@ -29,13 +30,14 @@ struct ScenarioOptions {
 
 struct ScenarioInfo {
   StepTime step;
-  int64_t steps = 0;            // optimizer steps to train the job's tokens; 0 = not set
-  double checkpoint_bytes = 0;  // whole job
-  double state_per_node = 0;    // what a replacement node must receive from peers
-  double mtti = 0;              // job, unexpected faults only
-  double drain = 0;             // slowest tier's write time: the interval's floor
-  std::string interval_rule;    // "auto: Daly" / "auto: drain time" / "spec"
-  std::string fault_source;     // fault set name and source, or "spec"
+  int64_t steps = 0;                 // optimizer steps to train the job's tokens; 0 = not set
+  double checkpoint_bytes = 0;       // whole job
+  double state_per_node = 0;         // what a replacement node must receive from peers
+  double mtti = 0;                   // job, unexpected faults only
+  double drain = 0;                  // slowest tier's write time: the interval's floor
+  std::string interval_rule;         // "auto: Daly" / "auto: drain time" / "spec"
+  std::string fault_source;          // fault set name and source, or "spec"
+  resilience::NodesAway nodes_away;  // in repair or maintenance at once, against the spares
 };
 
 struct BuiltScenario {

@@ -43,6 +43,15 @@ struct TrainingCase {
       : c(&vc), job(spec::ParseJobSpec(vc.job, vc.origin, catalog)) {
     if (!job.cluster) throw Error(vc.origin + ": the case's job has no [cluster]");
     topology = BuildTopology(*job.cluster);
+    if (vc.metric == "gpu_hours" && (job.train.tokens <= 0 || job.train.global_batch <= 0)) {
+      throw Error(vc.origin +
+                  ": a gpu_hours case's job sets train.tokens and train.global_batch (the "
+                  "run's tokens and its batch in sequences)");
+    }
+  }
+
+  double TokensPerStep() const {
+    return static_cast<double>(job.train.global_batch) * static_cast<double>(job.model.seq_len);
   }
 
   double Figure(StepOptions options) const {
@@ -52,7 +61,13 @@ struct TrainingCase {
       throw Error(fmt::format("{}: the case's layout does not fit ({:.1f} GB per accelerator)",
                               c->origin, t.memory_per_accelerator / 1e9));
     }
-    return c->metric == "step_seconds" ? t.total : t.tflops_per_accelerator;
+    if (c->metric == "step_seconds") return t.total;
+    if (c->metric == "mfu_percent") return 100 * t.mfu;
+    if (c->metric == "gpu_hours") {
+      const double steps = job.train.tokens / TokensPerStep();
+      return steps * t.total * static_cast<double>(topology.accelerators) / 3600;
+    }
+    return t.tflops_per_accelerator;
   }
 };
 

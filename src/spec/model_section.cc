@@ -26,6 +26,9 @@ void Override(StrictTable& t, workload::TransformerShape& s) {
   s.heads = t.Int("heads", 1, 1 << 16).value_or(s.heads);
   // Overriding heads alone means plain multi-head attention.
   s.kv_heads = t.Int("kv_heads", 1, 1 << 16).value_or(t.Has("heads") ? s.heads : s.kv_heads);
+  // Overriding the shape without head_dim means heads of hidden / heads.
+  s.explicit_head_dim = t.Int("head_dim", 1, 1 << 16)
+                            .value_or(t.Has("heads") || t.Has("hidden") ? 0 : s.explicit_head_dim);
   s.ffn_hidden = t.Int("ffn_hidden", 1, 1 << 24).value_or(s.ffn_hidden);
   s.vocab = t.Int("vocab", 1, 1 << 24).value_or(s.vocab);
   s.seq_len = t.Int("seq_len", 1, 1 << 24).value_or(s.seq_len);

@@ -32,6 +32,7 @@ double ActivationBytesPerLayer(const TransformerShape& shape, const Layout& layo
   const double f = static_cast<double>(shape.ffn_hidden);
   const double a = static_cast<double>(shape.heads);
   const double kv = static_cast<double>(shape.kv_heads * shape.head_dim());
+  const double q = static_cast<double>(shape.q_dim());
   const double t = static_cast<double>(layout.tp);
   const double sbh = s * b * h;
 
@@ -40,9 +41,10 @@ double ActivationBytesPerLayer(const TransformerShape& shape, const Layout& layo
     return 2 * sbh / (o.sequence_parallel ? t : 1);
   }
   // Attention block (Korthikanti eq. 1 is 11sbh + 5as^2b for MHA): LN input
-  // 2sbh, QKV input 2sbh, Q 2sbh, K and V 2sb*kv each, projection input 2sbh,
-  // dropout mask sbh.
-  const double attention_linear = 2 * sbh + 2 * sbh + 2 * sbh + 4 * s * b * kv + 2 * sbh + sbh;
+  // 2sbh, QKV input 2sbh, Q 2sb*q, K and V 2sb*kv each, projection input
+  // 2sb*q, dropout mask sbh (q = h unless the heads are narrower or wider).
+  const double attention_linear =
+      2 * sbh + 2 * sbh + 2 * s * b * q + 4 * s * b * kv + 2 * s * b * q + sbh;
   // Score matrix: softmax output 2as^2b, its dropout mask as^2b, dropout out
   // 2as^2b. Flash attention keeps only the output and a row statistic instead.
   const bool keep_scores = !o.flash_attention && o.recompute == Recompute::kNone;

@@ -17,7 +17,11 @@ std::optional<TransformerShape::Problem> TransformerShape::FindProblem() const {
     if (p.value <= 0)
       return Problem{p.key, fmt::format("expected a positive integer, got {}", p.value)};
   }
-  if (hidden % heads != 0) {
+  if (explicit_head_dim < 0) {
+    return Problem{"head_dim",
+                   fmt::format("expected a positive integer, got {}", explicit_head_dim)};
+  }
+  if (explicit_head_dim == 0 && hidden % heads != 0) {
     return Problem{"heads", fmt::format("heads ({}) must divide hidden ({})", heads, hidden)};
   }
   if (heads % kv_heads != 0) {
@@ -34,11 +38,13 @@ std::optional<TransformerShape::Problem> TransformerShape::FindProblem() const {
 
 ParamCounts CountParams(const TransformerShape& s) {
   const int64_t d = s.hidden;
+  const int64_t q_dim = s.q_dim();
   const int64_t kv_dim = s.kv_heads * s.head_dim();
   const int64_t bias = s.bias ? 1 : 0;
 
-  // Attention: Q and O are d x d; K and V are d x kv_dim (grouped-query).
-  const int64_t attention_layer = 2 * d * d + 2 * d * kv_dim + bias * (2 * d + 2 * kv_dim);
+  // Attention: Q and O are d x q_dim (q_dim = d unless head_dim says
+  // otherwise); K and V are d x kv_dim (grouped-query).
+  const int64_t attention_layer = 2 * d * q_dim + 2 * d * kv_dim + bias * (q_dim + d + 2 * kv_dim);
   // MLP per expert: GELU has up (d x f) and down (f x d); SwiGLU adds a gate.
   const int64_t matrices = s.mlp == MlpKind::kSwiGlu ? 3 : 2;
   const int64_t mlp_expert =
@@ -68,7 +74,7 @@ TrainingFlops TrainingFlopsPerToken(const TransformerShape& s) {
   // multiply-adds' worth of FLOPs forward; training is 3x forward. PaLM and
   // Megatron do not halve this for the causal mask, and neither do we.
   f.attention = 12.0 * static_cast<double>(s.layers) * static_cast<double>(s.seq_len) *
-                static_cast<double>(s.heads * s.head_dim());
+                static_cast<double>(s.q_dim());
   f.detailed = 6.0 * static_cast<double>(c.matmul_active) + f.attention;
   return f;
 }

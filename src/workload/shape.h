@@ -29,8 +29,12 @@ struct TransformerShape {
   bool bias = true;             // biases in every linear layer (GPT-2 style)
   int64_t experts = 1;          // MoE experts per layer; 1 = dense
   int64_t active_experts = 1;   // experts each token is routed to (top-k)
+  // Width of one attention head where it is not hidden / heads (PaLM 540B:
+  // 48 heads of 256 on a hidden size of 18432); 0 = hidden / heads.
+  int64_t explicit_head_dim = 0;
 
-  int64_t head_dim() const { return hidden / heads; }
+  int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden / heads; }
+  int64_t q_dim() const { return heads * head_dim(); }  // queries' width: Q's and O's other side
   bool is_moe() const { return experts > 1; }
 
   struct Problem {

@@ -70,6 +70,19 @@ TEST(ParamLayout, RejectsShapesThatAreNotGpt2Style) {
   }
 }
 
+// plan and sim time heads narrower than hidden / heads (PaLM); the trainer
+// does not build them, and says which key.
+TEST(ParamLayout, RejectsHeadsOfAnotherWidth) {
+  workload::TransformerShape s = Tiny();
+  s.explicit_head_dim = 4;  // 2 heads of 4 on a hidden size of 16
+  try {
+    ParamLayout::For(s);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.head_dim"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Model, FullGradientMatchesFiniteDifferences) {
   const workload::TransformerShape shape = Tiny();
   auto model = CreateModel(shape, {.max_batch = 2});

@@ -2,6 +2,7 @@
 // (resilience/job_model.h), and sim plays out the cluster's stated MTTI.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 
 #include "plan/plan.h"
@@ -73,6 +74,58 @@ TEST(FaultLoad, SimPlaysOutTheStatedMtti) {
   const double expected = 10 * 24 * 60 / 150.0;
   EXPECT_GT(t.interruptions.mean, 0.8 * expected);
   EXPECT_LT(t.interruptions.mean, 1.05 * expected);
+}
+
+FaultLoad OneCause(catalog::Recovery recovery, double rate_per_node_hour, double away_hours) {
+  catalog::FaultCause c;
+  c.name = "node";
+  c.recovery = recovery;
+  c.rate_per_node_hour = rate_per_node_hour;
+  c.out_of_service_seconds = away_hours * 3600;
+  FaultLoad load;
+  load.causes.push_back(c);
+  return load;
+}
+
+TEST(NodesAway, LittlesLawAndThePoissonTail) {
+  // 100 nodes, one fault per 1,000 node-hours, each away 40 h: 4 away on average.
+  FaultLoad load = OneCause(catalog::Recovery::kReplace, 1e-3, 40);
+  NodesAway a = NodesOutOfService(load, 100, 4);
+  EXPECT_NEAR(a.mean, 4.0, 1e-12);
+  EXPECT_EQ(a.spares_99, 9);                     // Poisson(4): P(<= 8) 0.979, P(<= 9) 0.992
+  EXPECT_NEAR(a.beyond_spares, 0.371163, 1e-5);  // 1 - P(<= 4)
+  EXPECT_FALSE(SparesWarning(a, 4).empty());
+  EXPECT_TRUE(SparesWarning(NodesOutOfService(load, 100, 9), 9).empty());
+  // Planned maintenance keeps a node away for its window; a restart does not.
+  load.planned_per_node_hour = 1e-3;
+  load.causes.push_back(OneCause(catalog::Recovery::kRestart, 1.0, 5).causes[0]);
+  a = NodesOutOfService(load, 100, 0);
+  EXPECT_NEAR(a.mean, 4.0 + 100 * 1e-3 * kPlannedOutOfService / 3600, 1e-12);
+  // A million accelerators' worth of nodes: the tail is still found, without underflow.
+  a = NodesOutOfService(OneCause(catalog::Recovery::kReplace, 1e-3, 16), 125000, 0);
+  EXPECT_NEAR(a.mean, 2000, 1e-9);
+  EXPECT_NEAR(static_cast<double>(a.spares_99), 2000 + 2.326 * std::sqrt(2000.0), 3);
+  EXPECT_NEAR(a.beyond_spares, 1.0, 1e-12);
+}
+
+// The estimate is what the simulated cluster lives through: with the spares
+// it names, the job almost never waits for a node; with half as many, it
+// waits a good share of the time.
+TEST(NodesAway, SimWaitsOnlyWhenTheSparesFallShort) {
+  spec::JobSpec job = Example("llama3.1-405b.toml", "p5-512.toml");
+  sim::ScenarioOptions o;
+  o.horizon_seconds = 20 * 86400;
+  const sim::BuiltScenario built = sim::MakeScenario(job, Cat(), o);
+  const NodesAway away = built.info.nodes_away;
+  ASSERT_GT(away.mean, 1.0);
+  const auto waiting_share = [&](int64_t spares) {
+    sim::Scenario s = built.scenario;
+    s.spare_nodes = spares;
+    const sim::TrialSummary t = sim::MonteCarlo(s, 20, 1, 1);
+    return t.badput_mean.waiting / t.wall.mean;
+  };
+  EXPECT_LT(waiting_share(away.spares_99), 0.02);
+  EXPECT_GT(waiting_share(static_cast<int64_t>(away.mean / 2)), 0.10);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -91,17 +92,39 @@ TEST(Validation, CollectivesMeetTheirBound) {
 
 // docs/sim.md states the bound for training runs that chose no constant:
 // median within 10% (issue 21's), and each within 20% except the cases the
-// docs name as outside it, which must stay within 25%.
+// docs name as outside it, each with its own bound.
 TEST(Validation, IndependentTrainingRunsMeetTheirBound) {
   const catalog::Catalog cat = catalog::Catalog::LoadEmbedded();  // the results point into it
   const Validation v = Validate(cat);
-  ASSERT_GE(v.independent, 9);
+  ASSERT_GE(v.independent, 14);
   EXPECT_LE(v.independent_median_abs_error, 0.10);
+  const std::map<std::string, double> named_misses = {
+      {"mt-nlg-530b-3360", 0.25}, {"gpt-neox-20b", 0.25}, {"llama2-7b", 0.30}};
   for (const ValidationResult& r : v.results) {
     if (r.c->IsCollective() || r.c->calibration) continue;
-    const bool named_miss = r.c->name == "mt-nlg-530b-3360" || r.c->name == "gpt-neox-20b";
-    EXPECT_LE(std::fabs(r.error), named_miss ? 0.25 : 0.20) << r.c->name;
+    const auto miss = named_misses.find(r.c->name);
+    EXPECT_LE(std::fabs(r.error), miss == named_misses.end() ? 0.20 : miss->second) << r.c->name;
   }
+}
+
+TEST(Validation, AGpuHoursCaseNeedsTheTokensItsRunTrainedOn) {
+  const std::string e = ErrorOf(With(R"([[validation]]
+name = "no-tokens"
+metric = "gpu_hours"
+published = 1000
+source = "a test"
+job = """
+model = "llama3-8b"
+[train]
+micro_batch = 1
+global_batch = 16
+[cluster]
+instance = "p5.48xlarge"
+nodes = 2
+"""
+)"));
+  EXPECT_NE(e.find("validation case 'no-tokens'"), std::string::npos) << e;
+  EXPECT_NE(e.find("train.tokens"), std::string::npos) << e;
 }
 
 TEST(Validation, ACollectiveCaseWithoutItsOpOrSizeIsRefused) {

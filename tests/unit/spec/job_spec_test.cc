@@ -55,6 +55,24 @@ active_experts = 2
   EXPECT_EQ(job.model.kv_heads, 4);  // defaults to heads
   EXPECT_TRUE(job.model.is_moe());
   EXPECT_EQ(job.model.mlp, workload::MlpKind::kSwiGlu);
+  EXPECT_EQ(job.model.head_dim(), 16);  // hidden / heads
+}
+
+TEST(JobSpec, HeadDimSetsTheHeadsWidth) {
+  const JobSpec job = ParseJobSpec(R"(
+[model]
+layers = 2
+hidden = 64
+heads = 4
+kv_heads = 1
+head_dim = 8
+ffn_hidden = 256
+vocab = 100
+seq_len = 32
+)",
+                                   "j.toml", Cat());
+  EXPECT_EQ(job.model.head_dim(), 8);
+  EXPECT_EQ(job.model.q_dim(), 32);
 }
 
 TEST(JobSpec, EverySectionParses) {

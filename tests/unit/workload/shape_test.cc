@@ -27,6 +27,24 @@ TEST(ParamCount, LlamaFamilyMatchesPublishedCounts) {
   EXPECT_EQ(Total("llama3.1-405b"), 405'853'388'800);
 }
 
+// PaLM 540B's heads (48 of 256) are narrower than its hidden size (18432),
+// so Q and O are 18432 x 12288; with d x d they would count 562B.
+TEST(ParamCount, PalmHeadsNarrowerThanHiddenMatchPublishedCount) {
+  TransformerShape s;
+  s.layers = 118, s.hidden = 18432, s.heads = 48, s.kv_heads = 1, s.explicit_head_dim = 256;
+  s.ffn_hidden = 73728, s.vocab = 256000, s.seq_len = 2048;
+  s.mlp = MlpKind::kSwiGlu, s.position = PositionKind::kRope, s.bias = false;
+  ASSERT_FALSE(s.FindProblem());
+  EXPECT_EQ(s.q_dim(), 12288);
+  const double total = static_cast<double>(CountParams(s).total);
+  EXPECT_NEAR(total / 540.35e9, 1.0, 0.001);  // PaLM's Table 1: 540.35B
+  // Attention FLOPs follow the heads' width, not the hidden size.
+  EXPECT_DOUBLE_EQ(TrainingFlopsPerToken(s).attention, 12.0 * 118 * 2048 * 12288);
+  s.explicit_head_dim = 0;
+  EXPECT_EQ(s.q_dim(), 18432);
+  EXPECT_GT(static_cast<double>(CountParams(s).total), 560e9);
+}
+
 TEST(ParamCount, MixtralTotalAndActive) {
   const ParamCounts c = CountParams(*FindPreset("mixtral-8x7b"));
   EXPECT_EQ(c.total, 46'702'792'704);  // Mistral's model card: 46.7B
@@ -56,7 +74,8 @@ TEST(Flops, SixNIsSixTimesActiveParams) {
   const TransformerShape s = *FindPreset("llama3-8b");
   EXPECT_DOUBLE_EQ(TrainingFlopsPerToken(s).six_n, 6.0 * 8'030'261'248);
   const TransformerShape moe = *FindPreset("mixtral-8x7b");
-  EXPECT_DOUBLE_EQ(TrainingFlopsPerToken(moe).six_n, 6.0 * static_cast<double>(CountParams(moe).active));
+  EXPECT_DOUBLE_EQ(TrainingFlopsPerToken(moe).six_n,
+                   6.0 * static_cast<double>(CountParams(moe).active));
 }
 
 TEST(Flops, DetailedMatchesMegatronFormulaForGpt) {
