@@ -79,13 +79,25 @@ class HierarchicalCommunicator final : public Communicator {
   int size() const override { return options_.size; }
   std::string name() const override { return "hierarchical"; }
 
+  // Across nodes, two ways. Through the leaders: the node's sum is gathered
+  // on its leader, which all-reduces the whole buffer with the other
+  // leaders and hands it back; one rank per node does all the network work.
+  // Along rails (NCCL's way, and sim's model of it): the node reduce-scatters
+  // so that local rank l holds shard l of the node's sum, every local rank
+  // all-reduces its shard with local rank l of the other nodes at the same
+  // time, and the node all-gathers the shards. Each rank then moves 1/local
+  // of the bytes over the network, and all of them at once.
   void AllReduce(View buf, ReduceOp op) override {
     if (nodes_ == 1) return Guarded([&] { shm_->AllReduce(buf, op); });
-    Guarded([&] {
-      shm_->Reduce(buf, ReduceOp::kSum, 0);
-      if (leaders_) leaders_->AllReduce(buf, ReduceOp::kSum);
-      shm_->Broadcast(buf, 0);
-    });
+    if (UseRails(buf.bytes())) {
+      Guarded([&] { RailAllReduce(buf); });
+    } else {
+      Guarded([&] {
+        shm_->Reduce(buf, ReduceOp::kSum, 0);
+        if (leaders_) leaders_->AllReduce(buf, ReduceOp::kSum);
+        shm_->Broadcast(buf, 0);
+      });
+    }
     if (op == ReduceOp::kAvg) ScaleInPlace(buf.data, buf.count, buf.dtype, 1.0 / size());
   }
 
@@ -166,10 +178,38 @@ class HierarchicalCommunicator final : public Communicator {
   void Abort(const std::string& reason) override {
     shm_->Abort(reason);
     if (leaders_) leaders_->Abort(reason);
+    if (rail_) rail_->Abort(reason);
     if (world_) world_->Abort(reason);
   }
 
  private:
+  bool UseRails(size_t bytes) const {
+    return options_.local_size > 1 && options_.rail_min_bytes > 0 &&
+           bytes >= options_.rail_min_bytes;
+  }
+
+  void RailAllReduce(View buf) {
+    std::vector<Range> shards(options_.local_size);
+    for (int l = 0; l < options_.local_size; ++l)
+      shards[l] = ShardOf(buf.count, options_.local_size, l);
+    const Range mine = shards[options_.local_rank];
+    shm_->ReduceScatter(buf, buf.Sub(mine.begin, mine.count), ReduceOp::kSum);
+    // Built on first use: the members of a rail (local rank l of every
+    // node) all reach here together, as every rank calls the collective.
+    if (!rail_) rail_ = RailCommunicator();
+    if (mine.count > 0) rail_->AllReduce(buf.Sub(mine.begin, mine.count), ReduceOp::kSum);
+    shm_->AllGatherRanges(buf, shards);
+  }
+
+  std::unique_ptr<RangeCommunicator> RailCommunicator() const {
+    std::vector<int> job_ranks;
+    for (int n = 0; n < nodes_; ++n)
+      job_ranks.push_back(n * options_.local_size + options_.local_rank);
+    return NetCommunicator(options_, options_.net,
+                           fmt::format("gen{}/rail{}", options_.generation, options_.local_rank),
+                           node_, nodes_, std::move(job_ranks));
+  }
+
   // Node n's block: the shards of its ranks, contiguous because ranks are
   // numbered node-major.
   std::vector<Range> NodeBlocks(size_t n) const {
@@ -192,6 +232,7 @@ class HierarchicalCommunicator final : public Communicator {
     } catch (const CommError& e) {
       shm_->Abort(e.what(), e.failed_rank());
       if (leaders_) leaders_->Abort(e.what());
+      if (rail_) rail_->Abort(e.what());
       if (world_) world_->Abort(e.what());
       throw;
     }
@@ -200,7 +241,7 @@ class HierarchicalCommunicator final : public Communicator {
   CommOptions options_;
   int nodes_, node_;
   std::unique_ptr<ShmCommunicator> shm_;
-  std::unique_ptr<RangeCommunicator> leaders_, world_;
+  std::unique_ptr<RangeCommunicator> leaders_, rail_, world_;
 };
 
 std::string Env(const char* name, const char* fallback = nullptr) {
@@ -239,6 +280,7 @@ CommOptions OptionsFromEnv() {
   o.timeout = std::chrono::milliseconds(EnvInt("FMSTACK_COMM_TIMEOUT_MS", "60000"));
   o.shm_slot_bytes = static_cast<size_t>(EnvInt("FMSTACK_SHM_SLOT_BYTES", "4194304"));
   o.gloo_segment_bytes = static_cast<size_t>(EnvInt("FMSTACK_GLOO_SEGMENT_BYTES", "1048576"));
+  o.rail_min_bytes = static_cast<size_t>(EnvInt("FMSTACK_COMM_RAIL_MIN_BYTES", "1048576"));
   o.net = Env("FMSTACK_COMM_NET", "tcp");
   o.busy_poll = EnvInt("FMSTACK_COMM_BUSY_POLL", "0") != 0;
   o.spin =

@@ -1,8 +1,10 @@
 // comm: the job's communicator. Ranks on one node talk through shared memory
-// (ShmCommunicator), node leaders (local rank 0) across nodes over TCP,
-// as NCCL uses NVLink inside a node and the network between nodes:
-// allreduce = reduce inside the node, allreduce among leaders, broadcast
-// inside the node. Connect() builds it from the torchrun-style environment
+// (ShmCommunicator), ranks across nodes over TCP, as NCCL uses NVLink
+// inside a node and the network between nodes. A large allreduce runs
+// along rails (reduce-scatter inside the node, each local rank all-reduces
+// its shard with the same local rank of the other nodes, all-gather inside);
+// a small one through the node leaders (local rank 0: reduce, allreduce
+// among leaders, broadcast). Connect() builds it from the torchrun-style environment
 // that `fmstack run` (or torchrun, or Slurm via fmstack) sets.
 #pragma once
 
@@ -32,6 +34,9 @@ struct CommOptions {
   std::string net = "tcp";
   size_t shm_slot_bytes = 4 << 20;
   size_t gloo_segment_bytes = 1 << 20;
+  // Allreduces of at least this many bytes go along rails rather than
+  // through the leaders; 0 = always the leaders (FMSTACK_COMM_RAIL_MIN_BYTES).
+  size_t rail_min_bytes = 1 << 20;
   // The TCP mesh spins on its sockets for the whole of every wait instead
   // of sleeping after a short spin (FMSTACK_COMM_BUSY_POLL=1): lowest
   // latency, a core per rank while waiting.
@@ -42,9 +47,9 @@ struct CommOptions {
 
 // Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, the store's address
 // (FMSTACK_STORE_ADDR and _PORT under `fmstack run`, else MASTER_ADDR and
-// MASTER_PORT) and FMSTACK_{JOB_ID,GENERATION,HOST,COMM_TRANSPORT,
-// COMM_NET,COMM_TIMEOUT_MS,COMM_BUSY_POLL,COMM_SPIN_US,STORE_SECRET}; connects to the
-// store and authenticates.
+// MASTER_PORT) and FMSTACK_{JOB_ID,GENERATION,HOST,COMM_TRANSPORT,COMM_NET,
+// COMM_TIMEOUT_MS,COMM_BUSY_POLL,COMM_SPIN_US,COMM_RAIL_MIN_BYTES,
+// STORE_SECRET}; connects to the store and authenticates.
 // Throws Error naming a missing or malformed variable.
 CommOptions OptionsFromEnv();
 

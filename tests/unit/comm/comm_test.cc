@@ -35,7 +35,8 @@ struct Layout {
 
 // Runs body on every rank; returns the exit statuses by rank.
 std::vector<int> RunRanks(const Layout& layout, const Body& body, TcpStoreServer& server,
-                          int64_t generation = 0, size_t slot_bytes = 64 << 10) {
+                          int64_t generation = 0, size_t slot_bytes = 64 << 10,
+                          size_t rail_min_bytes = CommOptions{}.rail_min_bytes) {
   const int world = layout.nodes * layout.procs;
   std::vector<pid_t> pids;
   for (int r = 0; r < world; ++r) {
@@ -54,6 +55,7 @@ std::vector<int> RunRanks(const Layout& layout, const Body& body, TcpStoreServer
         o.transport = layout.transport;
         o.timeout = std::chrono::seconds(20);
         o.shm_slot_bytes = slot_bytes;  // small, so that windows are exercised
+        o.rail_min_bytes = rail_min_bytes;
         o.net = layout.net;
         auto comm = Connect(o);
         body(*comm, o);
@@ -228,6 +230,18 @@ TEST(CommTest, CrossMemoryAttachReductionsMatchTheReference) {
   for (const Layout& layout : {Layout{1, 2}, Layout{2, 2}, Layout{1, 5}}) {
     TcpStoreServer server("127.0.0.1", 0, kSecret);
     ExpectAllOk(RunRanks(layout, AllCollectives, server));
+  }
+}
+
+// Allreduce across nodes both ways at every size: along rails (down to one
+// element, so that some local ranks hold empty shards) and through the
+// leaders alone. The default picks by size, which the layouts above cover.
+TEST(CommTest, AllReduceAlongRailsAndThroughLeadersMatchesTheReference) {
+  for (const size_t rail_min_bytes : {size_t{1}, size_t{0}}) {
+    for (const Layout& layout : {Layout{2, 2}, Layout{3, 2}, Layout{2, 4}}) {
+      TcpStoreServer server("127.0.0.1", 0, kSecret);
+      ExpectAllOk(RunRanks(layout, AllCollectives, server, 0, 64 << 10, rail_min_bytes));
+    }
   }
 }
 
