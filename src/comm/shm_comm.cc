@@ -326,9 +326,23 @@ void ShmCommunicator::ReduceWindow(View buf, ReduceOp op, int root, bool all) {
   }
 }
 
+void ShmCommunicator::DirectReduce(View buf, ReduceOp op, int root, bool all, const char* name) {
+  const int P = options_.size, me = options_.rank;
+  std::memcpy(Slot(me), buf.data, buf.bytes());
+  Wait(name);
+  if (all || me == root) {
+    std::vector<const std::byte*> srcs(P);
+    for (int r = 0; r < P; ++r) srcs[r] = Slot(r);
+    SumOf(buf.data, srcs, buf.count, buf.dtype);
+    if (op == ReduceOp::kAvg) ScaleInPlace(buf.data, buf.count, buf.dtype, 1.0 / P);
+  }
+  Wait(name);  // no rank overwrites its slot while another still reads it
+}
+
 void ShmCommunicator::AllReduce(View buf, ReduceOp op) {
   if (size() == 1) return CheckAborted("allreduce");
   if (UseSmall(buf.bytes())) return SmallReduce(buf, op, 0, true);
+  if (UseDirect(buf.bytes())) return DirectReduce(buf, op, 0, true, "allreduce");
   if (UseMid(buf.bytes())) return MidReduce(buf, op, 0, true);
   if (UseCmaReduce(buf.bytes())) return CmaReduce(buf, op, 0, true);
   ReduceWindow(buf, op, 0, true);
@@ -337,6 +351,7 @@ void ShmCommunicator::AllReduce(View buf, ReduceOp op) {
 void ShmCommunicator::Reduce(View buf, ReduceOp op, int root) {
   if (size() == 1) return CheckAborted("reduce");
   if (UseSmall(buf.bytes())) return SmallReduce(buf, op, root, false);
+  if (UseDirect(buf.bytes())) return DirectReduce(buf, op, root, false, "reduce");
   if (UseMid(buf.bytes())) return MidReduce(buf, op, root, false);
   if (UseCmaReduce(buf.bytes())) return CmaReduce(buf, op, root, false);
   ReduceWindow(buf, op, root, false);

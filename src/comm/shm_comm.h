@@ -75,6 +75,18 @@ class ShmCommunicator final : public Communicator {
   // A window's reduction: copy in, reduce this rank's portion in place,
   // then deliver portions to everyone (all=true) or to root only.
   void ReduceWindow(View buf, ReduceOp op, int root, bool all);
+  // Small reductions (every rank reads at most kDirectReadBytes, all the
+  // slots together): every rank that wants the result sums all the slots
+  // itself, in rank order as ReduceWindow's shards do (the same bits), so a
+  // reduction waits twice instead of three times. The barrier is most of the
+  // cost there, above all with more ranks than cores (4 ranks on 2 cores,
+  // 1 KiB: 0.34 against 0.21 GB/s busbw).
+  void DirectReduce(View buf, ReduceOp op, int root, bool all, const char* name);
+  static constexpr size_t kDirectReadBytes = 16 << 10;
+  bool UseDirect(size_t bytes) const {
+    return bytes * static_cast<size_t>(options_.size) <= kDirectReadBytes &&
+           bytes <= options_.slot_bytes;
+  }
 
   // Messages up to kSmallBytes skip the barriers (shm_small.cc): each rank
   // copies its whole input into its own region and raises its sequence

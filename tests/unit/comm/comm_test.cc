@@ -315,6 +315,44 @@ TEST(CommTest, RunToRunBitwiseIdentical) {
   }
 }
 
+// Small reductions inside a node take the two-barrier direct path; with
+// slots smaller than the message they take the windowed one. Both sum in
+// rank order, so every rank's bits agree between the two (sum and average,
+// f32 and bf16).
+TEST(CommTest, DirectSmallReductionsEqualTheWindowedOnesBitForBit) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  auto body = [](Communicator& c, const CommOptions& o) {
+    uint64_t h = 1469598103934665603ull;
+    const auto mix = [&h](const Buf& b, size_t n) {
+      for (size_t i = 0; i < n; ++i) h = (h ^ std::bit_cast<uint32_t>(b.get(i))) * 1099511628211ull;
+    };
+    for (DType t : {DType::kF32, DType::kBf16}) {
+      for (size_t n : {size_t{1}, size_t{257}, size_t{1000}}) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+          Buf a(t, n);
+          for (size_t i = 0; i < n; ++i) a.set(i, Value(c.rank(), i) * 1.37e-3f);
+          c.AllReduce(a.view(), op);
+          mix(a, n);
+        }
+      }
+    }
+    o.store->Set(fmt::format("bits/g{}/r{}", o.generation, c.rank()), std::to_string(h));
+  };
+  // Each run is a generation of its own: its store keys and segment are new.
+  int64_t generation = 0;
+  for (const int procs : {2, 4}) {
+    const int64_t direct = generation++, windowed = generation++;
+    ExpectAllOk(RunRanks({1, procs}, body, server, direct, 64 << 10));  // direct up to its bound
+    ExpectAllOk(RunRanks({1, procs}, body, server, windowed, 256));     // windows of 256 bytes
+    TcpStore check("127.0.0.1", server.port(), kSecret);
+    for (int r = 0; r < procs; ++r) {
+      EXPECT_EQ(check.Get(fmt::format("bits/g{}/r{}", direct, r), std::chrono::seconds(1)),
+                check.Get(fmt::format("bits/g{}/r{}", windowed, r), std::chrono::seconds(1)))
+          << procs << " ranks, rank " << r;
+    }
+  }
+}
+
 // A rank SIGKILLs itself in the middle of a stream of allreduces. Every
 // survivor must get a CommError naming it within 2 s, then rebuild a group of
 // the survivors (generation 1) in the same process and go on.
