@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -19,6 +20,8 @@
 #include "util/error.h"
 
 namespace fmstack::comm {
+
+constexpr int kYieldsBeforePoll = 10;
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -378,6 +381,7 @@ void TcpMesh::Run(std::span<Transfer> transfers, const char* op) {
     return t.header_done == kHeaderBytes && t.done == t.bytes;
   };
   auto spin_until = Clock::now() + o_.spin;
+  int yields = 0;
   for (;;) {
     bool moved = false, left = false;
     for (Transfer& t : transfers) {
@@ -390,6 +394,7 @@ void TcpMesh::Run(std::span<Transfer> transfers, const char* op) {
     const auto now = Clock::now();
     if (moved) {
       spin_until = now + o_.spin;
+      yields = 0;
       continue;
     }
     if (now >= deadline) {
@@ -398,6 +403,14 @@ void TcpMesh::Run(std::span<Transfer> transfers, const char* op) {
       }
     }
     if (o_.busy_poll || now < spin_until) continue;
+    // Then give the core away a few times before sleeping: where ranks
+    // outnumber cores the peer being waited for often runs on this core,
+    // and a yield lets it run now instead of after a wake-up.
+    if (yields < kYieldsBeforePoll) {
+      ++yields;
+      sched_yield();
+      continue;
+    }
     waits_.clear();
     for (const Transfer& t : transfers) {
       if (finished(t)) continue;
