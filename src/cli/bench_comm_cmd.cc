@@ -4,12 +4,14 @@
 // same machine (shared-memory and TCP transports) and the machine's memcpy
 // bandwidth, all in one run.
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -18,6 +20,7 @@
 
 #include "cli/commands.h"
 #include "cli/progress.h"
+#include "cluster/netns.h"
 #include "comm/hier_comm.h"
 #include "runtime/supervisor.h"
 #include "util/error.h"
@@ -189,6 +192,62 @@ Results RunMpiShm(const BenchArgs& args, int n, std::string* config) {
   }
 }
 
+// OpenMPI's launch agent for nodes in network namespaces: mpirun calls it as
+// it would call ssh, `agent HOST COMMAND...`, and it runs the command (OpenMPI's
+// daemon) in the namespace whose node has address HOST. A script in a private
+// temporary directory, removed with this object.
+class NamespaceAgent {
+ public:
+  explicit NamespaceAgent(const cluster::NodeNetwork& net) {
+    std::string dir_template = "/tmp/fmstack-mpi-agent-XXXXXX";
+    if (::mkdtemp(dir_template.data()) == nullptr) {
+      throw Error(
+          fmt::format("bench comm: cannot make a directory for OpenMPI's launch agent "
+                      "in /tmp: {}",
+                      std::strerror(errno)));
+    }
+    dir_ = dir_template;
+    path_ = dir_ / "agent.sh";
+    std::ofstream out(path_);
+    out << "#!/bin/sh\n# `fmstack bench comm --netns`: starts OpenMPI's daemon for node $1 in "
+           "its network namespace\nhost=$1; shift\ncase \"$host\" in\n";
+    for (size_t k = 0; k < net.node_addresses().size(); ++k) {
+      out << fmt::format("  {}) exec nsenter --net={} sh -c \"$*\" ;;\n", net.node_addresses()[k],
+                         net.namespace_paths()[k]);
+    }
+    out << "esac\necho \"fmstack mpi agent: no namespace has address $host\" >&2\nexit 1\n";
+    out.close();
+    if (!out || ::chmod(path_.c_str(), 0700) != 0) {
+      std::filesystem::remove_all(dir_);
+      throw Error("bench comm: cannot write OpenMPI's launch agent " + path_.string());
+    }
+  }
+  ~NamespaceAgent() {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+  NamespaceAgent(const NamespaceAgent&) = delete;
+  NamespaceAgent& operator=(const NamespaceAgent&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path dir_, path_;
+};
+
+// OpenMPI across n nodes in network namespaces, the peer of fmstack's --netns
+// column: one rank per namespace, its TCP transport (and mpirun's own
+// connections) on the namespaces' bridge.
+Results RunMpiNetns(const BenchArgs& args, int n) {
+  const cluster::NodeNetwork net(n);
+  const NamespaceAgent agent(net);
+  std::string hosts;
+  for (const std::string& ip : net.node_addresses()) hosts += (hosts.empty() ? "" : ",") + ip;
+  return RunMpi(args, n, "tcp,self",
+                fmt::format("--host {} --mca plm_rsh_agent {} --mca oob_tcp_if_include {} --mca "
+                            "btl_tcp_if_include {}",
+                            hosts, agent.path().string(), net.subnet(), net.subnet()));
+}
+
 std::string MpiVersion() {
   FILE* p = ::popen("mpirun --version 2>&1", "r");
   if (p == nullptr) return "unknown";
@@ -250,13 +309,18 @@ int RunCoordinator(const BenchArgs& args) {
     const Results netns = a.netns ? RunFmstack(a, n, 1, self, true) : Results{};
     const Results mpi_shm = a.mpi ? RunMpiShm(a, n, &mpi_shm_config) : Results{};
     const Results mpi_tcp = a.mpi ? RunMpi(a, n, "tcp,self") : Results{};
+    const Results mpi_netns = a.mpi && a.netns ? RunMpiNetns(a, n) : Results{};
     for (const std::string& op : Split(a.ops)) {
       std::vector<std::string> header = {"size",  "1 node algbw",    "busbw", "OpenMPI shm busbw",
                                          "ratio", "| n nodes algbw", "busbw", "OpenMPI tcp busbw",
                                          "ratio"};
       if (a.netns) header.push_back("| netns nodes busbw");
+      if (a.netns && a.mpi) {
+        header.push_back("OpenMPI netns busbw");
+        header.push_back("ratio");
+      }
       TextTable t(header);
-      std::vector<double> shm_ratios, tcp_ratios;
+      std::vector<double> shm_ratios, tcp_ratios, netns_ratios;
       for (const auto& [key, s_node] : node) {
         if (key.first != op) continue;
         const double bytes = static_cast<double>(key.second), f = BusFactor(op, n);
@@ -276,16 +340,30 @@ int RunCoordinator(const BenchArgs& args) {
                                         Gbs(f * bytes, s_nodes),
                                         Gbs(f * bytes, m_tcp),
                                         r_tcp > 0 ? fmt::format("{:.2f}", r_tcp) : "-"};
-        if (a.netns) row.push_back(Gbs(f * bytes, netns.contains(key) ? netns.at(key) : 0));
+        if (a.netns) {
+          const double s_netns = netns.contains(key) ? netns.at(key) : 0;
+          row.push_back(Gbs(f * bytes, s_netns));
+          if (a.mpi) {
+            const double m_netns = mpi_netns.contains(key) ? mpi_netns.at(key) : 0;
+            const double r_netns = m_netns > 0 && s_netns > 0 ? m_netns / s_netns : 0;
+            if (r_netns > 0) netns_ratios.push_back(r_netns);
+            row.push_back(Gbs(f * bytes, m_netns));
+            row.push_back(r_netns > 0 ? fmt::format("{:.2f}", r_netns) : "-");
+          }
+        }
         t.AddRow(std::move(row));
       }
       std::cout << fmt::format("{} — {} ranks (GB/s; ratio = fmstack busbw / OpenMPI busbw)\n", op,
                                n)
                 << (a.markdown ? t.RenderMarkdown() : t.RenderText()) << "\n";
       if (a.mpi && !shm_ratios.empty() && !tcp_ratios.empty()) {
-        summary.push_back(fmt::format("| {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |", op, n,
-                                      Median(shm_ratios), Min(shm_ratios), Median(tcp_ratios),
-                                      Min(tcp_ratios)));
+        std::string line =
+            fmt::format("| {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |", op, n,
+                        Median(shm_ratios), Min(shm_ratios), Median(tcp_ratios), Min(tcp_ratios));
+        if (!netns_ratios.empty()) {
+          line += fmt::format(" {:.2f} | {:.2f} |", Median(netns_ratios), Min(netns_ratios));
+        }
+        summary.push_back(std::move(line));
       }
     }
   }
@@ -294,9 +372,10 @@ int RunCoordinator(const BenchArgs& args) {
         "fmstack busbw / OpenMPI busbw over every size {}..{} (targets: median >= 1.0, worst >= "
         "0.8)\nOpenMPI: {}; shared memory: {}\n",
         a.min, a.max, MpiVersion(), mpi_shm_config);
-    std::cout << ""
-                 "| op | ranks | one node, median | one node, worst | across nodes, median | "
-                 "across nodes, worst |\n|---|--:|--:|--:|--:|--:|\n";
+    std::cout << "| op | ranks | one node, median | one node, worst | across nodes, median | "
+                 "across nodes, worst |"
+              << (a.netns ? " netns nodes, median | netns nodes, worst |" : "")
+              << "\n|---|--:|--:|--:|--:|--:|" << (a.netns ? "--:|--:|" : "") << "\n";
   }
   for (const std::string& s : summary) std::cout << s << "\n";
   return 0;

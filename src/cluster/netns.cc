@@ -38,6 +38,7 @@ NodeNetwork::NodeNetwork(int nodes) {
   const std::string net = fmt::format("10.{}.{}", 100 + (pid >> 8) % 100, pid % 256);
   bridge_ = fmt::format("fmbr{}", pid % 10000000);
   bridge_ip_ = net + ".1";
+  subnet_ = net + ".0/24";
   try {
     Ip(fmt::format("link add {} type bridge", bridge_));
     Ip(fmt::format("addr add {}/24 dev {}", bridge_ip_, bridge_));

@@ -20,6 +20,7 @@ class NodeNetwork {
   NodeNetwork& operator=(const NodeNetwork&) = delete;
 
   const std::string& bridge_address() const { return bridge_ip_; }  // the supervisor's side
+  const std::string& subnet() const { return subnet_; }  // the bridge's, e.g. "10.1.2.0/24"
   const std::vector<std::string>& node_addresses() const { return node_ips_; }
   const std::vector<std::string>& namespace_paths() const { return paths_; }
   // Takes a node's link down (a cut cable, a dead NIC) or brings it back.
@@ -30,7 +31,7 @@ class NodeNetwork {
  private:
   void Teardown();
 
-  std::string bridge_, bridge_ip_;
+  std::string bridge_, bridge_ip_, subnet_;
   std::vector<std::string> host_ends_;  // the veths' ends on the bridge
   std::vector<std::string> names_, node_ips_, paths_;
 };

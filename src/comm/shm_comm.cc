@@ -304,14 +304,18 @@ void ShmCommunicator::Barrier() {
 void ShmCommunicator::ReduceWindow(View buf, ReduceOp op, int root, bool all) {
   const int P = options_.size, me = options_.rank;
   const size_t es = DTypeSize(buf.dtype);
-  const size_t window = options_.slot_bytes / es;
+  const size_t window = std::min(options_.slot_bytes, kReduceWindowBytes) / es;
   std::vector<const std::byte*> srcs(P);
   for (size_t off = 0; off < buf.count; off += window) {
     const size_t n = std::min(window, buf.count - off);
-    std::memcpy(Slot(me), buf.data + off * es, n * es);
+    std::byte* const in = buf.data + off * es;
+    for (int r = 0; r < P; ++r) {
+      const Range g = ShardOf(n, P, r);
+      if (r != me) std::memcpy(Slot(me) + g.begin * es, in + g.begin * es, g.count * es);
+    }
     Wait("allreduce");
     const Range part = ShardOf(n, P, me);
-    for (int r = 0; r < P; ++r) srcs[r] = Slot(r) + part.begin * es;
+    for (int r = 0; r < P; ++r) srcs[r] = (r == me ? in : Slot(r)) + part.begin * es;
     SumOf(Slot(me) + part.begin * es, srcs, part.count, buf.dtype);
     if (op == ReduceOp::kAvg)
       ScaleInPlace(Slot(me) + part.begin * es, part.count, buf.dtype, 1.0 / P);
@@ -319,7 +323,7 @@ void ShmCommunicator::ReduceWindow(View buf, ReduceOp op, int root, bool all) {
     if (all || me == root) {
       for (int r = 0; r < P; ++r) {
         const Range g = ShardOf(n, P, r);
-        std::memcpy(buf.data + (off + g.begin) * es, Slot(r) + g.begin * es, g.count * es);
+        std::memcpy(in + g.begin * es, Slot(r) + g.begin * es, g.count * es);
       }
     }
     Wait("allreduce");

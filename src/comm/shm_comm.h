@@ -72,9 +72,15 @@ class ShmCommunicator final : public Communicator {
   void Wait(const char* op);
   void CheckAborted(const char* op) const;
   int JobRank(int local) const;
-  // A window's reduction: copy in, reduce this rank's portion in place,
-  // then deliver portions to everyone (all=true) or to root only.
+  // Reductions go window by window: each rank copies into its slot the
+  // shards of the window that its peers reduce (its own shard it reads from
+  // its buffer), sums its shard of every rank's window into its slot, and
+  // then every rank that wants the result copies all the shards out. A
+  // window is at most kReduceWindowBytes, so what one step writes is still
+  // in cache when the next reads it: with 4 MiB windows, 2 ranks on a VM
+  // with an 8 MiB L3 fell from 6 GB/s busbw at 1 MiB to 1.7 GB/s from 4 MiB.
   void ReduceWindow(View buf, ReduceOp op, int root, bool all);
+  static constexpr size_t kReduceWindowBytes = 512 << 10;
   // Small reductions (every rank reads at most kDirectReadBytes, all the
   // slots together): every rank that wants the result sums all the slots
   // itself, in rank order as ReduceWindow's shards do (the same bits), so a
