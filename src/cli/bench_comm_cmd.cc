@@ -17,6 +17,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "cli/commands.h"
 #include "cli/progress.h"
@@ -242,10 +243,16 @@ Results RunMpiNetns(const BenchArgs& args, int n) {
   const NamespaceAgent agent(net);
   std::string hosts;
   for (const std::string& ip : net.node_addresses()) hosts += (hosts.empty() ? "" : ",") + ip;
+  // Each namespace is a host with one rank, so OpenMPI cannot see that the
+  // ranks outnumber the machine's cores and would spin in every wait. It
+  // yields on its own when it knows (mpi_yield_when_idle, its documented
+  // setting for oversubscription); here it is told.
+  const bool oversubscribed = n > static_cast<int>(std::thread::hardware_concurrency());
   return RunMpi(args, n, "tcp,self",
                 fmt::format("--host {} --mca plm_rsh_agent {} --mca oob_tcp_if_include {} --mca "
-                            "btl_tcp_if_include {}",
-                            hosts, agent.path().string(), net.subnet(), net.subnet()));
+                            "btl_tcp_if_include {}{}",
+                            hosts, agent.path().string(), net.subnet(), net.subnet(),
+                            oversubscribed ? " --mca mpi_yield_when_idle 1" : ""));
 }
 
 std::string MpiVersion() {
