@@ -304,7 +304,7 @@ void ShmCommunicator::Barrier() {
 void ShmCommunicator::ReduceWindow(View buf, ReduceOp op, int root, bool all) {
   const int P = options_.size, me = options_.rank;
   const size_t es = DTypeSize(buf.dtype);
-  const size_t window = std::min(options_.slot_bytes, kReduceWindowBytes) / es;
+  const size_t window = StagedBytes() / es;
   std::vector<const std::byte*> srcs(P);
   for (size_t off = 0; off < buf.count; off += window) {
     const size_t n = std::min(window, buf.count - off);
@@ -490,7 +490,7 @@ void ShmCommunicator::AllToAll(View in, View out) {
     Wait("alltoall");
     return;
   }
-  const size_t window = options_.slot_bytes / es / P;  // elements of one block per pass
+  const size_t window = StagedBytes() / es / P;  // elements of one block per pass
   for (size_t off = 0; off < block; off += window) {
     const size_t n = std::min(window, block - off);
     for (int j = 0; j < P; ++j) {
