@@ -317,11 +317,15 @@ int RunCoordinator(const BenchArgs& args) {
     const Results mpi_shm = a.mpi ? RunMpiShm(a, n, &mpi_shm_config) : Results{};
     const Results mpi_tcp = a.mpi ? RunMpi(a, n, "tcp,self") : Results{};
     const Results mpi_netns = a.mpi && a.netns ? RunMpiNetns(a, n) : Results{};
+    // In plain text a bar sets the groups apart; in markdown it would be a
+    // column of its own and shift every heading after it.
+    const std::string sep = a.markdown ? "" : "| ";
     for (const std::string& op : Split(a.ops)) {
-      std::vector<std::string> header = {"size",  "1 node algbw",    "busbw", "OpenMPI shm busbw",
-                                         "ratio", "| n nodes algbw", "busbw", "OpenMPI tcp busbw",
-                                         "ratio"};
-      if (a.netns) header.push_back("| netns nodes busbw");
+      std::vector<std::string> header = {
+          "size",  "1 node algbw",        "busbw", "OpenMPI shm busbw",
+          "ratio", sep + "n nodes algbw", "busbw", "OpenMPI tcp busbw",
+          "ratio"};
+      if (a.netns) header.push_back(sep + "netns nodes busbw");
       if (a.netns && a.mpi) {
         header.push_back("OpenMPI netns busbw");
         header.push_back("ratio");
@@ -377,7 +381,7 @@ int RunCoordinator(const BenchArgs& args) {
   if (!summary.empty()) {
     std::cout << fmt::format(
         "fmstack busbw / OpenMPI busbw over every size {}..{} (targets: median >= 1.0, worst >= "
-        "0.8)\nOpenMPI: {}; shared memory: {}\n",
+        "0.8)\nOpenMPI: {}; shared memory: {}\n\n",
         a.min, a.max, MpiVersion(), mpi_shm_config);
     std::cout << "| op | ranks | one node, median | one node, worst | across nodes, median | "
                  "across nodes, worst |"
