@@ -93,7 +93,8 @@ class Communicator {
   virtual void AllGather(View in, View out) = 0;
   virtual void Broadcast(View buf, int root) = 0;
   // `in` and `out` hold size equal blocks; block j of `in` goes to rank j,
-  // and block j of `out` comes from rank j.
+  // and block j of `out` comes from rank j. `out` may be `in` itself (no
+  // other overlap).
   virtual void AllToAll(View in, View out) = 0;
   virtual void Barrier() = 0;
   // Point to point, for peer replicas: sends `send` to rank `to` and receives

@@ -475,6 +475,10 @@ void ShmCommunicator::AllToAll(View in, View out) {
     std::memmove(out.data, in.data, in.bytes());
     return CheckAborted("alltoall");
   }
+  if (in.data == out.data) {  // in place: peers must read the blocks as they were
+    scratch_.assign(in.data, in.data + in.bytes());
+    in.data = scratch_.data();
+  }
   if (UseSmall(in.bytes())) return SmallAllToAll(in, out);
   if (UseCma(in.bytes())) {
     header_->addr[me].store(reinterpret_cast<uint64_t>(in.data), std::memory_order_release);
@@ -493,12 +497,17 @@ void ShmCommunicator::AllToAll(View in, View out) {
   const size_t window = StagedBytes() / es / P;  // elements of one block per pass
   for (size_t off = 0; off < block; off += window) {
     const size_t n = std::min(window, block - off);
+    // This rank's own block goes straight across: a quarter less copying at
+    // 4 ranks.
     for (int j = 0; j < P; ++j) {
-      std::memcpy(Slot(me) + j * window * es, in.data + (j * block + off) * es, n * es);
+      if (j != me)
+        std::memcpy(Slot(me) + j * window * es, in.data + (j * block + off) * es, n * es);
     }
+    std::memcpy(out.data + (me * block + off) * es, in.data + (me * block + off) * es, n * es);
     Wait("alltoall");
     for (int j = 0; j < P; ++j) {
-      std::memcpy(out.data + (j * block + off) * es, Slot(j) + me * window * es, n * es);
+      if (j != me)
+        std::memcpy(out.data + (j * block + off) * es, Slot(j) + me * window * es, n * es);
     }
     Wait("alltoall");
   }
