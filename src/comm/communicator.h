@@ -61,6 +61,11 @@ struct Range {
 // element more, so sizes differ by at most one and every element has an owner.
 Range ShardOf(size_t n, int parts, int i);
 
+// All-to-all's input kept apart from its output: `in` itself, or, in place
+// (`out` is `in`), a copy of it in `scratch`, so that no block is read after
+// this rank has overwritten it.
+View AllToAllSource(View in, View out, std::vector<std::byte>& scratch);
+
 // A collective failed: a peer died or hung, the group was aborted, or the
 // arguments were inconsistent. failed_rank() is the rank to blame (-1 when it
 // is not known, e.g. a timeout with every peer alive).

@@ -254,10 +254,7 @@ void GlooCommunicator::AllToAll(View in, View out) {
                                 rank(), in.count, out.count, size()),
                     -1);
   }
-  if (in.data == out.data && size() > 1) {  // gloo reads its input while it writes
-    scratch_.assign(in.data, in.data + in.bytes());
-    in.data = scratch_.data();
-  }
+  if (size() > 1) in = AllToAllSource(in, out, scratch_);
   Guarded("alltoall", [&] {
     gloo::AlltoallOptions opts(context_);
     if (in.dtype == DType::kF32) {

@@ -34,6 +34,12 @@ Range ShardOf(size_t n, int parts, int i) {
   return Range{k * base + std::min(k, rem), base + (k < rem ? 1 : 0)};
 }
 
+View AllToAllSource(View in, View out, std::vector<std::byte>& scratch) {
+  if (in.data != out.data) return in;
+  scratch.assign(in.data, in.data + in.bytes());
+  return View(scratch.data(), in.count, in.dtype);
+}
+
 void AddInto(std::byte* dst, const std::byte* src, size_t count, DType dtype) {
   if (dtype == DType::kF32) {
     float* d = reinterpret_cast<float*>(dst);

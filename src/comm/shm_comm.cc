@@ -475,10 +475,7 @@ void ShmCommunicator::AllToAll(View in, View out) {
     std::memmove(out.data, in.data, in.bytes());
     return CheckAborted("alltoall");
   }
-  if (in.data == out.data) {  // in place: peers must read the blocks as they were
-    scratch_.assign(in.data, in.data + in.bytes());
-    in.data = scratch_.data();
-  }
+  in = AllToAllSource(in, out, scratch_);
   if (UseSmall(in.bytes())) return SmallAllToAll(in, out);
   if (UseCma(in.bytes())) {
     header_->addr[me].store(reinterpret_cast<uint64_t>(in.data), std::memory_order_release);

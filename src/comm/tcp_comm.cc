@@ -297,11 +297,7 @@ void TcpCommunicator::AllToAll(View in, View out) {
                     -1);
   }
   const size_t block = in.bytes() / size();
-  std::byte* src = in.data;
-  if (in.data == out.data && size() > 1) {
-    scratch_.assign(in.data, in.data + in.bytes());
-    src = scratch_.data();
-  }
+  std::byte* const src = size() > 1 ? AllToAllSource(in, out, scratch_).data : in.data;
   if (src != out.data) std::memmove(out.data + rank() * block, src + rank() * block, block);
   Guarded("alltoall", [&] {
     if (block == 0) return;
