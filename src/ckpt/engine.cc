@@ -9,10 +9,7 @@
 #include <cstring>
 #include <map>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
+#include "ckpt/staging_copy.h"
 #include "util/error.h"
 
 namespace fmstack::ckpt {
@@ -22,36 +19,6 @@ using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-// memcpy with non-temporal stores: the staging pool is written once and read
-// later by another thread, so caching it only evicts the training job's data
-// and costs a read-for-ownership per line. glibc streams only copies larger
-// than a share of the L3, and the pool's slots are smaller than that
-// (measured: 1.45x the time of one big memcpy; streamed: about 1.0x).
-void CopyStreaming(char* dst, const std::byte* src, size_t n) {
-#if defined(__SSE2__)
-  const size_t head = std::min(n, (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16);
-  std::memcpy(dst, src, head);
-  dst += head;
-  src += head;
-  n -= head;
-  size_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    const auto* s = reinterpret_cast<const __m128i*>(src + i);
-    auto* d = reinterpret_cast<__m128i*>(dst + i);
-    const __m128i a = _mm_loadu_si128(s), b = _mm_loadu_si128(s + 1);
-    const __m128i c = _mm_loadu_si128(s + 2), e = _mm_loadu_si128(s + 3);
-    _mm_stream_si128(d, a);
-    _mm_stream_si128(d + 1, b);
-    _mm_stream_si128(d + 2, c);
-    _mm_stream_si128(d + 3, e);
-  }
-  std::memcpy(dst + i, src + i, n - i);
-  _mm_sfence();
-#else
-  std::memcpy(dst, src, n);
-#endif
 }
 
 struct FreeDeleter {
@@ -86,6 +53,14 @@ class Engine::Pool {
   Slot* TryAcquire() {
     const std::lock_guard lock(mu_);
     return free_.empty() ? nullptr : Take();
+  }
+  // All n slots, or none when fewer are free.
+  std::vector<Slot*> TryAcquireAll(int64_t n) {
+    const std::lock_guard lock(mu_);
+    std::vector<Slot*> out;
+    if (static_cast<int64_t>(free_.size()) < n) return out;
+    for (int64_t i = 0; i < n; ++i) out.push_back(Take());
+    return out;
   }
   Slot* Acquire() {
     std::unique_lock lock(mu_);
@@ -272,7 +247,41 @@ SaveTiming Engine::Save(const Snapshot& snap) {
   }
   cv_.notify_all();
 
-  // The blocking part: copy into slots, handing each full one to the writer.
+  // The blocking part: copy into slots. When the pool holds the whole
+  // snapshot, every slot is taken at once and filled by several threads.
+  std::vector<Slot*> all = pool_->TryAcquireAll(job->slots_total);
+  if (!all.empty() || job->slots_total == 0) {
+    CopyAll(snap, *job, all);
+  } else {
+    CopyStreamingToWriter(snap, *job);
+  }
+  {
+    const std::lock_guard lock(mu_);
+    job->copied = true;
+  }
+  cv_.notify_all();
+  job->timing.blocking_seconds = Since(start);
+  return job->timing;
+}
+
+void Engine::CopyAll(const Snapshot& snap, Job& job, const std::vector<Slot*>& slots) {
+  std::vector<std::span<const std::byte>> sources;
+  for (const TensorSlice& s : snap.slices) sources.push_back(s.data);
+  std::vector<char*> to;
+  for (Slot* slot : slots) to.push_back(slot->data.get());
+  CopyToSlots(sources, to, options_.chunk_bytes, options_.copy_threads);
+  int64_t left = job.timing.bytes;
+  const std::lock_guard lock(mu_);
+  for (Slot* slot : slots) {
+    slot->used = std::min(left, options_.chunk_bytes);
+    left -= slot->used;
+    job.filled.push_back(slot);
+  }
+}
+
+// A pool smaller than the snapshot: fill slots one by one and hand each to
+// the writer, waiting for it to free slots.
+void Engine::CopyStreamingToWriter(const Snapshot& snap, Job& job) {
   Slot* cur = nullptr;
   // Waking the writer per slot costs two context switches on a busy machine;
   // it only needs waking per slot when it must free slots for this copy.
@@ -280,7 +289,7 @@ SaveTiming Engine::Save(const Snapshot& snap) {
   auto hand_over = [&] {
     {
       const std::lock_guard lock(mu_);
-      job->filled.push_back(cur);
+      job.filled.push_back(cur);
     }
     if (streaming) cv_.notify_all();
     cur = nullptr;
@@ -291,7 +300,7 @@ SaveTiming Engine::Save(const Snapshot& snap) {
       if (cur == nullptr && (cur = pool_->TryAcquire()) == nullptr) {
         {
           const std::lock_guard lock(mu_);
-          job->streaming = streaming = true;
+          job.streaming = streaming = true;
         }
         cv_.notify_all();
         cur = pool_->Acquire();
@@ -305,13 +314,6 @@ SaveTiming Engine::Save(const Snapshot& snap) {
     }
   }
   if (cur != nullptr) hand_over();
-  {
-    const std::lock_guard lock(mu_);
-    job->copied = true;
-  }
-  cv_.notify_all();
-  job->timing.blocking_seconds = Since(start);
-  return job->timing;
 }
 
 void Engine::Writer() {

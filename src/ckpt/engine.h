@@ -58,6 +58,7 @@ struct EngineOptions {
   int keep = 3;                              // committed steps kept per tier (>= 1)
   int64_t pool_bytes = 0;                    // staging pool; 0 = one state
   int64_t chunk_bytes = kDefaultChunkBytes;  // slot size and checksum chunk
+  int copy_threads = 2;                      // threads copying a snapshot into the pool
   double commit_timeout_seconds = 600;       // rank 0 waiting for the other ranks' index files
   bool collect_garbage = true;               // rank 0 removes uncommitted steps on start
   std::string fmstack_version = "0.1.0";
@@ -127,6 +128,9 @@ class Engine {
 
   // The shard layout, header and index of a snapshot: everything but the bytes.
   std::shared_ptr<Job> MakeJob(const Snapshot& snap) const;
+  // Save()'s copy: into slots taken all at once, or slot by slot.
+  void CopyAll(const Snapshot& snap, Job& job, const std::vector<Slot*>& slots);
+  void CopyStreamingToWriter(const Snapshot& snap, Job& job);
   void Writer();
   void Drainer();
   void WriteFirstTier(Job& job);

@@ -50,7 +50,8 @@ void FsyncDir(const std::string& dir) {
 class PosixSink final : public Sink {
  public:
   explicit PosixSink(std::string path) : path_(std::move(path)) {
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_DIRECT, 0644);
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_DIRECT,
+                 0644);
     direct_ = fd_ >= 0;
     if (fd_ < 0 && errno == EINVAL) {  // tmpfs and some others refuse O_DIRECT
       fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
@@ -250,6 +251,8 @@ class PosixTier final : public Tier {
       done += static_cast<size_t>(n);
     }
   }
+
+  bool local_reads() const override { return true; }
 
   void Remove(int64_t step) override {
     CloseReaders(Dir(step));

@@ -81,10 +81,48 @@ void ReadAndCheckHeader(Tier& tier, int64_t step, const Manifest& m, const std::
   CheckShardHeader(idx, m, file, where);
 }
 
-// Pieces of 8 MiB: a virtual disk read cold delivered 0.7-1.1 GB/s to 1 MiB
-// reads and 2.3 GB/s to 8 MiB ones (2-core development VM); the copy out of
-// a bigger buffer costs less than the reads it saves.
-constexpr int64_t kReadPieceBytes = int64_t{8} << 20;
+// Remote tiers: pieces of 8 MiB (a ranged read each). Local files: 256 KiB
+// pieces, read straight into their destination on this thread; they fit
+// the L2 and are hashed from it (AMD EPYC VM, 0.5 GB cold: 128 KiB to 1 MiB
+// measured alike, 2.5-2.7 GB/s against dd's 3.0).
+constexpr int64_t kRemotePieceBytes = int64_t{8} << 20;
+constexpr int64_t kLocalPieceBytes = int64_t{256} << 10;
+
+// The spans cut into pieces that cross no chunk boundary and no need's
+// edge, so that a piece lies within a need or outside every need. A piece
+// within exactly one need that has a destination is read straight there.
+std::vector<ReadPiece> PlanPieces(const std::vector<std::pair<int64_t, int64_t>>& spans,
+                                  const std::vector<Need>& needs, int64_t chunk_bytes) {
+  std::vector<int64_t> cuts;
+  for (const Need& n : needs) {
+    cuts.push_back(n.lo);
+    cuts.push_back(n.hi);
+  }
+  std::sort(cuts.begin(), cuts.end());
+  std::vector<ReadPiece> out;
+  size_t cut = 0, first = 0;
+  for (const auto& [begin, end] : spans) {
+    for (int64_t p = begin; p < end;) {
+      while (cut < cuts.size() && cuts[cut] <= p) ++cut;
+      int64_t e = std::min({end, p + kLocalPieceBytes, (p / chunk_bytes + 1) * chunk_bytes});
+      if (cut < cuts.size()) e = std::min(e, cuts[cut]);
+      while (first < needs.size() && needs[first].hi <= p) ++first;
+      const Need* within = nullptr;
+      int covering = 0;
+      for (size_t k = first; k < needs.size() && needs[k].lo < e; ++k) {
+        if (needs[k].lo <= p && needs[k].hi >= e) {
+          within = &needs[k];
+          ++covering;
+        }
+      }
+      std::byte* dest =
+          covering == 1 && within->dest != nullptr ? within->dest + (p - within->lo) : nullptr;
+      out.push_back({p, e - p, dest});
+      p = e;
+    }
+  }
+  return out;
+}
 
 // Reads the chunks of `file` that `needs` touch, verifies them, scatters.
 int64_t ReadFile(Tier& tier, int64_t step, const Manifest& m, const std::string& file,
@@ -104,26 +142,32 @@ int64_t ReadFile(Tier& tier, int64_t step, const Manifest& m, const std::string&
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash(XXH3_createState(), XXH3_freeState);
   int64_t read = 0;
   size_t first_need = 0;
-  StreamSpans(
-      tier, step, file, f.data_offset, spans, f.chunk_bytes,
-      [&](int64_t pos, std::span<const char> bytes) {
-        const int64_t end = pos + static_cast<int64_t>(bytes.size());
-        if (pos % f.chunk_bytes == 0) XXH3_64bits_reset(hash.get());
-        XXH3_64bits_update(hash.get(), bytes.data(), bytes.size());
-        if (end % f.chunk_bytes == 0 || end == f.size - f.data_offset) {
-          CheckDigest(m, file, f, pos / f.chunk_bytes, XXH3_64bits_digest(hash.get()), end, where);
-        }
-        for (size_t k = first_need; k < needs.size() && needs[k].lo < end; ++k) {
-          const int64_t lo = std::max(needs[k].lo, pos), hi = std::min(needs[k].hi, end);
-          if (hi > lo && needs[k].dest != nullptr) {
-            std::memcpy(needs[k].dest + (lo - needs[k].lo), bytes.data() + (lo - pos),
-                        static_cast<size_t>(hi - lo));
-          }
-        }
-        while (first_need < needs.size() && needs[first_need].hi <= end) ++first_need;
-        read += end - pos;
-      },
-      kReadPieceBytes);
+  const auto check_and_scatter = [&](int64_t pos, std::span<const char> bytes) {
+    const int64_t end = pos + static_cast<int64_t>(bytes.size());
+    if (pos % f.chunk_bytes == 0) XXH3_64bits_reset(hash.get());
+    XXH3_64bits_update(hash.get(), bytes.data(), bytes.size());
+    if (end % f.chunk_bytes == 0 || end == f.size - f.data_offset) {
+      CheckDigest(m, file, f, pos / f.chunk_bytes, XXH3_64bits_digest(hash.get()), end, where);
+    }
+    for (size_t k = first_need; k < needs.size() && needs[k].lo < end; ++k) {
+      const int64_t lo = std::max(needs[k].lo, pos), hi = std::min(needs[k].hi, end);
+      if (hi <= lo || needs[k].dest == nullptr) continue;
+      std::byte* to = needs[k].dest + (lo - needs[k].lo);
+      const char* from = bytes.data() + (lo - pos);
+      // A piece read in place is already where it belongs.
+      if (reinterpret_cast<const char*>(to) != from)
+        std::memcpy(to, from, static_cast<size_t>(hi - lo));
+    }
+    while (first_need < needs.size() && needs[first_need].hi <= end) ++first_need;
+    read += end - pos;
+  };
+  if (tier.local_reads()) {
+    ReadPieces(tier, step, file, f.data_offset, PlanPieces(spans, needs, f.chunk_bytes),
+               check_and_scatter);
+  } else {
+    StreamSpans(tier, step, file, f.data_offset, spans, f.chunk_bytes, check_and_scatter,
+                kRemotePieceBytes);
+  }
   return read;
 }
 

@@ -96,4 +96,20 @@ void StreamSpans(Tier& tier, int64_t step, const std::string& file, int64_t base
   finish();
 }
 
+void ReadPieces(Tier& tier, int64_t step, const std::string& file, int64_t base,
+                std::span<const ReadPiece> pieces,
+                const std::function<void(int64_t, std::span<const char>)>& fn) {
+  std::vector<char> scratch;
+  for (const ReadPiece& p : pieces) {
+    char* at = reinterpret_cast<char*>(p.dest);
+    if (at == nullptr) {
+      if (scratch.size() < static_cast<size_t>(p.len)) scratch.resize(static_cast<size_t>(p.len));
+      at = scratch.data();
+    }
+    const std::span<char> bytes(at, static_cast<size_t>(p.len));
+    tier.Read(step, file, base + p.offset, bytes);
+    fn(p.offset, bytes);
+  }
+}
+
 }  // namespace fmstack::ckpt

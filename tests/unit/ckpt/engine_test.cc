@@ -9,8 +9,10 @@
 #include <thread>
 
 #include "ckpt/restore.h"
+#include "ckpt/staging_copy.h"
 #include "synthetic.h"
 #include "util/error.h"
+#include "util/random.h"
 
 namespace fmstack::ckpt {
 namespace {
@@ -21,6 +23,7 @@ using testing::MakeState;
 using testing::Matches;
 using testing::SliceFor;
 using testing::SyntheticState;
+using testing::SyntheticTensor;
 using testing::TargetsFor;
 
 class EngineTest : public ::testing::Test {
@@ -153,6 +156,151 @@ TEST_F(EngineTest, ReshardReadsEachByteOnce) {
   EXPECT_TRUE(Matches(state, l, 0, 1));
   // Whole-state load: exactly the data regions, each chunk once.
   EXPECT_EQ(total, data);
+}
+
+// The same files seen as a remote tier: restore then takes the streamed
+// path (a reader thread, large pieces, copies out of a ring), the reference
+// that the in-place reads of a local tier must agree with.
+class RemoteView final : public Tier {
+ public:
+  explicit RemoteView(Tier& inner) : inner_(inner) {}
+  const std::string& name() const override { return inner_.name(); }
+  std::string Where(int64_t step, const std::string& file) const override {
+    return inner_.Where(step, file);
+  }
+  std::unique_ptr<Sink> Create(int64_t step, const std::string& file) override {
+    return inner_.Create(step, file);
+  }
+  void PutSmall(int64_t step, const std::string& f, const std::string& t) override {
+    inner_.PutSmall(step, f, t);
+  }
+  void Commit(int64_t step) override { inner_.Commit(step); }
+  std::vector<StepListing> List() override { return inner_.List(); }
+  std::optional<std::string> ReadSmall(int64_t step, const std::string& f) override {
+    return inner_.ReadSmall(step, f);
+  }
+  std::optional<int64_t> Size(int64_t step, const std::string& f) override {
+    return inner_.Size(step, f);
+  }
+  void Read(int64_t step, const std::string& f, int64_t o, std::span<char> out) override {
+    inner_.Read(step, f, o, out);
+  }
+  void Remove(int64_t step) override { inner_.Remove(step); }
+  bool local_reads() const override { return false; }
+
+ private:
+  Tier& inner_;
+};
+
+TEST_F(EngineTest, InPlaceAndStreamedReadsAgree) {
+  // Chunks of 4 KiB and tensors from 2 bytes to ~80 KB, saved by 3 ranks:
+  // pieces end at chunk edges, at tensor edges and mid-chunk.
+  const SyntheticState state = MakeState(6, 800);
+  SaveAsWorld(state, 3, 3);
+  std::vector<std::unique_ptr<Tier>> tiers = Tiers();
+  Tier& local = *tiers[0];
+  ASSERT_TRUE(local.local_reads());
+  RemoteView remote(local);
+  for (const int to : {1, 2, 5}) {
+    for (int r = 0; r < to; ++r) {
+      Loaded in_place = TargetsFor(state, r, to), streamed = TargetsFor(state, r, to);
+      // Two targets that want the same bytes, and one that starts mid-chunk.
+      const SyntheticTensor& t = state.tensors.at("optim.exp_avg");
+      std::vector<std::byte> again_a(4 * 700), again_b(4 * 700);
+      in_place.targets.push_back({"optim.exp_avg", t.dtype, 313, again_a});
+      streamed.targets.push_back({"optim.exp_avg", t.dtype, 313, again_b});
+      in_place.targets.push_back({"optim.exp_avg", t.dtype, 313, again_a});
+      int64_t read_a = 0, read_b = 0;
+      ReadCopy(local, 3, in_place.targets, &read_a);
+      ReadCopy(remote, 3, streamed.targets, &read_b);
+      EXPECT_TRUE(Matches(state, in_place, r, to)) << "in place, rank " << r << " of " << to;
+      EXPECT_TRUE(Matches(state, streamed, r, to)) << "streamed, rank " << r << " of " << to;
+      EXPECT_EQ(std::memcmp(again_a.data(), t.bytes.data() + 4 * 313, again_a.size()), 0);
+      EXPECT_EQ(again_a, again_b);
+      EXPECT_EQ(read_a, read_b);
+    }
+  }
+  EXPECT_TRUE(VerifyCopy(local, 3).empty());
+  EXPECT_TRUE(VerifyCopy(remote, 3).empty());
+
+  // A flipped byte: both ways refuse the copy with the same message.
+  const std::string shard = local.Where(3, RankFileName(1));
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-5000, std::ios::end);
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x10);
+    f.seekp(-5000, std::ios::end);
+    f.write(&c, 1);
+  }
+  Loaded a = TargetsFor(state, 0, 1), b = TargetsFor(state, 0, 1);
+  std::string error_a, error_b;
+  try {
+    ReadCopy(local, 3, a.targets);
+  } catch (const Error& e) {
+    error_a = e.what();
+  }
+  try {
+    ReadCopy(remote, 3, b.targets);
+  } catch (const Error& e) {
+    error_b = e.what();
+  }
+  EXPECT_NE(error_a.find("checksum mismatch"), std::string::npos) << error_a;
+  EXPECT_EQ(error_a, error_b);
+  EXPECT_EQ(VerifyCopy(local, 3), VerifyCopy(remote, 3));
+}
+
+TEST(StagingCopy, EveryThreadCountFillsTheSlotsWithTheConcatenation) {
+  // Sources of odd sizes (one empty, one spanning several slots) into slots
+  // of 4 KiB: the bytes must land as one stream, whatever the split.
+  Rng rng(11);
+  std::vector<std::vector<std::byte>> data;
+  for (const size_t n :
+       {size_t{1}, size_t{4095}, size_t{0}, size_t{9000}, size_t{17}, size_t{6001}}) {
+    std::vector<std::byte> v(n);
+    for (auto& b : v) b = static_cast<std::byte>(rng.Next() & 0xff);
+    data.push_back(std::move(v));
+  }
+  std::vector<std::span<const std::byte>> sources;
+  std::vector<std::byte> want;
+  for (const auto& v : data) {
+    sources.emplace_back(v);
+    want.insert(want.end(), v.begin(), v.end());
+  }
+  constexpr int64_t kSlot = 4096;
+  const size_t n_slots = (want.size() + kSlot - 1) / kSlot;
+  for (const int threads : {1, 2, 3, 8}) {
+    std::vector<std::vector<char>> slots(n_slots, std::vector<char>(kSlot, 'x'));
+    std::vector<char*> to;
+    for (auto& s : slots) to.push_back(s.data());
+    CopyToSlots(sources, to, kSlot, threads);
+    std::vector<std::byte> got;
+    for (const auto& s : slots) {
+      for (const char c : s) got.push_back(static_cast<std::byte>(c));
+    }
+    got.resize(want.size());
+    EXPECT_EQ(got, want) << threads << " threads";
+    // Nothing past the stream's end is written.
+    EXPECT_EQ(slots.back()[want.size() % kSlot], 'x') << threads << " threads";
+  }
+}
+
+TEST_F(EngineTest, SavesWithOneOrManyCopyThreadsWriteTheSameFile) {
+  const SyntheticState state = MakeState(8, 90);
+  std::vector<std::string> files;
+  for (const int threads : {1, 3}) {
+    fs::remove_all(root_);
+    EngineOptions o = Options();
+    o.copy_threads = threads;
+    Engine engine(Tiers(), o);
+    engine.Save(SliceFor(state, 2, 0, 1));
+    engine.Wait();
+    std::ifstream f(Root("local") + "/step-00000002/rank-00000.safetensors", std::ios::binary);
+    files.emplace_back((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  }
+  EXPECT_GT(files[0].size(), 4096u * 8);
+  EXPECT_EQ(files[0], files[1]);
 }
 
 TEST_F(EngineTest, DrainsEveryTierAndKeepsTheNewestK) {

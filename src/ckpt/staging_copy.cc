@@ -1,0 +1,83 @@
+#include "ckpt/staging_copy.h"
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+namespace fmstack::ckpt {
+
+void CopyStreaming(char* dst, const std::byte* src, size_t n) {
+#if defined(__SSE2__)
+  const size_t head = std::min(n, (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16);
+  std::memcpy(dst, src, head);
+  dst += head;
+  src += head;
+  n -= head;
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    const auto* s = reinterpret_cast<const __m128i*>(src + i);
+    auto* d = reinterpret_cast<__m128i*>(dst + i);
+    const __m128i a = _mm_loadu_si128(s), b = _mm_loadu_si128(s + 1);
+    const __m128i c = _mm_loadu_si128(s + 2), e = _mm_loadu_si128(s + 3);
+    _mm_stream_si128(d, a);
+    _mm_stream_si128(d + 1, b);
+    _mm_stream_si128(d + 2, c);
+    _mm_stream_si128(d + 3, e);
+  }
+  std::memcpy(dst + i, src + i, n - i);
+  _mm_sfence();
+#else
+  std::memcpy(dst, src, n);
+#endif
+}
+
+namespace {
+
+// Bytes [lo, hi) of the concatenated sources into the slots.
+void CopyRange(std::span<const std::span<const std::byte>> sources, std::span<char* const> slots,
+               int64_t slot_bytes, int64_t lo, int64_t hi) {
+  int64_t at = 0;  // where the current source starts in the stream
+  for (const std::span<const std::byte> src : sources) {
+    const int64_t end = at + static_cast<int64_t>(src.size());
+    for (int64_t p = std::max(at, lo); p < std::min(end, hi);) {
+      const int64_t slot = p / slot_bytes;
+      const int64_t n = std::min({end, hi, (slot + 1) * slot_bytes}) - p;
+      CopyStreaming(slots[static_cast<size_t>(slot)] + (p - slot * slot_bytes),
+                    src.data() + (p - at), static_cast<size_t>(n));
+      p += n;
+    }
+    at = end;
+    if (at >= hi) return;
+  }
+}
+
+}  // namespace
+
+void CopyToSlots(std::span<const std::span<const std::byte>> sources, std::span<char* const> slots,
+                 int64_t slot_bytes, int threads) {
+  int64_t total = 0;
+  for (const auto& s : sources) total += static_cast<int64_t>(s.size());
+  const int64_t n_slots = static_cast<int64_t>(slots.size());
+  const int64_t workers = std::clamp<int64_t>(threads, 1, std::max<int64_t>(1, n_slots));
+  // Worker w takes slots [w * n / workers, (w + 1) * n / workers).
+  auto range = [&](int64_t w) {
+    const int64_t first = w * n_slots / workers, last = (w + 1) * n_slots / workers;
+    return std::pair{std::min(total, first * slot_bytes), std::min(total, last * slot_bytes)};
+  };
+  std::vector<std::jthread> helpers;
+  for (int64_t w = 1; w < workers; ++w) {
+    helpers.emplace_back([&, w] {
+      const auto [lo, hi] = range(w);
+      CopyRange(sources, slots, slot_bytes, lo, hi);
+    });
+  }
+  const auto [lo, hi] = range(0);
+  CopyRange(sources, slots, slot_bytes, lo, hi);
+}
+
+}  // namespace fmstack::ckpt
