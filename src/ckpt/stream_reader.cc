@@ -1,5 +1,7 @@
 #include "ckpt/stream_reader.h"
 
+#include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -96,20 +98,60 @@ void StreamSpans(Tier& tier, int64_t step, const std::string& file, int64_t base
   finish();
 }
 
-void ReadPieces(Tier& tier, int64_t step, const std::string& file, int64_t base,
-                std::span<const ReadPiece> pieces,
-                const std::function<void(int64_t, std::span<const char>)>& fn) {
-  std::vector<char> scratch;
-  for (const ReadPiece& p : pieces) {
-    char* at = reinterpret_cast<char*>(p.dest);
-    if (at == nullptr) {
-      if (scratch.size() < static_cast<size_t>(p.len)) scratch.resize(static_cast<size_t>(p.len));
-      at = scratch.data();
+void ReadChunksInParallel(
+    Tier& tier, int64_t step, const std::string& file, int64_t base,
+    std::span<const std::pair<int64_t, int64_t>> chunks, int workers, int64_t piece_bytes,
+    const std::function<void(int, size_t, int64_t, std::span<const char>)>& fn) {
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  size_t failed_chunk = chunks.size();  // the earliest chunk that failed
+  std::exception_ptr error;
+  auto work = [&](int worker) {
+    std::vector<char> buffer(static_cast<size_t>(piece_bytes));
+    for (size_t c; (c = next.fetch_add(1)) < chunks.size();) {
+      {
+        const std::lock_guard lock(mu);
+        if (c > failed_chunk) return;
+      }
+      try {
+        const auto [lo, hi] = chunks[c];
+        for (int64_t p = lo; p < hi;) {
+          const std::span<char> piece(buffer.data(),
+                                      static_cast<size_t>(std::min(hi - p, piece_bytes)));
+          tier.Read(step, file, base + p, piece);
+          fn(worker, c, p, piece);
+          p += static_cast<int64_t>(piece.size());
+        }
+      } catch (...) {
+        const std::lock_guard lock(mu);
+        if (c < failed_chunk) {
+          failed_chunk = c;
+          error = std::current_exception();
+        }
+        return;
+      }
     }
-    const std::span<char> bytes(at, static_cast<size_t>(p.len));
-    tier.Read(step, file, base + p.offset, bytes);
-    fn(p.offset, bytes);
+  };
+  {
+    std::vector<std::jthread> helpers;
+    for (int w = 1; w < workers; ++w) {
+      helpers.emplace_back([&, w] {
+        try {
+          work(w);
+        } catch (...) {  // the buffer's allocation
+          const std::lock_guard lock(mu);
+          if (!error) error = std::current_exception();
+        }
+      });
+    }
+    try {
+      work(0);
+    } catch (...) {
+      const std::lock_guard lock(mu);
+      if (!error) error = std::current_exception();
+    }
   }
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace fmstack::ckpt

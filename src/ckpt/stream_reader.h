@@ -1,12 +1,10 @@
-// ckpt: sequential reads of one file, two ways. From a remote tier, through a
-// ring of buffers that a reader thread fills while the caller checks and
-// scatters the previous ones: each read is a request with latency. From a
-// local file, on the caller's thread, in small pieces read straight into
-// their destination: the kernel's readahead already overlaps the disk with
-// the copy, and a piece hashed right after its read is still in cache (AMD
-// EPYC VM, 0.5 GB cold: 2.7 GB/s against dd's 3.0; the threaded ring of
-// 8 MiB pieces reached 0.9-1.8, its copies out of the ring being one more
-// pass over memory).
+// ckpt: reading the chunks of one file, two ways. From a remote tier, in
+// order through a ring of buffers that a reader thread fills while the
+// caller checks and scatters the previous ones: each read is a request with
+// latency. From a local file, several chunks at once, one per worker, each
+// read in order through the worker's own small buffer, which stays in cache
+// for the hash and the scatter: a drive wants several reads in flight, and
+// the hashing and scattering of one chunk overlaps the reads of others.
 #pragma once
 
 #include <cstdint>
@@ -29,17 +27,17 @@ void StreamSpans(Tier& tier, int64_t step, const std::string& file, int64_t base
                  const std::function<void(int64_t offset, std::span<const char> bytes)>& fn,
                  int64_t piece_bytes = 1 << 20);
 
-// One read of ReadPieces: bytes [offset, offset + len) relative to `base`,
-// read into `dest` when set, else into a buffer reused from piece to piece.
-struct ReadPiece {
-  int64_t offset = 0, len = 0;
-  std::byte* dest = nullptr;
-};
-
-// Reads the pieces in order on the calling thread and calls fn(offset,
-// bytes) after each, bytes being where the piece landed.
-void ReadPieces(Tier& tier, int64_t step, const std::string& file, int64_t base,
-                std::span<const ReadPiece> pieces,
-                const std::function<void(int64_t offset, std::span<const char> bytes)>& fn);
+// Reads the chunks (byte ranges relative to `base`, each within one
+// checksum chunk) on `workers` threads, the next chunk to the next free
+// worker. A worker reads its chunk in pieces of at most `piece_bytes` and calls
+// fn(worker, chunk, offset, bytes) for each piece in order; fn runs on the
+// worker's thread. After an error (a read, or thrown by fn) no later chunk
+// starts; the error of the earliest failed chunk is rethrown once every
+// worker has stopped, so the message does not depend on timing.
+void ReadChunksInParallel(Tier& tier, int64_t step, const std::string& file, int64_t base,
+                          std::span<const std::pair<int64_t, int64_t>> chunks, int workers,
+                          int64_t piece_bytes,
+                          const std::function<void(int worker, size_t chunk, int64_t offset,
+                                                   std::span<const char> bytes)>& fn);
 
 }  // namespace fmstack::ckpt

@@ -51,10 +51,9 @@ class Tier {
   // Reads exactly out.size() bytes at `offset`; throws Error naming the file
   // and what it got when the file is shorter.
   virtual void Read(int64_t step, const std::string& file, int64_t offset, std::span<char> out) = 0;
-  // True where the kernel serves reads from this machine's page cache with
-  // readahead: small reads straight into their destination then cost no
-  // more than large ones, and each is still in cache when it is hashed. An
-  // object store wants few large ranged reads, overlapped with the work.
+  // True for files on this machine: restore then reads several chunks at
+  // once in small pieces. An object store wants few large ranged reads,
+  // overlapped with the work, instead.
   virtual bool local_reads() const { return false; }
   // Removes COMMITTED first, so that a crash halfway leaves an uncommitted
   // directory (collected on the next start), never a committed partial one.

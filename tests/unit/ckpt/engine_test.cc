@@ -159,8 +159,8 @@ TEST_F(EngineTest, ReshardReadsEachByteOnce) {
 }
 
 // The same files seen as a remote tier: restore then takes the streamed
-// path (a reader thread, large pieces, copies out of a ring), the reference
-// that the in-place reads of a local tier must agree with.
+// path (one reader thread, in order, copies out of a ring), the reference
+// that the parallel chunk reads of a local tier must agree with.
 class RemoteView final : public Tier {
  public:
   explicit RemoteView(Tier& inner) : inner_(inner) {}
@@ -192,7 +192,7 @@ class RemoteView final : public Tier {
   Tier& inner_;
 };
 
-TEST_F(EngineTest, InPlaceAndStreamedReadsAgree) {
+TEST_F(EngineTest, ParallelAndStreamedReadsAgree) {
   // Chunks of 4 KiB and tensors from 2 bytes to ~80 KB, saved by 3 ranks:
   // pieces end at chunk edges, at tensor edges and mid-chunk.
   const SyntheticState state = MakeState(6, 800);
@@ -203,17 +203,17 @@ TEST_F(EngineTest, InPlaceAndStreamedReadsAgree) {
   RemoteView remote(local);
   for (const int to : {1, 2, 5}) {
     for (int r = 0; r < to; ++r) {
-      Loaded in_place = TargetsFor(state, r, to), streamed = TargetsFor(state, r, to);
-      // Two targets that want the same bytes, and one that starts mid-chunk.
+      Loaded parallel = TargetsFor(state, r, to), streamed = TargetsFor(state, r, to);
+      // Two targets that want the same bytes, starting mid-chunk.
       const SyntheticTensor& t = state.tensors.at("optim.exp_avg");
       std::vector<std::byte> again_a(4 * 700), again_b(4 * 700);
-      in_place.targets.push_back({"optim.exp_avg", t.dtype, 313, again_a});
+      parallel.targets.push_back({"optim.exp_avg", t.dtype, 313, again_a});
       streamed.targets.push_back({"optim.exp_avg", t.dtype, 313, again_b});
-      in_place.targets.push_back({"optim.exp_avg", t.dtype, 313, again_a});
+      parallel.targets.push_back({"optim.exp_avg", t.dtype, 313, again_a});
       int64_t read_a = 0, read_b = 0;
-      ReadCopy(local, 3, in_place.targets, &read_a);
+      ReadCopy(local, 3, parallel.targets, &read_a);
       ReadCopy(remote, 3, streamed.targets, &read_b);
-      EXPECT_TRUE(Matches(state, in_place, r, to)) << "in place, rank " << r << " of " << to;
+      EXPECT_TRUE(Matches(state, parallel, r, to)) << "parallel, rank " << r << " of " << to;
       EXPECT_TRUE(Matches(state, streamed, r, to)) << "streamed, rank " << r << " of " << to;
       EXPECT_EQ(std::memcmp(again_a.data(), t.bytes.data() + 4 * 313, again_a.size()), 0);
       EXPECT_EQ(again_a, again_b);
@@ -223,15 +223,16 @@ TEST_F(EngineTest, InPlaceAndStreamedReadsAgree) {
   EXPECT_TRUE(VerifyCopy(local, 3).empty());
   EXPECT_TRUE(VerifyCopy(remote, 3).empty());
 
-  // A flipped byte: both ways refuse the copy with the same message.
+  // Flipped bytes in two chunks: both ways refuse the copy naming the
+  // earlier chunk, however the parallel readers happen to finish.
   const std::string shard = local.Where(3, RankFileName(1));
-  {
+  for (const int64_t from_end : {5000, 60000}) {
     std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(-5000, std::ios::end);
+    f.seekg(-from_end, std::ios::end);
     char c = 0;
     f.read(&c, 1);
     c = static_cast<char>(c ^ 0x10);
-    f.seekp(-5000, std::ios::end);
+    f.seekp(-from_end, std::ios::end);
     f.write(&c, 1);
   }
   Loaded a = TargetsFor(state, 0, 1), b = TargetsFor(state, 0, 1);
@@ -246,7 +247,7 @@ TEST_F(EngineTest, InPlaceAndStreamedReadsAgree) {
   } catch (const Error& e) {
     error_b = e.what();
   }
-  EXPECT_NE(error_a.find("checksum mismatch"), std::string::npos) << error_a;
+  EXPECT_NE(error_a.find("checksum mismatch in chunk"), std::string::npos) << error_a;
   EXPECT_EQ(error_a, error_b);
   EXPECT_EQ(VerifyCopy(local, 3), VerifyCopy(remote, 3));
 }
