@@ -320,7 +320,7 @@ int main(int argc, char** argv) {
         std::cerr << "  PyTorch peers...\n";
         const nlohmann::json peers = TorchPeers(script, dir, state.bytes);
         if (!peers.is_null()) {
-          torch_version = peers.value("torch", "?");
+          torch_version = peers.value("torch", "?") + ", 1 thread";
           for (const auto& [key, label] :
                {std::pair{"torch_save_s", "torch.save(path) + fsync, median of 3"},
                 std::pair{"dcp_save_s", "torch.distributed.checkpoint"}}) {
@@ -336,8 +336,12 @@ int main(int argc, char** argv) {
           }
         }
       }
-      std::cout << fmt::format("state {} ({} tensors, PyTorch {})\n", units::FormatBytes(size),
-                               state.tensors.size(), torch_version)
+      std::cout << fmt::format(
+                       "state {} ({} tensors; fmstack: {} copy threads, {} restore readers; "
+                       "training loop: 1 thread of {}; PyTorch {})\n",
+                       units::FormatBytes(size), state.tensors.size(),
+                       ckpt::EngineOptions{}.copy_threads, ckpt::kLocalRestoreReaders,
+                       gpt::BlasConfig(), torch_version)
                 << table.RenderText() << "\n";
     }
     fs::remove_all(dir);

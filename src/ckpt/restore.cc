@@ -90,7 +90,6 @@ void ReadAndCheckHeader(Tier& tier, int64_t step, const Manifest& m, const std::
 // 1.1-2.1 (erratic on this disk, so not used).
 constexpr int64_t kRemotePieceBytes = int64_t{8} << 20;
 constexpr int64_t kLocalPieceBytes = int64_t{1} << 20;
-constexpr int kLocalReaders = 4;
 
 // Finds the needs that a range of the data region touches: needs are
 // sorted by lo, and max_hi[i] is the largest hi among needs[0..i].
@@ -169,9 +168,9 @@ int64_t ReadFile(Tier& tier, int64_t step, const Manifest& m, const std::string&
   for (const auto& [lo, hi] : spans) read += hi - lo;
   if (tier.local_reads()) {
     std::vector<HashState> hashes;
-    for (int w = 0; w < kLocalReaders; ++w) hashes.push_back(NewHash());
+    for (int w = 0; w < kLocalRestoreReaders; ++w) hashes.push_back(NewHash());
     ReadChunksInParallel(tier, step, file, f.data_offset, SplitChunks(spans, f.chunk_bytes),
-                         kLocalReaders, kLocalPieceBytes,
+                         kLocalRestoreReaders, kLocalPieceBytes,
                          [&](int worker, size_t, int64_t pos, std::span<const char> bytes) {
                            take(hashes[static_cast<size_t>(worker)].get(), pos, bytes);
                          });

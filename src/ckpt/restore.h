@@ -30,6 +30,10 @@ struct TensorTarget {
   std::span<std::byte> out;
 };
 
+// Chunks of a local file read at once (Tier::local_reads): a drive wants
+// several reads in flight, and each reader hashes and scatters its own.
+constexpr int kLocalRestoreReaders = 4;
+
 struct RestoreResult {
   int64_t step = 0;
   int tier = 0;  // index into the tiers given
