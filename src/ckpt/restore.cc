@@ -171,7 +171,7 @@ int64_t ReadFile(Tier& tier, int64_t step, const Manifest& m, const std::string&
     for (int w = 0; w < kLocalRestoreReaders; ++w) hashes.push_back(NewHash());
     ReadChunksInParallel(tier, step, file, f.data_offset, SplitChunks(spans, f.chunk_bytes),
                          kLocalRestoreReaders, kLocalPieceBytes,
-                         [&](int worker, size_t, int64_t pos, std::span<const char> bytes) {
+                         [&](int worker, int64_t pos, std::span<const char> bytes) {
                            take(hashes[static_cast<size_t>(worker)].get(), pos, bytes);
                          });
   } else {

@@ -98,28 +98,29 @@ void StreamSpans(Tier& tier, int64_t step, const std::string& file, int64_t base
   finish();
 }
 
-void ReadChunksInParallel(
-    Tier& tier, int64_t step, const std::string& file, int64_t base,
-    std::span<const std::pair<int64_t, int64_t>> chunks, int workers, int64_t piece_bytes,
-    const std::function<void(int, size_t, int64_t, std::span<const char>)>& fn) {
+void ReadChunksInParallel(Tier& tier, int64_t step, const std::string& file, int64_t base,
+                          std::span<const std::pair<int64_t, int64_t>> chunks, int workers,
+                          int64_t piece_bytes,
+                          const std::function<void(int, int64_t, std::span<const char>)>& fn) {
   std::atomic<size_t> next{0};
   std::mutex mu;
   size_t failed_chunk = chunks.size();  // the earliest chunk that failed
   std::exception_ptr error;
   auto work = [&](int worker) {
-    std::vector<char> buffer(static_cast<size_t>(piece_bytes));
+    std::vector<char> buffer;
     for (size_t c; (c = next.fetch_add(1)) < chunks.size();) {
       {
         const std::lock_guard lock(mu);
         if (c > failed_chunk) return;
       }
       try {
+        buffer.resize(static_cast<size_t>(piece_bytes));
         const auto [lo, hi] = chunks[c];
         for (int64_t p = lo; p < hi;) {
           const std::span<char> piece(buffer.data(),
                                       static_cast<size_t>(std::min(hi - p, piece_bytes)));
           tier.Read(step, file, base + p, piece);
-          fn(worker, c, p, piece);
+          fn(worker, p, piece);
           p += static_cast<int64_t>(piece.size());
         }
       } catch (...) {
@@ -134,22 +135,8 @@ void ReadChunksInParallel(
   };
   {
     std::vector<std::jthread> helpers;
-    for (int w = 1; w < workers; ++w) {
-      helpers.emplace_back([&, w] {
-        try {
-          work(w);
-        } catch (...) {  // the buffer's allocation
-          const std::lock_guard lock(mu);
-          if (!error) error = std::current_exception();
-        }
-      });
-    }
-    try {
-      work(0);
-    } catch (...) {
-      const std::lock_guard lock(mu);
-      if (!error) error = std::current_exception();
-    }
+    for (int w = 1; w < workers; ++w) helpers.emplace_back(work, w);
+    work(0);
   }
   if (error) std::rethrow_exception(error);
 }

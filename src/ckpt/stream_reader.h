@@ -30,14 +30,13 @@ void StreamSpans(Tier& tier, int64_t step, const std::string& file, int64_t base
 // Reads the chunks (byte ranges relative to `base`, each within one
 // checksum chunk) on `workers` threads, the next chunk to the next free
 // worker. A worker reads its chunk in pieces of at most `piece_bytes` and calls
-// fn(worker, chunk, offset, bytes) for each piece in order; fn runs on the
+// fn(worker, offset, bytes) for each piece in order; fn runs on the
 // worker's thread. After an error (a read, or thrown by fn) no later chunk
 // starts; the error of the earliest failed chunk is rethrown once every
 // worker has stopped, so the message does not depend on timing.
-void ReadChunksInParallel(Tier& tier, int64_t step, const std::string& file, int64_t base,
-                          std::span<const std::pair<int64_t, int64_t>> chunks, int workers,
-                          int64_t piece_bytes,
-                          const std::function<void(int worker, size_t chunk, int64_t offset,
-                                                   std::span<const char> bytes)>& fn);
+void ReadChunksInParallel(
+    Tier& tier, int64_t step, const std::string& file, int64_t base,
+    std::span<const std::pair<int64_t, int64_t>> chunks, int workers, int64_t piece_bytes,
+    const std::function<void(int worker, int64_t offset, std::span<const char> bytes)>& fn);
 
 }  // namespace fmstack::ckpt
