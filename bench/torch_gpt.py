@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""The peer program for bench/train: the same GPT-2-style model, batch and
-sequence length trained in PyTorch on the CPU (Debian python3-torch).
+"""The peer program for bench/train (CPU) and bench/gpu: the same GPT-2-style
+model, batch and sequence length trained in PyTorch, on the CPU (Debian
+python3-torch) or, with --device cuda, on a GPU.
 
 Run as PyTorch's CPU performance guide recommends: threads set to the cores
 given (torch.set_num_threads and OMP_NUM_THREADS), gradients set to None
@@ -8,6 +9,12 @@ rather than zeroed, one warm-up step, then --rounds rounds of --steps steps.
 Prints one JSON line: {"tokens_per_s": median round, "rounds": [...],
 "torch": version, "blas": the BLAS library libblas.so.3 resolves to,
 "threads": n}.
+
+On a GPU (--device cuda) it runs as PyTorch's CUDA notes recommend for fp32
+training: fused AdamW, TF32 matmuls only with --tf32, rounds timed between
+torch.cuda.synchronize() calls; --sdpa swaps the explicit attention for
+F.scaled_dot_product_attention (PyTorch's fused attention kernels), which is
+PyTorch at its best rather than the same algorithm as ours.
 """
 import argparse, ctypes, json, math, os, statistics, time
 
@@ -24,20 +31,24 @@ class Block(nn.Module):
         self.c_fc, self.mlp_proj = nn.Linear(C, Fh), nn.Linear(Fh, C)
         self.NH = NH
 
-    def forward(self, x, mask):
+    def forward(self, x, mask, sdpa):
         B, T, C = x.shape
         q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
         q, k, v = (t.view(B, T, self.NH, C // self.NH).transpose(1, 2) for t in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.NH)
-        att = F.softmax(att.masked_fill(mask[:T, :T] == 0, float("-inf")), dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        if sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.NH)
+            y = F.softmax(att.masked_fill(mask[:T, :T] == 0, float("-inf")), dim=-1) @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
         x = x + self.c_proj(y)
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
 
 
 class GPT(nn.Module):
-    def __init__(self, L, C, NH, Fh, V, T):
+    def __init__(self, L, C, NH, Fh, V, T, sdpa=False):
         super().__init__()
+        self.sdpa = sdpa
         self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
         self.h = nn.ModuleList(Block(C, NH, Fh) for _ in range(L))
         self.ln_f = nn.LayerNorm(C)
@@ -45,9 +56,9 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets):
         B, T = idx.shape
-        x = self.wte(idx) + self.wpe(torch.arange(T))
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
         for block in self.h:
-            x = block(x, self.mask)
+            x = block(x, self.mask, self.sdpa)
         logits = self.ln_f(x) @ self.wte.weight.t()  # tied LM head
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
@@ -57,13 +68,24 @@ def main():
     for name in ("layers", "hidden", "heads", "ffn", "vocab", "batch", "seq", "steps", "threads"):
         p.add_argument("--" + name, type=int, required=True)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--tf32", action="store_true", help="cuda: fp32 matmuls on TF32 tensor cores")
+    p.add_argument("--sdpa", action="store_true", help="F.scaled_dot_product_attention")
     a = p.parse_args()
+    if a.sdpa and not hasattr(F, "scaled_dot_product_attention"):
+        p.error(f"--sdpa: torch {torch.__version__} has no F.scaled_dot_product_attention (2.0+)")
     torch.manual_seed(0)
     torch.set_num_threads(a.threads)
-    model = GPT(a.layers, a.hidden, a.heads, a.ffn, a.vocab, a.seq)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
-    idx = torch.randint(0, a.vocab, (a.batch, a.seq))
-    targets = torch.randint(0, a.vocab, (a.batch, a.seq))
+    cuda = a.device == "cuda"
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = a.tf32
+        torch.backends.cudnn.allow_tf32 = a.tf32
+    model = GPT(a.layers, a.hidden, a.heads, a.ffn, a.vocab, a.seq, a.sdpa).to(a.device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1,
+                            **({"fused": True} if cuda else {}))
+    idx = torch.randint(0, a.vocab, (a.batch, a.seq), device=a.device)
+    targets = torch.randint(0, a.vocab, (a.batch, a.seq), device=a.device)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -72,11 +94,13 @@ def main():
         opt.step()
 
     step()  # warm-up
+    sync()
     rounds = []
     for _ in range(a.rounds):
         start = time.perf_counter()
         for _ in range(a.steps):
             step()
+        sync()
         rounds.append(round(a.steps * a.batch * a.seq / (time.perf_counter() - start)))
     lib = os.path.realpath("/lib/x86_64-linux-gnu/libblas.so.3")
     blas = lib.split("/")[-2]
@@ -86,9 +110,12 @@ def main():
         blas += " " + get().decode()
     except (OSError, AttributeError):
         pass
+    if cuda:
+        blas = "cuBLAS " + str(torch.backends.cuda.preferred_blas_library())
     print(json.dumps({"tokens_per_s": statistics.median(rounds), "rounds": rounds,
                       "torch": torch.__version__, "blas": blas,
-                      "threads": torch.get_num_threads()}))
+                      "threads": torch.get_num_threads(), "device": a.device,
+                      "tf32": a.tf32, "sdpa": a.sdpa}))
 
 
 if __name__ == "__main__":

@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
-# Packs the CUDA tests and bench_gpu, built here, for a GPU machine that has
-# the CUDA toolkit but none of fmstack's Debian libraries (and no network to
-# fetch them): the binaries, stripped, and the shared libraries they need
-# that are neither glibc's nor CUDA's, plus run.sh, which runs the CUDA
-# kernel and model tests, the NCCL tests and the benchmark there.
+# Packs the CUDA tests, bench_gpu and fmstack, built here, for a GPU machine
+# that has the CUDA toolkit but none of fmstack's Debian libraries (and no
+# network to fetch them): the binaries, stripped, the shared libraries they
+# need that are neither glibc's nor CUDA's (packed), the PyTorch peer, a small job and
+# its token shards, plus run.sh, which runs there: the CUDA kernel and model
+# tests, the NCCL tests, bench_gpu beside PyTorch on the same model, and
+# `fmstack train` on the device, stopped and resumed, against one straight run.
 #
-#   scripts/device-bundle.sh [OUT_DIR]      (default .device; under 64 MiB)
+#   scripts/device-bundle.sh [OUT_DIR]      (default .device; about 33 MB)
 #   then on the GPU machine, from the repository root:  bash .device/run.sh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build="${FMSTACK_BUILD_DIR:-$root/build}"
 out="${1:-$root/.device}"
-bins=("$build/tests/gpt_cuda_test" "$build/tests/nccl_test" "$build/bench_gpu")
+bins=("$build/tests/gpt_cuda_test" "$build/tests/nccl_test" "$build/bench_gpu" "$build/fmstack")
+[ -f "$root/data/kjv/train.bin" ] || { echo "device-bundle: data/kjv is missing: run fmstack data prepare first" >&2; exit 1; }
 for b in "${bins[@]}"; do
   [ -x "$b" ] || { echo "device-bundle: $b is missing: build with the CUDA backend first (scripts/build.sh)" >&2; exit 1; }
 done
 rm -rf "$out"
-mkdir -p "$out/lib"
+mkdir -p "$out/lib" "$out/data"
+cp -r "$root/data/kjv" "$out/data/"
+cp "$root/bench/torch_gpt.py" "$out/"
 for b in "${bins[@]}"; do
   strip -o "$out/$(basename "$b")" "$b"
 done
@@ -31,25 +36,99 @@ done | sort -u | grep -Ev "$skip" | while read -r lib; do
 done
 cat > "$out/run.sh" <<'SH'
 #!/usr/bin/env bash
-# Runs on the GPU machine: the CUDA twins of the CPU kernels, the whole model
-# against the CPU model, NCCL, then bench_gpu on GPT-2 124M (fp32, then TF32).
+# Runs on the GPU machine; each step under a deadline, all logs in one file,
+# $OUT/run.log (or .device/out/run.log), the runs' directories in a temporary one:
+#   1. the CUDA twins of the CPU kernels, the whole model against the CPU model
+#   2. NCCL on the devices present
+#   3. bench_gpu on GPT-2 124M (fp32, TF32) and PyTorch on the same model,
+#      batch and sequence (fp32, TF32, TF32 with its fused attention)
+#   4. fmstack train on the device: 20 steps, then resumed from its own
+#      checkpoint to 40, against one run of 40: the parameter hashes must agree
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+out="${OUT:-$here/out}"
+mkdir -p "$out"
+log=$(mktemp -d)
+libs=$(mktemp -d)
+tar -C "$libs" -xzf "$here/lib.tar.gz" || { echo "run.sh: cannot unpack $here/lib.tar.gz" >&2; exit 1; }
+pylib() {  # the lib/ folder of a pip-installed NVIDIA package, if python3 has it
+  python3 -c "import nvidia.$1 as m, os; print(os.path.join(list(m.__path__)[0], 'lib'))" 2>/dev/null || true
+}
 cuda_lib=""
 for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
   [ -e "$d/libcublas.so.13" ] && cuda_lib="$d" && break
 done
-if [ -z "$cuda_lib" ]; then
-  cuda_lib=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null || true)
-fi
-export LD_LIBRARY_PATH="$here/lib:${cuda_lib}:${LD_LIBRARY_PATH:-}"
+[ -n "$cuda_lib" ] || cuda_lib=$(pylib cublas)
+nccl_lib=""
+for d in /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu; do
+  [ -e "$d/libnccl.so.2" ] && nccl_lib="$d" && break
+done
+[ -n "$nccl_lib" ] || nccl_lib=$(pylib nccl)
+export LD_LIBRARY_PATH="$libs/lib:${cuda_lib}:${nccl_lib}:${LD_LIBRARY_PATH:-}"
+echo "cuBLAS from ${cuda_lib:-nowhere}, NCCL from ${nccl_lib:-nowhere}"
 nvidia-smi -L || true
-rc=0
-"$here/gpt_cuda_test" || rc=1
-"$here/nccl_test" || rc=1
-"$here/bench_gpu" --model gpt2-124m --batch 8 --seq 1024 || rc=1
-"$here/bench_gpu" --model gpt2-124m --batch 8 --seq 1024 --tf32 || rc=1
-exit $rc
+failed=()
+step() {  # step NAME SECONDS COMMAND...: runs it with a deadline, log in $log/NAME.log
+  local name=$1 limit=$2
+  shift 2
+  echo "=== $name (deadline ${limit}s)"
+  timeout "$limit" "$@" > "$log/$name.log" 2>&1
+  local r=$?
+  tail -n 40 "$log/$name.log"
+  echo "=== $name: exit $r"
+  { echo "=== $name: exit $r"; cat "$log/$name.log"; } >> "$out/run.log"
+  [ "$r" -eq 0 ] || failed+=("$name")
+}
+step cuda_test 300 "$here/gpt_cuda_test"
+step nccl_test 120 "$here/nccl_test"
+step bench_gpu_fp32 150 "$here/bench_gpu" --model gpt2-124m --batch 8 --seq 1024
+step bench_gpu_tf32 150 "$here/bench_gpu" --model gpt2-124m --batch 8 --seq 1024 --tf32
+gpt2="--layers 12 --hidden 768 --heads 12 --ffn 3072 --vocab 50257 --batch 8 --seq 1024 --steps 10"
+threads=$(nproc)
+step torch_fp32 180 python3 "$here/torch_gpt.py" $gpt2 --threads "$threads" --device cuda
+step torch_tf32 180 python3 "$here/torch_gpt.py" $gpt2 --threads "$threads" --device cuda --tf32
+step torch_tf32_sdpa 180 python3 "$here/torch_gpt.py" $gpt2 --threads "$threads" --device cuda --tf32 --sdpa
+job="$log/job.toml"
+sed "s|@DATA@|$here/data/kjv|" "$here/job.toml.in" > "$job"
+rm -rf "$log/split" "$log/straight"
+step train_first_half 180 "$here/fmstack" train "$job" --until 20 --out "$log/split"
+step train_resumed 180 "$here/fmstack" train "$job" --out "$log/split"
+step train_straight 180 "$here/fmstack" train "$job" --out "$log/straight"
+hash_of() { awk '/^parameter hash/ {print $3}' "$log/$1.log"; }
+echo "parameter hash: resumed $(hash_of train_resumed), straight $(hash_of train_straight)"
+if [ -z "$(hash_of train_straight)" ] || [ "$(hash_of train_resumed)" != "$(hash_of train_straight)" ]; then
+  failed+=("resume-matches-straight")
+fi
+echo "failed: ${failed[*]:-none}"
+[ ${#failed[@]} -eq 0 ]
 SH
 chmod +x "$out/run.sh"
+cat > "$out/job.toml.in" <<'TOML'
+# gpt-mini on the device: 40 steps, a checkpoint every 10
+name = "gpu-check"
+model = "gpt-mini"
+[train]
+device = "cuda"
+precision = "fp32"
+micro_batch = 8
+global_batch = 16
+steps = 40
+seed = 1337
+eval_interval = 20
+eval_batches = 2
+[optim]
+lr = 1e-3
+min_lr = 1e-4
+warmup_steps = 5
+weight_decay = 0.1
+grad_clip = 1.0
+[checkpoint]
+every = 10
+[data]
+dir = "@DATA@"
+TOML
+# The libraries travel packed (OpenBLAS alone is 36 MB unpacked); run.sh
+# unpacks them on the GPU machine.
+tar -C "$out" -czf "$out/lib.tar.gz" lib
+rm -rf "$out/lib"
 du -sh "$out"
