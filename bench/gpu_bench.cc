@@ -9,7 +9,12 @@
 //     model's FLOP/s as a fraction of it
 // Without a device it prints what was looked for and exits 2.
 // Usage: bench_gpu [--model gpt2-124m] [--batch 8] [--seq 1024] [--steps 10] [--tf32]
+//        [--python python3] [--torch-script bench/torch_gpt.py] [--no-torch]
+//        bench_gpu --profile ...: one warm step, then one step between
+//        cudaProfilerStart and Stop, for `ncu --profile-from-start off`
+//        (bench/ncu_table.py turns its CSV into a table of kernels).
 #include <cublas_v2.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -20,6 +25,7 @@
 #include <optional>
 #include <vector>
 
+#include "bench/torch_peer.h"
 #include "catalog/catalog.h"
 #include "gpt/cuda_runtime.h"
 #include "gpt/model.h"
@@ -50,46 +56,23 @@ const catalog::Accelerator* Match(const catalog::Catalog& cat, const std::string
   return nullptr;
 }
 
-// cuBLAS sgemm FLOP/s on out (N, OC) = inp (N, C) weight^T, median of 3.
-double SgemmFlops(int64_t N, int64_t C, int64_t OC, bool tf32) {
-  gpt::cuda::DeviceBuffer<float> a(N * C, "bench A"), b(OC * C, "bench B"), c(N * OC, "bench C");
-  gpt::cuda::Check(cudaMemset(a.data(), 0, a.bytes()), "bench memset");
-  gpt::cuda::Check(cudaMemset(b.data(), 0, b.bytes()), "bench memset");
-  gpt::cuda::Stream stream("bench stream");
-  gpt::cuda::Blas blas(stream.get(), tf32);
-  const float one = 1, zero = 0;
-  auto run = [&] {
-    gpt::cuda::Check(
-        gpt::cuda::Cublas().sgemm(blas.get(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(OC),
-                                  static_cast<int>(N), static_cast<int>(C), &one, b.data(),
-                                  static_cast<int>(C), a.data(), static_cast<int>(C), &zero,
-                                  c.data(), static_cast<int>(OC)),
-        "bench sgemm");
-  };
-  for (int i = 0; i < 3; ++i) run();
-  stream.Synchronize("bench warm-up");
-  std::vector<double> rates;
-  for (int round = 0; round < 3; ++round) {
-    const auto t0 = Clock::now();
-    for (int i = 0; i < 20; ++i) run();
-    stream.Synchronize("bench sgemm");
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    rates.push_back(20.0 * 2.0 * static_cast<double>(N * C * OC) / s);
-  }
-  return Median(rates);
-}
-
 int Run(int argc, char** argv) {
   CLI::App app("bench_gpu: the CUDA model step against the device's peak and cuBLAS");
   std::string model = "gpt2-124m";
   int64_t batch = 8, seq = 1024, steps = 10;
-  bool tf32 = false;
+  bool tf32 = false, profile = false, no_torch = false;
+  std::string python = "python3";  // GPU machines' python3 is the one with CUDA PyTorch
+  std::string torch_script = std::string(FMSTACK_SOURCE_DIR) + "/bench/torch_gpt.py";
   app.add_option("--model", model, "a preset (fmstack catalog list models)");
   app.add_option("--batch", batch, "sequences per micro-batch")->check(CLI::Range(1, 4096));
   app.add_option("--seq", seq, "tokens per sequence")->check(CLI::Range(1, 1 << 16));
   app.add_option("--steps", steps, "forward + backward passes per round")
       ->check(CLI::Range(1, 100000));
   app.add_flag("--tf32", tf32, "fp32 matmuls on TF32 tensor cores");
+  app.add_flag("--profile", profile, "run one warm step, then one step inside a profiler range");
+  app.add_option("--python", python, "the Python that has CUDA PyTorch");
+  app.add_option("--torch-script", torch_script, "the PyTorch peer (bench/torch_gpt.py)");
+  app.add_flag("--no-torch", no_torch, "skip the PyTorch peer");
   CLI11_PARSE(app, argc, argv);
 
   const gpt::cuda::DeviceProbe probe = gpt::cuda::ProbeDevices();
@@ -138,6 +121,14 @@ int Run(int argc, char** argv) {
     m->DeviceOptimizerStep(++updates, 1e-4);
   };
   step();  // warm: cuBLAS heuristics, first-touch of pinned memory
+  if (profile) {
+    gpt::cuda::Check(cudaProfilerStart(), "starting the profiler range");
+    step();
+    gpt::cuda::Check(cudaDeviceSynchronize(), "the profiled step");
+    gpt::cuda::Check(cudaProfilerStop(), "stopping the profiler range");
+    std::cout << "profiled one step\n";
+    return 0;
+  }
   std::vector<double> seconds;
   for (int round = 0; round < 3; ++round) {
     const auto t0 = Clock::now();
@@ -150,7 +141,13 @@ int Run(int argc, char** argv) {
   const double tokens_per_s = static_cast<double>(batch * seq) / step_s;
   const workload::TrainingFlops flops = workload::TrainingFlopsPerToken(shape);
   const double model_flops = tokens_per_s * flops.detailed;
-  const double gemm = SgemmFlops(batch * seq, shape.hidden, shape.ffn_hidden, tf32);
+  // The MLP's up-projection: (batch x seq, hidden) @ (hidden, ffn).
+  const double gemm = [&] {
+    gpt::cuda::Stream stream("bench stream");
+    gpt::cuda::Blas blas(stream.get(), tf32);
+    return 1e9 *
+           gpt::cuda::SgemmGflops(blas, stream, {{batch * seq, shape.ffn_hidden, shape.hidden}});
+  }();
 
   const catalog::Catalog cat = catalog::Catalog::LoadEmbedded();
   const catalog::Accelerator* acc = Match(cat, dev.name);
@@ -170,8 +167,25 @@ int Run(int argc, char** argv) {
   } else {
     t.AddRow({"MFU", "device not in the catalog", "", ">= 45%"});
   }
+  int rc = 0;
+  if (!no_torch) {
+    const std::string mode = tf32 ? "--device cuda --rounds 3 --tf32" : "--device cuda --rounds 3";
+    for (const bool sdpa : {false, true}) {
+      const bench::TorchResult peer =
+          bench::RunTorchPeer("", python, torch_script, shape, batch, seq, steps, 1,
+                              mode + (sdpa ? " --sdpa" : ""), 900);
+      if (peer.tokens_per_s <= 0) {
+        rc = 1;
+        continue;
+      }
+      t.AddRow({sdpa ? "PyTorch, fused attention (SDPA)" : "PyTorch, same attention",
+                fmt::format("{:.0f} tokens/s", peer.tokens_per_s),
+                fmt::format("{:.2f}x it", tokens_per_s / peer.tokens_per_s), ""});
+      if (!sdpa) std::cout << "peer: " << peer.about << "\n";
+    }
+  }
   std::cout << t.RenderText();
-  return 0;
+  return rc;
 }
 
 }  // namespace

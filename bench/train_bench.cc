@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "bench/torch_peer.h"
 #include "gpt/sgemm_peak.h"
 #include "train/trainer.h"
 #include "util/random.h"
@@ -51,40 +52,6 @@ constexpr int kRounds = 3;
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
-}
-
-struct TorchResult {
-  double tokens_per_s = 0;
-  std::string about;  // version, BLAS, threads, rounds
-};
-
-// The peer in its own process, under a deadline (timeout(1)) scaled to the work.
-TorchResult RunTorch(const workload::TransformerShape& s, int64_t B, int64_t T, int64_t steps,
-                     int threads, const std::string& script) {
-  const std::string cmd = fmt::format(
-      "OMP_NUM_THREADS={} timeout 1800 /usr/bin/python3 {} --layers {} --hidden {} --heads {} "
-      "--ffn {} --vocab {} --batch {} --seq {} --steps {} --rounds 1 --threads {} 2>&1",
-      threads, script, s.layers, s.hidden, s.heads, s.ffn_hidden, s.vocab, B, T, steps, threads);
-  struct Closer {
-    void operator()(FILE* f) const { ::pclose(f); }
-  };
-  std::unique_ptr<FILE, Closer> pipe(::popen(cmd.c_str(), "r"));
-  std::string out;
-  char buf[4096];
-  size_t n = 0;
-  while (pipe && (n = std::fread(buf, 1, sizeof(buf), pipe.get())) > 0) out.append(buf, n);
-  const size_t brace = out.rfind('{');
-  if (brace == std::string::npos) {
-    std::cerr << "PyTorch peer failed (install python3-torch: scripts/bootstrap.sh --bench):\n"
-              << out;
-    return {};
-  }
-  const nlohmann::json j = nlohmann::json::parse(out.substr(brace));
-  TorchResult r;
-  r.tokens_per_s = j.at("tokens_per_s").get<double>();
-  r.about = fmt::format("PyTorch {}, BLAS {}, {} threads", j.at("torch").get<std::string>(),
-                        j.at("blas").get<std::string>(), j.at("threads").get<int>());
-  return r;
 }
 
 }  // namespace
@@ -127,7 +94,7 @@ int main(int argc, char** argv) {
   // noisy neighbour slows all three alike; each is the median of its rounds.
   std::vector<double> rounds, torch_rounds, sgemm_rounds;
   double rss = 0;
-  TorchResult torch;
+  bench::TorchResult torch;
   const auto gemms = gpt::TrainingGemms(B * T, shape.hidden, shape.ffn_hidden, shape.vocab);
   const auto start = std::chrono::steady_clock::now();
   for (int r = 0; r < kRounds; ++r) {
@@ -151,8 +118,13 @@ int main(int argc, char** argv) {
       std::cerr << fmt::format("\rround {}/{}: PyTorch {} steps                    ", r + 1,
                                kRounds, steps)
                 << std::flush;
-      torch = RunTorch(shape, B, T, steps, gpt::CpuThreads(), script);
-      if (torch.tokens_per_s <= 0) return 1;
+      const int n = gpt::CpuThreads();
+      torch = bench::RunTorchPeer(fmt::format("OMP_NUM_THREADS={}", n), "/usr/bin/python3", script,
+                                  shape, B, T, steps, n, "--rounds 1", 1800);
+      if (torch.tokens_per_s <= 0) {
+        std::cerr << "install python3-torch: scripts/bootstrap.sh --bench\n";
+        return 1;
+      }
       torch_rounds.push_back(torch.tokens_per_s);
     }
   }

@@ -21,7 +21,7 @@ done
 rm -rf "$out"
 mkdir -p "$out/lib" "$out/data"
 cp -r "$root/data/kjv" "$out/data/"
-cp "$root/bench/torch_gpt.py" "$out/"
+cp "$root/bench/torch_gpt.py" "$root/bench/ncu_table.py" "$out/"
 for b in "${bins[@]}"; do
   strip -o "$out/$(basename "$b")" "$b"
 done
@@ -40,11 +40,15 @@ cat > "$out/run.sh" <<'SH'
 # $OUT/run.log (or .device/out/run.log), the runs' directories in a temporary one:
 #   1. the CUDA twins of the CPU kernels, the whole model against the CPU model
 #   2. NCCL on the devices present
-#   3. bench_gpu on GPT-2 124M (fp32, TF32) and PyTorch on the same model,
-#      batch and sequence (fp32, TF32, TF32 with its fused attention)
+#   3. bench_gpu on GPT-2 124M (fp32, TF32), PyTorch beside it on the same
+#      model, batch and sequence (same attention, and its fused attention)
 #   4. fmstack train on the device: 20 steps, then resumed from its own
 #      checkpoint to 40, against one run of 40: the parameter hashes must agree
+#   5. with --profile, where Nsight Compute (ncu) is installed: one TF32
+#      training step's kernels, by time (ncu_table.py), the CSV beside run.log
 set -uo pipefail
+profile=0
+[ "${1:-}" = "--profile" ] && profile=1
 here=$(cd "$(dirname "$0")" && pwd)
 out="${OUT:-$here/out}"
 mkdir -p "$out"
@@ -81,13 +85,9 @@ step() {  # step NAME SECONDS COMMAND...: runs it with a deadline, log in $log/N
 }
 step cuda_test 300 "$here/gpt_cuda_test"
 step nccl_test 120 "$here/nccl_test"
-step bench_gpu_fp32 150 "$here/bench_gpu" --model gpt2-124m --batch 8 --seq 1024
-step bench_gpu_tf32 150 "$here/bench_gpu" --model gpt2-124m --batch 8 --seq 1024 --tf32
-gpt2="--layers 12 --hidden 768 --heads 12 --ffn 3072 --vocab 50257 --batch 8 --seq 1024 --steps 10"
-threads=$(nproc)
-step torch_fp32 180 python3 "$here/torch_gpt.py" $gpt2 --threads "$threads" --device cuda
-step torch_tf32 180 python3 "$here/torch_gpt.py" $gpt2 --threads "$threads" --device cuda --tf32
-step torch_tf32_sdpa 180 python3 "$here/torch_gpt.py" $gpt2 --threads "$threads" --device cuda --tf32 --sdpa
+gpt2=(--model gpt2-124m --batch 8 --seq 1024 --torch-script "$here/torch_gpt.py")
+step bench_gpu_fp32 300 "$here/bench_gpu" "${gpt2[@]}"
+step bench_gpu_tf32 300 "$here/bench_gpu" "${gpt2[@]}" --tf32
 job="$log/job.toml"
 sed "s|@DATA@|$here/data/kjv|" "$here/job.toml.in" > "$job"
 rm -rf "$log/split" "$log/straight"
@@ -98,6 +98,18 @@ hash_of() { awk '/^parameter hash/ {print $3}' "$log/$1.log"; }
 echo "parameter hash: resumed $(hash_of train_resumed), straight $(hash_of train_straight)"
 if [ -z "$(hash_of train_straight)" ] || [ "$(hash_of train_resumed)" != "$(hash_of train_straight)" ]; then
   failed+=("resume-matches-straight")
+fi
+if [ "$profile" = 1 ]; then
+  ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+  if [ -n "$ncu_bin" ]; then
+    step profile_tf32 300 "$ncu_bin" --profile-from-start off --metrics gpu__time_duration.sum \
+      --csv --print-units base --log-file "$out/ncu_tf32.csv" \
+      "$here/bench_gpu" --profile --tf32 --model gpt2-124m --batch 8 --seq 1024
+    step kernels_tf32 60 python3 "$here/ncu_table.py" "$out/ncu_tf32.csv" --top 30
+  else
+    echo "=== profile: no ncu on this machine"
+    failed+=("profile")
+  fi
 fi
 echo "failed: ${failed[*]:-none}"
 [ ${#failed[@]} -eq 0 ]

@@ -231,7 +231,7 @@ int RunTrain(const TrainArgs& args) {
   // Measuring sgemm while other ranks train would measure the contention.
   const double peak = args.peak_gflops > 0 ? args.peak_gflops
                       : distributed        ? 0
-                                           : gpt::MeasureSgemmGflops(gpt::TrainingGemms(
+                                           : trainer.model().MatmulGflops(gpt::TrainingGemms(
                                                  config.micro_batch * T, config.shape.hidden,
                                                  config.shape.ffn_hidden, config.shape.vocab));
   const std::string ckpt_root =
@@ -239,12 +239,11 @@ int RunTrain(const TrainArgs& args) {
   auto state_path = [&] { return ckpt_root + "/" + ckpt::StepDirName(trainer.step()); };
   if (lead()) {
     std::cerr << fmt::format(
-        "training {} ({} params) on {} x {} threads ({}; OpenBLAS {} kernels): {} steps x {} "
-        "tokens, from step {}\n",
+        "training {} ({} params) on {} x {} ({}): {} steps x {} tokens, from step {}\n",
         config.shape.name, units::FormatCount(static_cast<double>(trainer.model().params().size())),
-        trainer.world(), gpt::CpuThreads(),
+        trainer.world(), trainer.model().Hardware(),
         comm ? fmt::format("{} over {}", train::DpModeName(dp.mode), comm->name()) : "1 process",
-        gpt::BlasCoreName(), config.steps, config.tokens_per_step(), trainer.step());
+        config.steps, config.tokens_per_step(), trainer.step());
   }
 
   const double unigram = train::UnigramEntropy(train_tokens.tokens, train_tokens.vocab);

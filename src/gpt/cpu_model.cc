@@ -34,6 +34,12 @@ class CpuModel final : public Model {
   std::span<float> grads() override { return grads_; }
   std::span<const float> grads() const override { return grads_; }
   void ZeroGrad() override { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+  double MatmulGflops(const std::vector<GemmShape>& shapes) const override {
+    return MeasureSgemmGflops(shapes);
+  }
+  std::string Hardware() const override {
+    return fmt::format("{} threads, OpenBLAS {} kernels", CpuThreads(), BlasCoreName());
+  }
 
   float Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int64_t B,
                 int64_t T) override;

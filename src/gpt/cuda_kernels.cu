@@ -1,7 +1,7 @@
 // The CUDA twins of cpu_kernels.cc, one kernel per CPU loop, written as
-// plainly: a thread per element, a warp per row, or a thread per channel
-// where rows are summed. Every reduction runs in a fixed order, so results
-// are deterministic; they differ from the CPU's in the last bits only
+// plainly: a thread per element, a warp per row, or, where rows are summed,
+// a thread per channel and row group, then per channel over the groups. Every reduction runs in a
+// fixed order, so results are deterministic; they differ from the CPU's in the last bits only
 // because the summation order differs.
 #include <cuda_runtime.h>
 
@@ -127,20 +127,32 @@ __global__ void LayerNormBackwardInputKernel(float* dinp, const float* dout, con
   }
 }
 
-// Column sums: block (32, kRowLanes) covers 32 channels; thread (x, y) sums
-// rows y, y + kRowLanes, ... in order, then the kRowLanes partial sums are
-// added in order of y. With `inp` set it is LayerNorm's weight gradient
-// (dout * normalized input) beside the plain sum (its bias gradient).
+// Column sums in two deterministic stages. Stage one: block (x, g) of
+// (32, kRowLanes) threads covers 32 channels of row group g (kGroupRows
+// rows); thread (x, y) sums rows y, y + kRowLanes, ... of the group in
+// order, then thread y = 0 adds the kRowLanes sums in order of y. Stage
+// two adds the groups' sums in order of g. One stage, a block per 32
+// channels, left GPT-2's 768 channels 24 blocks for 132 SMs. With `inp`
+// set it is LayerNorm's weight gradient (dout * normalized input) beside
+// the plain sum (its bias gradient).
 constexpr int kRowLanes = 16;
+constexpr int64_t kGroupRows = 256;
 
-__global__ void ColumnSumsKernel(float* dweight, float* dbias, const float* dout, const float* inp,
-                                 const float* mean, const float* rstd, int64_t N, int64_t C) {
+int64_t RowGroups(int64_t N) {
+  return (N + kGroupRows - 1) / kGroupRows;
+}
+
+__global__ void ColumnPartialsKernel(float* weight_sums, float* bias_sums, const float* dout,
+                                     const float* inp, const float* mean, const float* rstd,
+                                     int64_t N, int64_t C) {
   __shared__ float weight_part[kRowLanes][kWarp];
   __shared__ float bias_part[kRowLanes][kWarp];
   const int64_t c = blockIdx.x * static_cast<int64_t>(kWarp) + threadIdx.x;
+  const int64_t g = blockIdx.y;
+  const int64_t end = (g + 1) * kGroupRows < N ? (g + 1) * kGroupRows : N;
   float w = 0, b = 0;
   if (c < C) {
-    for (int64_t n = threadIdx.y; n < N; n += kRowLanes) {
+    for (int64_t n = g * kGroupRows + threadIdx.y; n < end; n += kRowLanes) {
       const float d = dout[n * C + c];
       b += d;
       if (inp != nullptr) w += d * (inp[n * C + c] - mean[n]) * rstd[n];
@@ -154,6 +166,19 @@ __global__ void ColumnSumsKernel(float* dweight, float* dbias, const float* dout
   for (int y = 0; y < kRowLanes; ++y) {
     wsum += weight_part[y][threadIdx.x];
     bsum += bias_part[y][threadIdx.x];
+  }
+  weight_sums[g * C + c] = wsum;
+  bias_sums[g * C + c] = bsum;
+}
+
+__global__ void ColumnFinishKernel(float* dweight, float* dbias, const float* weight_sums,
+                                   const float* bias_sums, int64_t groups, int64_t C) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= C) return;
+  float wsum = 0, bsum = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    wsum += weight_sums[g * C + c];
+    bsum += bias_sums[g * C + c];
   }
   if (dweight != nullptr) dweight[c] += wsum;
   dbias[c] += bsum;
@@ -228,31 +253,43 @@ __global__ void GeluBackwardKernel(float* dinout, const float* inp, int64_t n) {
 
 // ---- softmax cross-entropy: a block per row ----
 
+// Two passes over each row instead of three: each thread keeps a running
+// max and a sum rescaled whenever the max grows (the online softmax), the
+// block combines them, then the row is rewritten as probabilities.
 __global__ void SoftmaxCrossEntropyForwardKernel(float* probs, float* losses,
-                                                 const int32_t* targets, int64_t V) {
+                                                 const int32_t* targets, int64_t V,
+                                                 int64_t stride) {
   __shared__ float shared[kWarp];
-  float* row = probs + blockIdx.x * V;
-  float max = -INFINITY;
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) max = fmaxf(max, row[v]);
-  max = BlockReduce<true>(max, shared);
-  float sum = 0;
+  float* row = probs + blockIdx.x * stride;
+  // Read before any thread overwrites the row with probabilities (the
+  // reductions between are barriers).
+  const float target_logit = threadIdx.x == 0 ? row[targets[blockIdx.x]] : 0.0f;
+  float max = -INFINITY, sum = 0;
   for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
-    const float e = expf(row[v] - max);
-    row[v] = e;
-    sum += e;
+    const float x = row[v];
+    if (x > max) {
+      sum = sum * expf(max - x) + 1.0f;
+      max = x;
+    } else {
+      sum += expf(x - max);
+    }
   }
-  const float inv = 1.0f / BlockReduce<false>(sum, shared);
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) row[v] *= inv;
-  __syncthreads();
-  if (threadIdx.x == 0) losses[blockIdx.x] = -logf(fmaxf(row[targets[blockIdx.x]], 1e-30f));
+  const float row_max = BlockReduce<true>(max, shared);
+  const float mine = max == -INFINITY ? 0.0f : sum * expf(max - row_max);
+  const float inv = 1.0f / BlockReduce<false>(mine, shared);
+  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) row[v] = expf(row[v] - row_max) * inv;
+  if (threadIdx.x == 0) {
+    losses[blockIdx.x] = -logf(fmaxf(expf(target_logit - row_max) * inv, 1e-30f));
+  }
 }
 
 __global__ void SoftmaxCrossEntropyBackwardKernel(float* probs, const int32_t* targets, int64_t N,
-                                                  int64_t V, float k) {
+                                                  int64_t V, int64_t stride, float k) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= N * V) return;
   const int64_t n = i / V, v = i % V;
-  probs[i] = probs[i] * k - (v == targets[n] ? k : 0.0f);
+  float& p = probs[n * stride + v];
+  p = p * k - (v == targets[n] ? k : 0.0f);
 }
 
 // ---- optimizer ----
@@ -301,6 +338,19 @@ int RowBlocks(int64_t rows) {
   return Blocks(rows, kRowsPerBlock);
 }
 
+void ColumnSums(float* dweight, float* dbias, const float* dout, const float* inp,
+                const float* mean, const float* rstd, int64_t N, int64_t C, float* scratch,
+                cudaStream_t stream) {
+  const int64_t groups = RowGroups(N);
+  float* weight_sums = scratch;
+  float* bias_sums = scratch + groups * C;
+  const dim3 grid(static_cast<unsigned>(Blocks(C, kWarp)), static_cast<unsigned>(groups));
+  ColumnPartialsKernel<<<grid, dim3(kWarp, kRowLanes), 0, stream>>>(weight_sums, bias_sums, dout,
+                                                                    inp, mean, rstd, N, C);
+  ColumnFinishKernel<<<Blocks(C, kThreads), kThreads, 0, stream>>>(dweight, dbias, weight_sums,
+                                                                   bias_sums, groups, C);
+}
+
 }  // namespace
 
 void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
@@ -332,13 +382,17 @@ void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, co
                                                                  N, C);
 }
 
+int64_t ColumnSumScratch(int64_t N, int64_t C) {
+  return 2 * RowGroups(N) * C;
+}
+
 void LayerNormBackwardAccumulate(float* dinp, float* dweight, float* dbias, const float* dout,
                                  const float* inp, const float* weight, const float* mean,
-                                 const float* rstd, int64_t N, int64_t C, cudaStream_t stream) {
+                                 const float* rstd, int64_t N, int64_t C, float* scratch,
+                                 cudaStream_t stream) {
   LayerNormBackwardInputKernel<<<RowBlocks(N), kRowBlock, 0, stream>>>(dinp, dout, inp, weight,
                                                                        mean, rstd, N, C);
-  ColumnSumsKernel<<<Blocks(C, kWarp), dim3(kWarp, kRowLanes), 0, stream>>>(dweight, dbias, dout,
-                                                                            inp, mean, rstd, N, C);
+  ColumnSums(dweight, dbias, dout, inp, mean, rstd, N, C, scratch, stream);
 }
 
 void FillRows(float* out, const float* bias, int64_t N, int64_t OC, cudaStream_t stream) {
@@ -350,10 +404,9 @@ void FillRowsResidual(float* out, const float* residual, const float* bias, int6
   FillRowsKernel<<<Blocks(N * OC, kThreads), kThreads, 0, stream>>>(out, residual, bias, N, OC);
 }
 
-void BiasBackwardAccumulate(float* dbias, const float* dout, int64_t N, int64_t OC,
+void BiasBackwardAccumulate(float* dbias, const float* dout, int64_t N, int64_t OC, float* scratch,
                             cudaStream_t stream) {
-  ColumnSumsKernel<<<Blocks(OC, kWarp), dim3(kWarp, kRowLanes), 0, stream>>>(
-      nullptr, dbias, dout, nullptr, nullptr, nullptr, N, OC);
+  ColumnSums(nullptr, dbias, dout, nullptr, nullptr, nullptr, N, OC, scratch, stream);
 }
 
 void CausalSoftmaxForward(float* att, int64_t rows, int64_t T, float scale, cudaStream_t stream) {
@@ -374,16 +427,17 @@ void GeluBackwardInPlace(float* dinout, const float* inp, int64_t n, cudaStream_
 }
 
 void SoftmaxCrossEntropyForward(float* probs_inout, float* losses, const int32_t* targets,
-                                int64_t N, int64_t V, cudaStream_t stream) {
+                                int64_t N, int64_t V, int64_t stride, cudaStream_t stream) {
   SoftmaxCrossEntropyForwardKernel<<<static_cast<unsigned>(N), 512, 0, stream>>>(
-      probs_inout, losses, targets, V);
+      probs_inout, losses, targets, V, stride);
 }
 
 void SoftmaxCrossEntropyBackwardInPlace(float* probs_inout, const int32_t* targets, int64_t N,
-                                        int64_t V, float scale, cudaStream_t stream) {
+                                        int64_t V, int64_t stride, float scale,
+                                        cudaStream_t stream) {
   const float k = scale / static_cast<float>(N);
   SoftmaxCrossEntropyBackwardKernel<<<Blocks(N * V, kThreads), kThreads, 0, stream>>>(
-      probs_inout, targets, N, V, k);
+      probs_inout, targets, N, V, stride, k);
 }
 
 void SquaredNormPartials(double* partial, const float* grads, int64_t n, cudaStream_t stream) {

@@ -5,9 +5,9 @@
 // `stream` and returns at once. Matmuls are cuBLAS calls made by the model
 // (cuda_model.cc); these are the kernels between them.
 //
-// Reductions over rows (bias, LayerNorm and embedding gradients) give each
-// channel to one thread that sums its rows in order: no atomics, so two runs
-// give the same bits, as on the CPU.
+// Reductions over rows (bias, LayerNorm and embedding gradients) sum each
+// channel in a fixed order (rows in groups, then the groups): no atomics,
+// so two runs give the same bits, as on the CPU.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -29,16 +29,22 @@ void TokenBackward(float* dwte, const float* dout, const int32_t* uniques, const
 
 void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                       const float* bias, int64_t N, int64_t C, cudaStream_t stream);
+// Floats of device scratch the column sums of an (N, C) gradient take
+// (LayerNormBackwardAccumulate, BiasBackwardAccumulate); one buffer of the
+// largest size serves every call on the same stream.
+int64_t ColumnSumScratch(int64_t N, int64_t C);
+
 void LayerNormBackwardAccumulate(float* dinp, float* dweight, float* dbias, const float* dout,
                                  const float* inp, const float* weight, const float* mean,
-                                 const float* rstd, int64_t N, int64_t C, cudaStream_t stream);
+                                 const float* rstd, int64_t N, int64_t C, float* scratch,
+                                 cudaStream_t stream);
 
 // out[n, :] = bias (or 0 when bias is null); out[n, :] = residual[n, :] + bias.
 void FillRows(float* out, const float* bias, int64_t N, int64_t OC, cudaStream_t stream);
 void FillRowsResidual(float* out, const float* residual, const float* bias, int64_t N, int64_t OC,
                       cudaStream_t stream);
 // dbias[c] += sum over rows of dout[n, c]
-void BiasBackwardAccumulate(float* dbias, const float* dout, int64_t N, int64_t OC,
+void BiasBackwardAccumulate(float* dbias, const float* dout, int64_t N, int64_t OC, float* scratch,
                             cudaStream_t stream);
 
 // Rows of scores (T x T per (batch, head), ld T): row i becomes
@@ -51,12 +57,14 @@ void CausalSoftmaxBackwardInPlace(float* dscores, const float* att, int64_t rows
 void GeluForward(float* out, const float* inp, int64_t n, cudaStream_t stream);
 void GeluBackwardInPlace(float* dinout, const float* inp, int64_t n, cudaStream_t stream);
 
-// Rows of logits (N, V) become probabilities; losses[n] = -log p[target[n]].
+// Rows of logits (N, V), `stride` floats apart, become probabilities;
+// losses[n] = -log p[target[n]]. Columns past V are not touched.
 void SoftmaxCrossEntropyForward(float* probs_inout, float* losses, const int32_t* targets,
-                                int64_t N, int64_t V, cudaStream_t stream);
+                                int64_t N, int64_t V, int64_t stride, cudaStream_t stream);
 // probs become (p - onehot) * scale / N.
 void SoftmaxCrossEntropyBackwardInPlace(float* probs_inout, const int32_t* targets, int64_t N,
-                                        int64_t V, float scale, cudaStream_t stream);
+                                        int64_t V, int64_t stride, float scale,
+                                        cudaStream_t stream);
 
 // ---- the optimizer, twins of train/optimizer.h (not yet driven by train/) ----
 

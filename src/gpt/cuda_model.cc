@@ -27,16 +27,30 @@ namespace fmstack::gpt {
 namespace {
 
 constexpr int64_t kGiB = int64_t{1} << 30;
+// Logits rows start on 512-byte boundaries (ActivationLayout::logits_stride).
+constexpr int64_t kLogitsAlign = 128;
+
+int64_t RoundUp(int64_t n, int64_t multiple) {
+  return (n + multiple - 1) / multiple * multiple;
+}
 
 std::string Gib(int64_t bytes) {
   return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / static_cast<double>(kGiB));
 }
 
+// The widest gradient whose rows are summed (bias and LayerNorm gradients).
+int64_t WidestColumnSum(const ParamLayout& p) {
+  return std::max({3 * p.C, p.F, p.C});
+}
+
 // The device bytes a model of layout p with activations a takes: the
-// parameters, their gradients, the activations and the token ids.
+// parameters, their gradients, the activations, the column-sum scratch and
+// the token ids.
 int64_t DeviceBytes(const ParamLayout& p, const ActivationLayout& a) {
   const int64_t ids = 5 * a.B * a.T + p.V + 1;  // tokens, targets, token rows
-  return (2 * p.total + a.total) * int64_t{sizeof(float)} + ids * int64_t{sizeof(int32_t)};
+  const int64_t scratch = cuda::ColumnSumScratch(a.B * a.T, WidestColumnSum(p));
+  return (2 * p.total + a.total + scratch) * int64_t{sizeof(float)} +
+         ids * int64_t{sizeof(int32_t)};
 }
 
 class CudaModel final : public Model {
@@ -45,10 +59,12 @@ class CudaModel final : public Model {
             const cuda::DeviceInfo& device)
       : p_(ParamLayout::For(shape)),
         a_(ActivationLayout::For(p_, options.max_batch,
-                                 options.max_seq > 0 ? options.max_seq : shape.seq_len)),
+                                 options.max_seq > 0 ? options.max_seq : shape.seq_len,
+                                 RoundUp(p_.V, kLogitsAlign))),
         device_(device),
         stream_("creating the model's stream"),
-        blas_(stream_.get(), options.tf32) {
+        blas_(stream_.get(), options.tf32),
+        tf32_(options.tf32) {
     if (a_.T > p_.maxT) {
       throw Error(fmt::format("max_seq {} exceeds the model's seq_len {}", a_.T, p_.maxT));
     }
@@ -72,6 +88,9 @@ class CudaModel final : public Model {
     d_tokens_ = cuda::DeviceBuffer<int32_t>(N, "allocating token ids");
     d_targets_ = cuda::DeviceBuffer<int32_t>(N, "allocating target ids");
     d_token_rows_ = cuda::DeviceBuffer<int32_t>(3 * N + 1, "allocating token rows");
+    d_column_scratch_ = cuda::DeviceBuffer<float>(
+        static_cast<size_t>(cuda::ColumnSumScratch(a_.B * a_.T, WidestColumnSum(p_))),
+        "allocating the column-sum scratch");
     std::fill(params_.data(), params_.data() + P, 0.0f);
     std::fill(grads_.data(), grads_.data() + P, 0.0f);
     for (const std::vector<TensorInfo>& group : p_.GradReadyGroups()) {
@@ -87,11 +106,22 @@ class CudaModel final : public Model {
   std::span<const float> params() const override { return params_.span(); }
   std::span<float> grads() override { return grads_.span(); }
   std::span<const float> grads() const override { return grads_.span(); }
+  // With the device optimizer the host gradients are never read, and
+  // clearing them cost more than the whole step's GPU work on GPT-2 124M
+  // (500 MB of host memset per step).
   void ZeroGrad() override {
-    std::fill(grads_.data(), grads_.data() + grads_.size(), 0.0f);
     if (device_optimizer_) {
       cuda::Check(cudaMemsetAsync(d_grads_.data(), 0, d_grads_.bytes(), s()), "clearing gradients");
+    } else {
+      std::fill(grads_.data(), grads_.data() + grads_.size(), 0.0f);
     }
+  }
+  double MatmulGflops(const std::vector<GemmShape>& shapes) const override {
+    return cuda::SgemmGflops(blas_, stream_, shapes);
+  }
+  std::string Hardware() const override {
+    return fmt::format("cuda:{} {}, {} matmuls", device_.index, device_.name,
+                       tf32_ ? "TF32" : "fp32");
   }
 
   float Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int64_t B,
@@ -123,6 +153,7 @@ class CudaModel final : public Model {
     return l == 0 ? A(a_.encoded, p_.C) : A(a_.residual3, p_.C, l - 1);
   }
   cudaStream_t s() const { return stream_.get(); }
+  float* cs() const { return d_column_scratch_.data(); }
 
   void Copy(void* to, const void* from, size_t bytes, cudaMemcpyKind kind, const char* what) const {
     cuda::Check(cudaMemcpyAsync(to, from, bytes, kind, s()), what);
@@ -132,18 +163,19 @@ class CudaModel final : public Model {
   // waits for it.
   void DownloadGroup(int g);
 
-  // out (N, OC) = inp (N, C) @ weight (OC, C)^T + beta * out, row-major:
-  // column-major cuBLAS computes out^T = weight^T' inp^T'.
+  // out (N, OC) = inp (N, C) @ weight (OC, C)^T + beta * out, row-major,
+  // rows of out `out_stride` floats apart (0 = OC): column-major cuBLAS
+  // computes out^T = weight^T' inp^T'.
   void Gemm(float* out, const float* inp, const float* weight, int64_t N, int64_t C, int64_t OC,
-            float beta) const;
+            float beta, int64_t out_stride = 0) const;
   void MatmulForward(float* out, const float* inp, const float* weight, const float* bias,
                      int64_t N, int64_t C, int64_t OC) const;
   void MatmulResidualForward(float* out, const float* residual, const float* inp,
                              const float* weight, const float* bias, int64_t N, int64_t C,
                              int64_t OC) const;
   void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout,
-                      const float* inp, const float* weight, int64_t N, int64_t C,
-                      int64_t OC) const;
+                      const float* inp, const float* weight, int64_t N, int64_t C, int64_t OC,
+                      int64_t dout_stride = 0) const;
   // One strided-batched gemm over the heads of batch row b, in the
   // row-major terms of cpu::AttentionForward (see cuda_model.cc's notes).
   void HeadsGemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
@@ -158,9 +190,11 @@ class CudaModel final : public Model {
   cuda::DeviceInfo device_;
   cuda::Stream stream_;
   cuda::Blas blas_;
+  bool tf32_;
   cuda::PinnedBuffer<float> params_, grads_, losses_;
   cuda::DeviceBuffer<float> d_params_, d_grads_, d_acts_;
   cuda::DeviceBuffer<int32_t> d_tokens_, d_targets_, d_token_rows_;
+  cuda::DeviceBuffer<float> d_column_scratch_;
   std::vector<std::vector<std::pair<int64_t, int64_t>>> groups_;  // (offset, floats) per tensor
   std::vector<int32_t> token_rows_;  // uniques | starts | rows, as uploaded
   int64_t unique_tokens_ = 0;
@@ -235,13 +269,15 @@ float CudaModel::Forward(std::span<const int32_t> tokens, std::span<const int32_
   }
   cuda::LayerNormForward(A(a_.lnf, C), A(a_.lnf_mean, 1), A(a_.lnf_rstd, 1), LayerInput(L),
                          P(p_.lnfw, C), P(p_.lnfb, C), N, C, s());
-  MatmulForward(A(a_.logits, V), A(a_.lnf, C), P(p_.wte, V * C), nullptr, N, C, V);
+  const int64_t Vp = a_.logits_stride;
+  Gemm(A(a_.logits, Vp), A(a_.lnf, C), P(p_.wte, V * C), N, C, V, 0.0f, Vp);
   cuda::CheckLaunch("the forward pass");
   if (!has_targets_) {
     stream_.Synchronize("the forward pass");
     return 0.0f;
   }
-  cuda::SoftmaxCrossEntropyForward(A(a_.logits, V), A(a_.losses, 1), d_targets_.data(), N, V, s());
+  cuda::SoftmaxCrossEntropyForward(A(a_.logits, Vp), A(a_.losses, 1), d_targets_.data(), N, V, Vp,
+                                   s());
   cuda::CheckLaunch("the cross-entropy");
   Copy(losses_.data(), A(a_.losses, 1), static_cast<size_t>(N) * sizeof(float),
        cudaMemcpyDeviceToHost, "losses");
@@ -257,15 +293,18 @@ void CudaModel::Backward(float scale, const std::function<void(int)>& ready) {
   if (!device_optimizer_) {
     Copy(d_grads_.data(), grads_.data(), d_grads_.bytes(), cudaMemcpyHostToDevice, "gradients");
   }
-  float* dlogits = A(a_.logits, V);
-  cuda::SoftmaxCrossEntropyBackwardInPlace(dlogits, d_targets_.data(), N, V, scale, s());
+  const int64_t Vp = a_.logits_stride;
+  float* dlogits = A(a_.logits, Vp);
+  cuda::SoftmaxCrossEntropyBackwardInPlace(dlogits, d_targets_.data(), N, V, Vp, scale, s());
   float* dres = A(a_.dresidual, C);
   float* dln = A(a_.dln, C);
-  MatmulBackward(dln, G(p_.wte, V * C), nullptr, dlogits, A(a_.lnf, C), P(p_.wte, V * C), N, C, V);
+  MatmulBackward(dln, G(p_.wte, V * C), nullptr, dlogits, A(a_.lnf, C), P(p_.wte, V * C), N, C, V,
+                 Vp);
   cuda::Check(cudaMemsetAsync(dres, 0, static_cast<size_t>(N * C) * sizeof(float), s()),
               "clearing the residual gradient");
   cuda::LayerNormBackwardAccumulate(dres, G(p_.lnfw, C), G(p_.lnfb, C), dln, LayerInput(L),
-                                    P(p_.lnfw, C), A(a_.lnf_mean, 1), A(a_.lnf_rstd, 1), N, C, s());
+                                    P(p_.lnfw, C), A(a_.lnf_mean, 1), A(a_.lnf_rstd, 1), N, C, cs(),
+                                    s());
   if (ready) {
     DownloadGroup(0);
     ready(0);
@@ -281,7 +320,7 @@ void CudaModel::Backward(float scale, const std::function<void(int)>& ready) {
                    P(p_.fcw, F * C, l), N, C, F);
     cuda::LayerNormBackwardAccumulate(dres, G(p_.ln2w, C, l), G(p_.ln2b, C, l), dln,
                                       A(a_.residual2, C, l), P(p_.ln2w, C, l), A(a_.ln2_mean, 1, l),
-                                      A(a_.ln2_rstd, 1, l), N, C, s());
+                                      A(a_.ln2_rstd, 1, l), N, C, cs(), s());
     MatmulBackward(datty, G(p_.attprojw, C * C, l), G(p_.attprojb, C, l), dres, A(a_.atty, C, l),
                    P(p_.attprojw, C * C, l), N, C, C);
     AttentionBackward(dqkv, Scores(a_.datt), datty, A(a_.qkv, 3 * C, l), Scores(a_.att, l));
@@ -289,7 +328,7 @@ void CudaModel::Backward(float scale, const std::function<void(int)>& ready) {
                    P(p_.qkvw, 3 * C * C, l), N, C, 3 * C);
     cuda::LayerNormBackwardAccumulate(dres, G(p_.ln1w, C, l), G(p_.ln1b, C, l), dln, LayerInput(l),
                                       P(p_.ln1w, C, l), A(a_.ln1_mean, 1, l), A(a_.ln1_rstd, 1, l),
-                                      N, C, s());
+                                      N, C, cs(), s());
     cuda::CheckLaunch("the backward pass");
     if (ready) {
       DownloadGroup(static_cast<int>(L - l));
@@ -416,20 +455,34 @@ void CudaModel::PoisonGradient() {
 
 std::span<const float> CudaModel::Logits(int64_t b, int64_t t) const {
   logits_row_.resize(static_cast<size_t>(p_.V));
-  const float* row = A(a_.logits, p_.V) + (b * T_ + t) * p_.V;
+  const float* row = A(a_.logits, 1) + (b * T_ + t) * a_.logits_stride;
   cuda::Check(cudaMemcpy(logits_row_.data(), row, logits_row_.size() * sizeof(float),
                          cudaMemcpyDeviceToHost),
               "reading logits");
   return logits_row_;
 }
 
+// Output-channel ranges for one matmul: with OC not a multiple of 4
+// (GPT-2's vocabulary, 50257) cuBLAS picks its unaligned kernels, 2-3x
+// slower on the LM head, so the rows up to the last multiple of 128 go in
+// one aligned call and the rest (under 128) in a small second one.
+std::vector<std::pair<int64_t, int64_t>> AlignedParts(int64_t OC) {
+  const int64_t head = OC / 128 * 128;
+  if (OC % 4 == 0 || head == 0) return {{0, OC}};
+  return {{0, head}, {head, OC - head}};
+}
+
 void CudaModel::Gemm(float* out, const float* inp, const float* weight, int64_t N, int64_t C,
-                     int64_t OC, float beta) const {
+                     int64_t OC, float beta, int64_t out_stride) const {
   const float one = 1.0f;
-  const auto n = static_cast<int>(N), c = static_cast<int>(C), oc = static_cast<int>(OC);
-  cuda::Check(cuda::Cublas().sgemm(blas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c, &one, weight, c,
-                                   inp, c, &beta, out, oc),
-              "a forward matmul");
+  const auto n = static_cast<int>(N), c = static_cast<int>(C);
+  const auto ldo = static_cast<int>(out_stride != 0 ? out_stride : OC);
+  for (const auto& [first, count] : AlignedParts(OC)) {
+    cuda::Check(
+        cuda::Cublas().sgemm(blas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(count), n, c,
+                             &one, weight + first * C, c, inp, c, &beta, out + first, ldo),
+        "a forward matmul");
+  }
 }
 
 void CudaModel::MatmulForward(float* out, const float* inp, const float* weight, const float* bias,
@@ -448,18 +501,23 @@ void CudaModel::MatmulResidualForward(float* out, const float* residual, const f
 
 void CudaModel::MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout,
                                const float* inp, const float* weight, int64_t N, int64_t C,
-                               int64_t OC) const {
+                               int64_t OC, int64_t dout_stride) const {
   const float one = 1.0f, zero = 0.0f;
-  const auto n = static_cast<int>(N), c = static_cast<int>(C), oc = static_cast<int>(OC);
-  // dinp (N, C) = dout (N, OC) @ weight (OC, C)
-  cuda::Check(cuda::Cublas().sgemm(blas_.get(), CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, &one, weight, c,
-                                   dout, oc, &zero, dinp, c),
-              "a backward matmul (input gradient)");
-  // dweight (OC, C) += dout^T (OC, N) @ inp (N, C)
-  cuda::Check(cuda::Cublas().sgemm(blas_.get(), CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, &one, inp, c,
-                                   dout, oc, &one, dweight, c),
-              "a backward matmul (weight gradient)");
-  if (dbias != nullptr) cuda::BiasBackwardAccumulate(dbias, dout, N, OC, s());
+  const auto n = static_cast<int>(N), c = static_cast<int>(C);
+  const auto ldd = static_cast<int>(dout_stride != 0 ? dout_stride : OC);
+  for (const auto& [first, count] : AlignedParts(OC)) {
+    const auto oc = static_cast<int>(count);
+    // dinp (N, C) (+)= dout[:, part] (N, oc) @ weight[part] (oc, C)
+    cuda::Check(cuda::Cublas().sgemm(blas_.get(), CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, &one,
+                                     weight + first * C, c, dout + first, ldd,
+                                     first == 0 ? &zero : &one, dinp, c),
+                "a backward matmul (input gradient)");
+    // dweight[part] (oc, C) += dout[:, part]^T (oc, N) @ inp (N, C)
+    cuda::Check(cuda::Cublas().sgemm(blas_.get(), CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, &one, inp, c,
+                                     dout + first, ldd, &one, dweight + first * C, c),
+                "a backward matmul (weight gradient)");
+  }
+  if (dbias != nullptr) cuda::BiasBackwardAccumulate(dbias, dout, N, OC, cs(), s());
 }
 
 void CudaModel::HeadsGemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n,

@@ -3,6 +3,8 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 
 #include "gpt/cuda_kernels.h"
@@ -144,6 +146,43 @@ Blas::Blas(cudaStream_t stream, bool tf32) {
 
 Blas::~Blas() {
   if (handle_ != nullptr) Cublas().destroy(handle_);
+}
+
+// Operands are filled with bytes 0x3c (0.0115 as floats): all-zero operands
+// run faster than real data on tensor cores.
+double SgemmGflops(const Blas& blas, const Stream& stream, const std::vector<GemmShape>& shapes) {
+  int64_t biggest = 0;
+  double flops = 0;
+  for (const GemmShape& g : shapes) {
+    biggest = std::max({biggest, g.m * g.k, g.k * g.n, g.m * g.n});
+    flops += 2.0 * static_cast<double>(g.m * g.n * g.k);
+  }
+  if (biggest == 0) return 0;
+  const auto count = static_cast<size_t>(biggest);
+  size_t free_bytes = 0, total_bytes = 0;
+  Check(cudaMemGetInfo(&free_bytes, &total_bytes), "reading free device memory");
+  if (3 * count * sizeof(float) > free_bytes) return 0;
+  DeviceBuffer<float> a(count, "matmul benchmark operand A");
+  DeviceBuffer<float> b(count, "matmul benchmark operand B");
+  DeviceBuffer<float> c(count, "matmul benchmark result");
+  Check(cudaMemsetAsync(a.data(), 0x3c, a.bytes(), stream.get()), "filling matmul operands");
+  Check(cudaMemsetAsync(b.data(), 0x3c, b.bytes(), stream.get()), "filling matmul operands");
+  const float one = 1.0f, zero = 0.0f;
+  double best = 0;
+  for (int round = 0; round < 4; ++round) {  // the first warms up
+    const auto start = std::chrono::steady_clock::now();
+    for (const GemmShape& g : shapes) {  // row-major (m x k) @ (k x n), as sgemm_peak.cc
+      const auto m = static_cast<int>(g.m), n = static_cast<int>(g.n), k = static_cast<int>(g.k);
+      Check(Cublas().sgemm(blas.get(), CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, b.data(), n,
+                           a.data(), k, &zero, c.data(), n),
+            "a benchmark matmul");
+    }
+    stream.Synchronize("the matmul benchmark");
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (round > 0) best = std::max(best, flops / seconds / 1e9);
+  }
+  return best;
 }
 
 }  // namespace fmstack::gpt::cuda

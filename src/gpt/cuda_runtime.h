@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "gpt/sgemm_peak.h"
+
 namespace fmstack::gpt::cuda {
 
 // cuBLAS, opened with dlopen on first use instead of linked: its libraries
@@ -134,5 +136,11 @@ class Blas {
  private:
   cublasHandle_t handle_ = nullptr;
 };
+
+// cuBLAS sgemm GFLOP/s over `shapes` on `blas` (in its math mode, so TF32
+// when the handle allows it) and `stream`, FLOP-weighted, best of three
+// rounds after a warm-up: the GPU's twin of MeasureSgemmGflops. 0 when the
+// device has no room for the operands.
+double SgemmGflops(const Blas& blas, const Stream& stream, const std::vector<GemmShape>& shapes);
 
 }  // namespace fmstack::gpt::cuda

@@ -122,9 +122,15 @@ bool ParamLayout::IsResidualProjection(const TensorInfo& t) const {
   return t.name.ends_with("attn.c_proj.weight") || t.name.ends_with("mlp.c_proj.weight");
 }
 
-ActivationLayout ActivationLayout::For(const ParamLayout& p, int64_t B, int64_t T) {
+ActivationLayout ActivationLayout::For(const ParamLayout& p, int64_t B, int64_t T,
+                                       int64_t logits_stride) {
+  if (logits_stride != 0 && logits_stride < p.V) {
+    throw Error(
+        fmt::format("logits stride {} is shorter than the vocabulary {}", logits_stride, p.V));
+  }
   ActivationLayout a;
   a.B = B, a.T = T;
+  a.logits_stride = logits_stride != 0 ? logits_stride : p.V;
   const int64_t L = p.L, C = p.C, F = p.F, N = B * T;
   const int64_t scores = B * p.NH * T * T;
   Bump b;
@@ -145,7 +151,7 @@ ActivationLayout ActivationLayout::For(const ParamLayout& p, int64_t B, int64_t 
   a.lnf = b.Take(N * C);
   a.lnf_mean = b.Take(N);
   a.lnf_rstd = b.Take(N);
-  a.logits = b.Take(N * p.V);
+  a.logits = b.Take(N * a.logits_stride);
   a.losses = b.Take(N);
   a.kept = b.next;
   a.dresidual = b.Take(N * C);

@@ -69,13 +69,18 @@ struct ActivationLayout {
   int64_t encoded = 0;                          // (N, C)
   int64_t lnf = 0, lnf_mean = 0, lnf_rstd = 0;  // (N, C), (N)
   int64_t logits = 0;                           // (N, V): probabilities, then their gradient
+  int64_t logits_stride = 0;                    // floats from one row of logits to the next, >= V
   int64_t losses = 0;                           // (N)
   // gradient scratch, reused by every layer
   int64_t dresidual = 0, dln = 0, dqkv = 0, datty = 0, dfch = 0, datt = 0;
   int64_t kept = 0;   // floats kept for backward
   int64_t total = 0;  // floats including scratch
 
-  static ActivationLayout For(const ParamLayout& p, int64_t B, int64_t T);
+  // logits_stride 0 = V. The CUDA backend pads it to a multiple of 128:
+  // with an odd V (GPT-2's 50257) cuBLAS runs the LM head's matmuls on
+  // unaligned kernels 5x slower than the aligned ones.
+  static ActivationLayout For(const ParamLayout& p, int64_t B, int64_t T,
+                              int64_t logits_stride = 0);
 };
 
 }  // namespace fmstack::gpt

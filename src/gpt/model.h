@@ -12,6 +12,7 @@
 #include <string>
 
 #include "gpt/layout.h"
+#include "gpt/sgemm_peak.h"
 #include "util/error.h"
 #include "workload/shape.h"
 
@@ -46,6 +47,8 @@ class Model {
   // ParamLayout::GradReadyGroups() are final for this call.
   virtual void Backward(float scale, const std::function<void(int group)>& ready) = 0;
   void Backward(float scale) { Backward(scale, {}); }
+  // Clears the gradients Backward accumulates into. With the device
+  // optimizer on, only the device's: the host copy is never read then.
   virtual void ZeroGrad() = 0;
   // Next-token logits at (b, t) after a Forward without targets.
   virtual std::span<const float> Logits(int64_t b, int64_t t) const = 0;
@@ -71,6 +74,14 @@ class Model {
   }
   virtual void SyncToHost(std::span<float> /*m*/, std::span<float> /*v*/) {}
   virtual void SyncToDevice(std::span<const float> /*m*/, std::span<const float> /*v*/) {}
+  // The backend's matmul GFLOP/s on exactly these shapes, the denominator of
+  // the trainer's MFU: OpenBLAS sgemm on the current threads for the CPU,
+  // cuBLAS on the model's device in its math mode for CUDA. 0 when it could
+  // not be measured (the device has no room left for the operands).
+  virtual double MatmulGflops(const std::vector<GemmShape>& shapes) const = 0;
+  // Where the model runs, for a run's banner: "2 threads, OpenBLAS Haswell
+  // kernels" or "cuda:0 NVIDIA H200, TF32 matmuls".
+  virtual std::string Hardware() const = 0;
   // Fault rehearsal: the next step's first gradient becomes NaN.
   virtual void PoisonGradient() { grads()[0] = std::numeric_limits<float>::quiet_NaN(); }
 };

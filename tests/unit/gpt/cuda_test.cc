@@ -159,9 +159,10 @@ TEST(CudaKernels, LayerNormForwardAndBackwardMatchCpu) {
   auto dinp = RandomFloats(N * C, 5), dw = RandomFloats(C, 6), db = RandomFloats(C, 7);
   auto d_dinp = Up(dinp), d_dw = Up(dw), d_db = Up(db), d_dout = Up(dout);
   cpu::LayerNormBackwardAccumulate(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+  cuda::DeviceBuffer<float> scratch(cuda::ColumnSumScratch(N, C), "t");
   cuda::LayerNormBackwardAccumulate(d_dinp.data(), d_dw.data(), d_db.data(), d_dout.data(),
                                     d_inp.data(), d_w.data(), d_mean.data(), d_rstd.data(), N, C,
-                                    nullptr);
+                                    scratch.data(), nullptr);
   ExpectNear(Down(d_dinp), dinp, 1e-4f, "layernorm input gradient");
   ExpectNear(Down(d_dw), dw, 1e-4f, "layernorm weight gradient");
   ExpectNear(Down(d_db), db, 1e-4f, "layernorm bias gradient");
@@ -199,7 +200,9 @@ TEST(CudaKernels, BiasRowsAndBiasGradientMatchCpu) {
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t c = 0; c < OC; ++c) dbias[c] += dout[n * OC + c];
   }
-  cuda::BiasBackwardAccumulate(d_dbias.data(), d_dout.data(), N, OC, nullptr);
+  // 300 rows: a full group of 256 and a partial one.
+  cuda::DeviceBuffer<float> scratch(cuda::ColumnSumScratch(N, OC), "t");
+  cuda::BiasBackwardAccumulate(d_dbias.data(), d_dout.data(), N, OC, scratch.data(), nullptr);
   ExpectNear(Down(d_dbias), dbias, 1e-4f, "bias gradient");
 }
 
@@ -238,20 +241,36 @@ TEST(CudaKernels, CausalSoftmaxForwardAndBackwardMatchAPlainLoop) {
 TEST(CudaKernels, SoftmaxCrossEntropyMatchesCpu) {
   REQUIRE_DEVICE();
   const int64_t N = 33, V = 50257;  // GPT-2's vocabulary: a row longer than a block
+  const int64_t stride = 50304;     // rows padded as the model pads them
+  const float kPad = 123.0f;        // must survive both kernels
   const auto logits = RandomFloats(N * V, 1, 2.0f);
   const auto targets = RandomTokens(N, V, 2);
   std::vector<float> probs = logits, losses(N);
   cpu::SoftmaxCrossEntropyForward(probs, losses, targets, N, V);
-  auto d_probs = Up(logits);
+  std::vector<float> padded(N * stride, kPad);
+  for (int64_t n = 0; n < N; ++n) {
+    std::copy_n(logits.begin() + n * V, V, padded.begin() + n * stride);
+  }
+  // The device rows without their padding, after checking the padding.
+  auto unpad = [&](const std::vector<float>& rows) {
+    std::vector<float> out(N * V);
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t v = V; v < stride; ++v) EXPECT_EQ(rows[n * stride + v], kPad) << n << "," << v;
+      std::copy_n(rows.begin() + n * stride, V, out.begin() + n * V);
+    }
+    return out;
+  };
+  auto d_probs = Up(padded);
   auto d_targets = Up(targets);
   cuda::DeviceBuffer<float> d_losses(N, "t");
-  cuda::SoftmaxCrossEntropyForward(d_probs.data(), d_losses.data(), d_targets.data(), N, V,
+  cuda::SoftmaxCrossEntropyForward(d_probs.data(), d_losses.data(), d_targets.data(), N, V, stride,
                                    nullptr);
   ExpectNear(Down(d_losses), losses, 1e-5f, "losses");
-  ExpectNear(Down(d_probs), probs, 1e-5f, "probabilities");
+  ExpectNear(unpad(Down(d_probs)), probs, 1e-5f, "probabilities");
   cpu::SoftmaxCrossEntropyBackwardInPlace(probs, targets, N, V, 0.5f);
-  cuda::SoftmaxCrossEntropyBackwardInPlace(d_probs.data(), d_targets.data(), N, V, 0.5f, nullptr);
-  ExpectNear(Down(d_probs), probs, 1e-5f, "logit gradient");
+  cuda::SoftmaxCrossEntropyBackwardInPlace(d_probs.data(), d_targets.data(), N, V, stride, 0.5f,
+                                           nullptr);
+  ExpectNear(unpad(Down(d_probs)), probs, 1e-5f, "logit gradient");
 }
 
 // The optimizer's kernels against train/'s: the squared-norm partials summed
@@ -299,33 +318,46 @@ TEST(CudaOptimizer, NormClipAndAdamWMatchTrain) {
 
 // The whole model, forward and backward, against the CPU model from the
 // same parameters: the loss to 1e-5 and every gradient to 1e-4 relative.
+// Vocabulary 297 runs the LM head's matmuls in two parts (256 aligned rows,
+// then 41) and pads the logits rows to 384 floats.
 TEST(CudaModel, LossAndGradientsMatchTheCpuModel) {
   REQUIRE_DEVICE();
   const int64_t B = 3, T = 40;
-  auto cpu_model = CreateModel(Tiny(), {.backend = "cpu", .max_batch = B, .max_seq = T});
-  auto cuda_model = CreateModel(Tiny(), {.backend = "cuda", .max_batch = B, .max_seq = T});
-  InitParams(cpu_model->params_layout(), cpu_model->params(), 7);
-  std::ranges::copy(cpu_model->params(), cuda_model->params().begin());
-  const auto tokens = RandomTokens(B * T, Tiny().vocab, 8);
-  const auto targets = RandomTokens(B * T, Tiny().vocab, 9);
-  for (const int64_t t : {T, int64_t{13}}) {  // the full allocation, then a shorter sequence
-    const std::span<const int32_t> tok(tokens.data(), B * t), tgt(targets.data(), B * t);
-    cpu_model->ZeroGrad();
-    cuda_model->ZeroGrad();
-    const float cpu_loss = cpu_model->Forward(tok, tgt, B, t);
-    const float cuda_loss = cuda_model->Forward(tok, tgt, B, t);
-    EXPECT_NEAR(cuda_loss, cpu_loss, 1e-5f * cpu_loss) << "T = " << t;
-    std::vector<int> cpu_groups, cuda_groups;
-    cpu_model->Backward(0.5f, [&](int g) { cpu_groups.push_back(g); });
-    cuda_model->Backward(0.5f, [&](int g) { cuda_groups.push_back(g); });
-    EXPECT_EQ(cuda_groups, cpu_groups);
-    const std::vector<float> cg(cpu_model->grads().begin(), cpu_model->grads().end());
-    const std::vector<float> gg(cuda_model->grads().begin(), cuda_model->grads().end());
-    float scale = 0;
-    for (float g : cg) scale = std::max(scale, std::fabs(g));
-    for (size_t i = 0; i < cg.size(); ++i) {
-      ASSERT_LE(std::fabs(gg[i] - cg[i]), 1e-4f * scale) << "gradient " << i << " at T = " << t;
+  for (const int64_t vocab : {int64_t{97}, int64_t{297}}) {
+    workload::TransformerShape shape = Tiny();
+    shape.vocab = vocab;
+    auto cpu_model = CreateModel(shape, {.backend = "cpu", .max_batch = B, .max_seq = T});
+    auto cuda_model = CreateModel(shape, {.backend = "cuda", .max_batch = B, .max_seq = T});
+    InitParams(cpu_model->params_layout(), cpu_model->params(), 7);
+    std::ranges::copy(cpu_model->params(), cuda_model->params().begin());
+    const auto tokens = RandomTokens(B * T, vocab, 8);
+    const auto targets = RandomTokens(B * T, vocab, 9);
+    for (const int64_t t : {T, int64_t{13}}) {  // the full allocation, then a shorter sequence
+      const std::span<const int32_t> tok(tokens.data(), B * t), tgt(targets.data(), B * t);
+      cpu_model->ZeroGrad();
+      cuda_model->ZeroGrad();
+      const float cpu_loss = cpu_model->Forward(tok, tgt, B, t);
+      const float cuda_loss = cuda_model->Forward(tok, tgt, B, t);
+      EXPECT_NEAR(cuda_loss, cpu_loss, 1e-5f * cpu_loss) << "T = " << t << ", V = " << vocab;
+      std::vector<int> cpu_groups, cuda_groups;
+      cpu_model->Backward(0.5f, [&](int g) { cpu_groups.push_back(g); });
+      cuda_model->Backward(0.5f, [&](int g) { cuda_groups.push_back(g); });
+      EXPECT_EQ(cuda_groups, cpu_groups);
+      const std::vector<float> cg(cpu_model->grads().begin(), cpu_model->grads().end());
+      const std::vector<float> gg(cuda_model->grads().begin(), cuda_model->grads().end());
+      float scale = 0;
+      for (float g : cg) scale = std::max(scale, std::fabs(g));
+      for (size_t i = 0; i < cg.size(); ++i) {
+        ASSERT_LE(std::fabs(gg[i] - cg[i]), 1e-4f * scale)
+            << "gradient " << i << " at T = " << t << ", V = " << vocab;
+      }
     }
+    // Without targets: the logits of one position, read through the padded rows.
+    cpu_model->Forward(tokens, {}, B, T);
+    cuda_model->Forward(tokens, {}, B, T);
+    const std::vector<float> cl(cpu_model->Logits(2, 7).begin(), cpu_model->Logits(2, 7).end());
+    const std::vector<float> gl(cuda_model->Logits(2, 7).begin(), cuda_model->Logits(2, 7).end());
+    ExpectNear(gl, cl, 1e-4f, "logits");
   }
 }
 
@@ -412,6 +444,22 @@ TEST(CudaTrainer, HostStateRoundTripsThroughTheDeviceOptimizer) {
     EXPECT_EQ(sb.loss, sa.loss) << "step " << sa.step;
   }
   EXPECT_EQ(b.ParamHash(), a.ParamHash());
+}
+
+// The trainer's MFU denominator on a GPU is cuBLAS on that GPU, not the
+// host's OpenBLAS: a TF32 model measures more than an fp32 one on the same
+// shapes (tensor cores), and both name the device they ran on.
+TEST(CudaModel, MatmulThroughputIsTheDevicesInItsMathMode) {
+  REQUIRE_DEVICE();
+  const std::vector<GemmShape> shapes = TrainingGemms(4096, 1024, 4096, 8192);
+  const auto fp32 = CreateModel(Tiny(), {.backend = "cuda"});
+  const auto tf32 = CreateModel(Tiny(), {.backend = "cuda", .tf32 = true});
+  const double fp32_gflops = fp32->MatmulGflops(shapes), tf32_gflops = tf32->MatmulGflops(shapes);
+  EXPECT_GT(fp32_gflops, 0);
+  EXPECT_GT(tf32_gflops, fp32_gflops);
+  const std::string name = cuda::ProbeDevices().devices.front().name;
+  EXPECT_EQ(fp32->Hardware(), "cuda:0 " + name + ", fp32 matmuls");
+  EXPECT_EQ(tf32->Hardware(), "cuda:0 " + name + ", TF32 matmuls");
 }
 
 TEST(CudaModel, AModelLargerThanTheDeviceIsAClearError) {

@@ -1,0 +1,55 @@
+// The PyTorch peer of bench_train and bench_gpu (bench/torch_gpt.py), run in
+// its own process under a deadline, its one JSON line read back.
+#pragma once
+
+#include <fmt/format.h>
+#include <stdio.h>
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "workload/shape.h"
+
+namespace fmstack::bench {
+
+struct TorchResult {
+  double tokens_per_s = 0;  // 0: the peer failed, and its output was printed
+  std::string about;        // version, BLAS, threads
+};
+
+// Runs `python script` on model s with B x T tokens, `steps` steps a round,
+// `extra` appended (--device cuda, --rounds 3, ...), under `deadline_s`.
+inline TorchResult RunTorchPeer(const std::string& env, const std::string& python,
+                                const std::string& script, const workload::TransformerShape& s,
+                                int64_t B, int64_t T, int64_t steps, int threads,
+                                const std::string& extra, int deadline_s) {
+  const std::string cmd = fmt::format(
+      "{} timeout {} {} {} --layers {} --hidden {} --heads {} --ffn {} --vocab {} --batch {} "
+      "--seq {} --steps {} --threads {} {} 2>&1",
+      env, deadline_s, python, script, s.layers, s.hidden, s.heads, s.ffn_hidden, s.vocab, B, T,
+      steps, threads, extra);
+  struct Closer {
+    void operator()(FILE* f) const { ::pclose(f); }
+  };
+  std::unique_ptr<FILE, Closer> pipe(::popen(cmd.c_str(), "r"));
+  std::string out;
+  char buf[4096];
+  size_t n = 0;
+  while (pipe && (n = std::fread(buf, 1, sizeof(buf), pipe.get())) > 0) out.append(buf, n);
+  const size_t brace = out.rfind('{');
+  if (brace == std::string::npos) {
+    std::cerr << "PyTorch peer failed (" << cmd << "):\n" << out;
+    return {};
+  }
+  const nlohmann::json j = nlohmann::json::parse(out.substr(brace));
+  TorchResult r;
+  r.tokens_per_s = j.at("tokens_per_s").get<double>();
+  r.about = fmt::format("PyTorch {}, BLAS {}, {} threads", j.at("torch").get<std::string>(),
+                        j.at("blas").get<std::string>(), j.at("threads").get<int>());
+  return r;
+}
+
+}  // namespace fmstack::bench
