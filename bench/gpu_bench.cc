@@ -10,6 +10,11 @@
 // Without a device it prints what was looked for and exits 2.
 // Usage: bench_gpu [--model gpt2-124m] [--batch 8] [--seq 1024] [--steps 10] [--tf32]
 //        [--python python3] [--torch-script bench/torch_gpt.py] [--no-torch]
+//        bench_gpu --checkpoint ...: issue 23's checkpoint figure instead: the
+//        blocking part of a save from device memory (the trainer's own path,
+//        train::CheckpointSnapshot then ckpt::Engine::Save) against a
+//        device-to-host copy of the same bytes into pinned memory (target
+//        <= 1.2x), median of 3 after a warm-up save
 //        bench_gpu --profile ...: one warm step, then one step between
 //        cudaProfilerStart and Stop, for `ncu --profile-from-start off`
 //        (bench/ncu_table.py turns its CSV into a table of kernels).
@@ -21,15 +26,22 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <vector>
 
+#include "bench/random_tokens.h"
 #include "bench/torch_peer.h"
 #include "catalog/catalog.h"
+#include "ckpt/engine.h"
+#include "ckpt/tier.h"
 #include "gpt/cuda_runtime.h"
 #include "gpt/model.h"
+#include "train/checkpoint.h"
 #include "train/optimizer.h"
+#include "train/token_file.h"
+#include "train/trainer.h"
 #include "util/error.h"
 #include "util/random.h"
 #include "util/text_table.h"
@@ -56,11 +68,65 @@ const catalog::Accelerator* Match(const catalog::Catalog& cat, const std::string
   return nullptr;
 }
 
+double SecondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+int CheckpointBench(const workload::TransformerShape& shape, int64_t batch, bool tf32) {
+  const train::TokenFile data = bench::RandomTokenFile("/tmp/bench_gpu_tokens.bin", shape.vocab);
+  train::TrainConfig config;
+  config.shape = shape;
+  config.backend = "cuda";
+  config.tf32 = tf32;
+  config.micro_batch = batch;
+  config.steps = 100;
+  config.optim.lr = 1e-4;
+  train::Trainer trainer(config, data);
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "bench_gpu_ckpt";
+  std::filesystem::remove_all(dir);
+  std::vector<std::unique_ptr<ckpt::Tier>> tiers;
+  tiers.push_back(ckpt::MakePosixTier("local", dir.string()));
+  ckpt::Engine engine(std::move(tiers), {});
+  std::vector<double> blocking;
+  int64_t bytes = 0;
+  for (int round = 0; round < 4; ++round) {  // the first allocates the pool
+    trainer.Step();
+    const auto t0 = Clock::now();
+    const ckpt::Snapshot snap = train::CheckpointSnapshot(trainer);
+    engine.Save(snap);
+    const double seconds = SecondsSince(t0);
+    if (round > 0) blocking.push_back(seconds);
+    bytes = 0;
+    for (const ckpt::TensorSlice& s : snap.slices) bytes += static_cast<int64_t>(s.data.size());
+    for (const std::string& p : engine.Wait(600)) std::cerr << p << "\n";
+  }
+  // The same bytes from device memory into pinned host memory, alone.
+  gpt::cuda::DeviceBuffer<char> device(static_cast<size_t>(bytes), "bench device state");
+  gpt::cuda::PinnedBuffer<char> host(static_cast<size_t>(bytes), "bench pinned state");
+  std::vector<double> copy;
+  for (int round = 0; round < 4; ++round) {
+    const auto t0 = Clock::now();
+    gpt::cuda::Check(cudaMemcpy(host.data(), device.data(), host.bytes(), cudaMemcpyDeviceToHost),
+                     "bench device-to-host copy");
+    if (round > 0) copy.push_back(SecondsSince(t0));
+  }
+  std::filesystem::remove_all(dir);
+  const double b = Median(blocking), c = Median(copy);
+  TextTable t({"measure", "value", "ratio", "target"});
+  t.AddRow({"state saved", fmt::format("{:.0f} MB", static_cast<double>(bytes) / 1e6), "", ""});
+  t.AddRow({"blocking save (snapshot + Engine::Save)", fmt::format("{:.1f} ms", b * 1e3),
+            fmt::format("{:.2f}x the copy", b / c), "<= 1.2x"});
+  t.AddRow({"device-to-host copy, pinned", fmt::format("{:.1f} ms", c * 1e3),
+            fmt::format("{:.1f} GB/s", static_cast<double>(bytes) / c / 1e9), ""});
+  std::cout << t.RenderText();
+  return 0;
+}
+
 int Run(int argc, char** argv) {
   CLI::App app("bench_gpu: the CUDA model step against the device's peak and cuBLAS");
   std::string model = "gpt2-124m";
   int64_t batch = 8, seq = 1024, steps = 10;
-  bool tf32 = false, profile = false, no_torch = false;
+  bool tf32 = false, profile = false, no_torch = false, checkpoint = false;
   std::string python = "python3";  // GPU machines' python3 is the one with CUDA PyTorch
   std::string torch_script = std::string(FMSTACK_SOURCE_DIR) + "/bench/torch_gpt.py";
   app.add_option("--model", model, "a preset (fmstack catalog list models)");
@@ -73,6 +139,8 @@ int Run(int argc, char** argv) {
   app.add_option("--python", python, "the Python that has CUDA PyTorch");
   app.add_option("--torch-script", torch_script, "the PyTorch peer (bench/torch_gpt.py)");
   app.add_flag("--no-torch", no_torch, "skip the PyTorch peer");
+  app.add_flag("--checkpoint", checkpoint,
+               "time a save's blocking part against the device-to-host copy alone");
   CLI11_PARSE(app, argc, argv);
 
   const gpt::cuda::DeviceProbe probe = gpt::cuda::ProbeDevices();
@@ -98,10 +166,12 @@ int Run(int argc, char** argv) {
       "device {} ({} SMs, sm_{}{}, {:.1f} GiB), CUDA runtime {}, driver {}, cuBLAS {}\n", dev.name,
       dev.multiprocessors, dev.sm_major, dev.sm_minor,
       static_cast<double>(dev.total_bytes) / (1 << 30), runtime, driver, cublas_version);
-  std::cout << fmt::format(
-      "model {} ({} layers, hidden {}), batch {} x {} tokens, {}, {} steps x 3\n", shape.name,
-      shape.layers, shape.hidden, batch, seq, tf32 ? "fp32 with TF32 matmuls" : "fp32", steps);
-
+  std::cout << fmt::format("model {} ({} layers, hidden {}), batch {} x {} tokens, {}, {}\n",
+                           shape.name, shape.layers, shape.hidden, batch, seq,
+                           tf32 ? "fp32 with TF32 matmuls" : "fp32",
+                           checkpoint ? "a warm-up save, then 3 saves, one step apart"
+                                      : fmt::format("{} steps x 3", steps));
+  if (checkpoint) return CheckpointBench(shape, batch, tf32);
   auto m = gpt::CreateModel(shape, {.backend = "cuda", .tf32 = tf32, .max_batch = batch});
   gpt::InitParams(m->params_layout(), m->params(), 1);
   // As `fmstack train` runs one process: AdamW on the device, no host copies.

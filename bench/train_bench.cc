@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "bench/random_tokens.h"
 #include "bench/torch_peer.h"
 #include "gpt/sgemm_peak.h"
 #include "train/trainer.h"
@@ -75,14 +76,7 @@ int main(int argc, char** argv) {
   gpt::SetCpuThreads(threads);
   workload::TransformerShape shape = *workload::FindPreset(model);
   shape.seq_len = T;
-  const std::string data_path = "/tmp/bench_train_tokens.bin";
-  {
-    Rng rng(1);
-    std::vector<int32_t> tokens(1 << 20);
-    for (int32_t& t : tokens) t = static_cast<int32_t>(rng.Below(shape.vocab));
-    train::WriteTokenFile(data_path, tokens, shape.vocab);
-  }
-  const train::TokenFile data = train::TokenFile::Load(data_path);
+  const train::TokenFile data = bench::RandomTokenFile("/tmp/bench_train_tokens.bin", shape.vocab);
   train::TrainConfig config;
   config.shape = shape;
   config.micro_batch = B;

@@ -33,7 +33,8 @@ struct Engine::Slot {
 };
 
 // Fixed slots of chunk_bytes, 4 KiB aligned, touched once when created so
-// that no save pays page faults; Acquire blocks while all are in flight.
+// that no save pays page faults; Acquire waits, up to a deadline, while all
+// are in flight.
 class Engine::Pool {
  public:
   Pool(int64_t slot_bytes, int64_t slots) : slot_bytes_(slot_bytes) {
@@ -62,10 +63,12 @@ class Engine::Pool {
     for (int64_t i = 0; i < n; ++i) out.push_back(Take());
     return out;
   }
-  Slot* Acquire() {
+  // Null when no slot was freed within `seconds`.
+  Slot* Acquire(double seconds) {
     std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return !free_.empty(); });
-    return Take();
+    const bool freed =
+        cv_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return !free_.empty(); });
+    return freed ? Take() : nullptr;
   }
   void Release(Slot* s) {
     {
@@ -102,8 +105,9 @@ struct Engine::Job {
   int64_t slots_total = 0;
   std::deque<Slot*> filled;  // guarded by Engine::mu_
   // Guarded by Engine::mu_: the snapshot is complete, or it waits for the
-  // writer to free slots (a pool smaller than the state).
-  bool copied = false, streaming = false;
+  // writer to free slots (a pool smaller than the state), or Save() gave up
+  // waiting and no more slots will come.
+  bool copied = false, streaming = false, abandoned = false;
   Clock::time_point start;
   SaveTiming timing;
   bool first_tier_ok = false;
@@ -303,7 +307,8 @@ void Engine::CopyStreamingToWriter(const Snapshot& snap, Job& job) {
           job.streaming = streaming = true;
         }
         cv_.notify_all();
-        cur = pool_->Acquire();
+        cur = pool_->Acquire(options_.slot_timeout_seconds);
+        if (cur == nullptr) Abandon(job);
       }
       const size_t n =
           std::min(bytes.size(), static_cast<size_t>(options_.chunk_bytes - cur->used));
@@ -314,6 +319,25 @@ void Engine::CopyStreamingToWriter(const Snapshot& snap, Job& job) {
     }
   }
   if (cur != nullptr) hand_over();
+}
+
+bool Engine::Abandoned(const Job& job) {
+  const std::lock_guard lock(mu_);
+  return job.abandoned;
+}
+
+void Engine::Abandon(Job& job) {
+  {
+    const std::lock_guard lock(mu_);
+    job.abandoned = true;
+  }
+  cv_.notify_all();
+  throw Error(fmt::format(
+      "checkpoint: {} abandoned: waited {:.0f} s for the writer to free a staging slot, but the "
+      "{} tier has not finished writing {} (a hung disk or file system?); earlier checkpoints "
+      "are untouched",
+      StepDirName(job.step()), options_.slot_timeout_seconds, tiers_[0]->name(),
+      tiers_[0]->Where(job.step(), job.file)));
 }
 
 void Engine::Writer() {
@@ -360,12 +384,14 @@ void Engine::WriteFirstTier(Job& job) {
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return job.copied || job.streaming; });
   }
-  // Every slot is consumed even after an error, so that Save() never waits forever.
+  // Every slot is consumed even after an error, so that Save() never waits
+  // for one; an abandoned save hands over no more.
   for (int64_t i = 0; i < job.slots_total; ++i) {
     Slot* slot = nullptr;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return !job.filled.empty(); });
+      cv_.wait(lock, [&] { return !job.filled.empty() || job.abandoned; });
+      if (job.filled.empty()) break;  // abandoned: Save() has reported it
       slot = job.filled.front();
       job.filled.pop_front();
     }
@@ -379,6 +405,12 @@ void Engine::WriteFirstTier(Job& job) {
       }
     }
     pool_->Release(slot);
+  }
+  if (Abandoned(job)) {
+    sink.reset();  // discards the partial file
+    Note(fmt::format("checkpoint: {} tier: {} discarded (its save was abandoned)", tier.name(),
+                     StepDirName(job.step())));
+    return;
   }
   try {
     if (!error.empty()) throw Error(error);

