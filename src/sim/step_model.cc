@@ -144,7 +144,13 @@ StepTime ModelStep(const spec::JobSpec& job, const Topology& topo,
   const double recompute_factor = full_recompute ? 4.0 / 3.0 : 1.0;
   const double attention_flops =
       workload::TrainingFlopsPerToken(shape).attention * tokens * recompute_factor;
-  const double attention_done = job.train.flash_attention ? 0.5 * attention_flops : attention_flops;
+  // Flash attention's backward recomputes the scores instead of storing
+  // them: 2.5 forward passes' worth of work where the count above has 2
+  // (FlashAttention-2's benchmarks count the backward as 2.5x the forward,
+  // and its published TFLOP/s are in those units).
+  const double passes = 3.0 * recompute_factor;
+  const double attention_done =
+      job.train.flash_attention ? 0.5 * attention_flops * (passes + 0.5) / passes : attention_flops;
   // A flash-attention kernel runs at its own measured rate where the catalog
   // has one, when that is below the GEMMs' (FlashAttention-2 on H100).
   const double attention_rate = job.train.flash_attention && accelerator.flash_attention_flops > 0

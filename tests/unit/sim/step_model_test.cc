@@ -195,6 +195,8 @@ nodes = 8
   EXPECT_GT(finer.dp / finer.micro_batches, overlapped.dp / overlapped.micro_batches);
 }
 
+// Half the scores under the causal mask, with the backward's recomputation
+// (3.5 passes' worth for the 3 counted), at the kernel's measured rate.
 TEST(StepModel, FlashAttentionDoesHalfTheScoresAtItsOwnRate) {
   const std::string text = R"(
 model = "llama3-8b"
@@ -218,7 +220,7 @@ flash_attention = {}
   const double tokens = 8.0 * static_cast<double>(flash.model.seq_len);
   const double attention = workload::TrainingFlopsPerToken(flash.model).attention * tokens / 8;
   const double achieved = 0.5 * h100.PeakFlops(catalog::Precision::kBf16);
-  EXPECT_NEAR(f.compute - p.compute, attention / 2 / 335e12 - attention / achieved, 1e-9);
+  EXPECT_NEAR(f.compute - p.compute, attention / 2 * 3.5 / 3 / 335e12 - attention / achieved, 1e-9);
   EXPECT_DOUBLE_EQ(f.tflops_per_accelerator * f.total, p.tflops_per_accelerator * p.total);
 }
 
