@@ -41,7 +41,8 @@ cat > "$out/run.sh" <<'SH'
 #   1. the CUDA twins of the CPU kernels, the whole model against the CPU model
 #   2. NCCL on the devices present
 #   3. bench_gpu on GPT-2 124M (fp32, TF32), PyTorch beside it on the same
-#      model, batch and sequence (same attention, and its fused attention)
+#      model, batch and sequence (same attention, and its fused attention),
+#      and a save's blocking part against the device-to-host copy alone
 #   4. fmstack train on the device: 20 steps, then resumed from its own
 #      checkpoint to 40, against one run of 40: the parameter hashes must agree
 #   5. with --profile, where Nsight Compute (ncu) is installed: one TF32
@@ -88,6 +89,7 @@ step nccl_test 120 "$here/nccl_test"
 gpt2=(--model gpt2-124m --batch 8 --seq 1024 --torch-script "$here/torch_gpt.py")
 step bench_gpu_fp32 300 "$here/bench_gpu" "${gpt2[@]}"
 step bench_gpu_tf32 300 "$here/bench_gpu" "${gpt2[@]}" --tf32
+step bench_gpu_checkpoint 180 "$here/bench_gpu" --checkpoint --model gpt2-124m --batch 8 --seq 1024
 job="$log/job.toml"
 sed "s|@DATA@|$here/data/kjv|" "$here/job.toml.in" > "$job"
 rm -rf "$log/split" "$log/straight"
