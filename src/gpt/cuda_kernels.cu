@@ -1,8 +1,9 @@
 // The CUDA twins of cpu_kernels.cc, one kernel per CPU loop, written as
 // plainly: a thread per element, a warp per row, or, where rows are summed,
-// a thread per channel and row group, then per channel over the groups. Every reduction runs in a
-// fixed order, so results are deterministic; they differ from the CPU's in the last bits only
-// because the summation order differs.
+// a thread per channel and row group, then per channel over the groups.
+// Every reduction runs in a fixed order, so results are deterministic; they
+// differ from the CPU's in the last bits only because the summation order
+// differs.
 #include <cuda_runtime.h>
 
 #include <algorithm>
