@@ -2,10 +2,11 @@
 # Packs the CUDA tests, bench_gpu and fmstack, built here, for a GPU machine
 # that has the CUDA toolkit but none of fmstack's Debian libraries (and no
 # network to fetch them): the binaries, stripped, the shared libraries they
-# need that are neither glibc's nor CUDA's (packed), the PyTorch peer, a small job and
-# its token shards, plus run.sh, which runs there: the CUDA kernel and model
-# tests, the NCCL tests, bench_gpu beside PyTorch on the same model, and
-# `fmstack train` on the device, stopped and resumed, against one straight run.
+# need that are neither glibc's nor CUDA's (packed), the PyTorch peer,
+# examples/gpt-mini-cuda.toml and its token shards, plus run.sh, which runs
+# there: the CUDA kernel and model tests, the NCCL tests, bench_gpu beside
+# PyTorch on the same model, and `fmstack train` on the device, stopped and
+# resumed, against one straight run.
 #
 #   scripts/device-bundle.sh [OUT_DIR]      (default .device; about 33 MB)
 #   then on the GPU machine, from the repository root:  bash .device/run.sh
@@ -19,8 +20,9 @@ for b in "${bins[@]}"; do
   [ -x "$b" ] || { echo "device-bundle: $b is missing: build with the CUDA backend first (scripts/build.sh)" >&2; exit 1; }
 done
 rm -rf "$out"
-mkdir -p "$out/lib" "$out/data"
+mkdir -p "$out/lib" "$out/data" "$out/examples"
 cp -r "$root/data/kjv" "$out/data/"
+cp "$root/examples/gpt-mini-cuda.toml" "$out/examples/"  # its data dir, ../data/kjv, is beside it
 cp "$root/bench/torch_gpt.py" "$root/bench/ncu_table.py" "$out/"
 for b in "${bins[@]}"; do
   strip -o "$out/$(basename "$b")" "$b"
@@ -90,8 +92,7 @@ gpt2=(--model gpt2-124m --batch 8 --seq 1024 --torch-script "$here/torch_gpt.py"
 step bench_gpu_fp32 300 "$here/bench_gpu" "${gpt2[@]}"
 step bench_gpu_tf32 300 "$here/bench_gpu" "${gpt2[@]}" --tf32
 step bench_gpu_checkpoint 180 "$here/bench_gpu" --checkpoint --model gpt2-124m --batch 8 --seq 1024
-job="$log/job.toml"
-sed "s|@DATA@|$here/data/kjv|" "$here/job.toml.in" > "$job"
+job="$here/examples/gpt-mini-cuda.toml"
 rm -rf "$log/split" "$log/straight"
 step train_first_half 180 "$here/fmstack" train "$job" --until 20 --out "$log/split"
 step train_resumed 180 "$here/fmstack" train "$job" --out "$log/split"
@@ -117,30 +118,6 @@ echo "failed: ${failed[*]:-none}"
 [ ${#failed[@]} -eq 0 ]
 SH
 chmod +x "$out/run.sh"
-cat > "$out/job.toml.in" <<'TOML'
-# gpt-mini on the device: 40 steps, a checkpoint every 10
-name = "gpu-check"
-model = "gpt-mini"
-[train]
-device = "cuda"
-precision = "fp32"
-micro_batch = 8
-global_batch = 16
-steps = 40
-seed = 1337
-eval_interval = 20
-eval_batches = 2
-[optim]
-lr = 1e-3
-min_lr = 1e-4
-warmup_steps = 5
-weight_decay = 0.1
-grad_clip = 1.0
-[checkpoint]
-every = 10
-[data]
-dir = "@DATA@"
-TOML
 # The libraries travel packed (OpenBLAS alone is 36 MB unpacked); run.sh
 # unpacks them on the GPU machine.
 tar -C "$out" -czf "$out/lib.tar.gz" lib

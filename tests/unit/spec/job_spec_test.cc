@@ -179,7 +179,8 @@ TEST(JobSpec, UnknownBackendAndMissingInstanceAreNamed) {
 }
 
 TEST(JobSpec, ExamplesLoad) {
-  for (const char* name : {"llama3-70b.toml", "llama3.1-405b.toml", "gpt-mini-local.toml"}) {
+  for (const char* name :
+       {"llama3-70b.toml", "llama3.1-405b.toml", "gpt-mini-local.toml", "gpt-mini-cuda.toml"}) {
     const std::string path = std::string(FMSTACK_SOURCE_DIR) + "/examples/" + name;
     EXPECT_NO_THROW(LoadJobSpec(path, Cat())) << path;
   }
