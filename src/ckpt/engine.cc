@@ -21,6 +21,12 @@ double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// `seconds` from now; anything over a year is "no deadline" without overflow.
+Clock::time_point Deadline(double seconds) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::duration<double>(std::clamp(seconds, 0.0, 3e7)));
+}
+
 struct FreeDeleter {
   void operator()(char* p) const { std::free(p); }
 };
@@ -133,10 +139,22 @@ Engine::Engine(std::vector<std::unique_ptr<Tier>> tiers, EngineOptions options)
 
 Engine::~Engine() {
   {
-    // The first tier is always finished; a drain still running is told to
-    // give up at its next chunk (Wait() already reported it left behind).
+    // The first tier is finished, or abandoned after write_timeout_seconds:
+    // the writer then stops at its next chunk. A write the kernel never
+    // returns cannot be interrupted at all (not even by SIGKILL); Wait() has
+    // reported it by then. A drain still running is told to give up at its
+    // next chunk (Wait() already reported it left behind).
     std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return writing_ == 0; });
+    if (!cv_.wait_until(lock, Deadline(options_.write_timeout_seconds),
+                        [&] { return writing_ == 0; })) {
+      MarkUnwrittenAbandoned();
+      cv_.notify_all();
+      Note(
+          fmt::format("checkpoint: the {} tier did not finish writing within {:g} s; its "
+                      "unfinished saves are abandoned",
+                      tiers_[0]->name(), options_.write_timeout_seconds));
+      cv_.wait(lock, [&] { return writing_ == 0; });
+    }
     abandon_ = true;
     if (busy_ > 0) {
       for (size_t t = 1; t < tiers_.size(); ++t) tiers_[t]->Cancel();
@@ -279,7 +297,11 @@ void Engine::CopyAll(const Snapshot& snap, Job& job, const std::vector<Slot*>& s
   for (Slot* slot : slots) {
     slot->used = std::min(left, options_.chunk_bytes);
     left -= slot->used;
-    job.filled.push_back(slot);
+    if (job.abandoned) {
+      pool_->Release(slot);  // Wait() gave up on it from another thread
+    } else {
+      job.filled.push_back(slot);
+    }
   }
 }
 
@@ -293,7 +315,11 @@ void Engine::CopyStreamingToWriter(const Snapshot& snap, Job& job) {
   auto hand_over = [&] {
     {
       const std::lock_guard lock(mu_);
-      job.filled.push_back(cur);
+      if (job.abandoned) {
+        pool_->Release(cur);
+      } else {
+        job.filled.push_back(cur);
+      }
     }
     if (streaming) cv_.notify_all();
     cur = nullptr;
@@ -349,11 +375,13 @@ void Engine::Writer() {
       if (write_queue_.empty()) return;
       job = write_queue_.front();
       write_queue_.pop_front();
+      in_write_ = job;
     }
     WriteFirstTier(*job);
     const bool drain = job->first_tier_ok && tiers_.size() > 1;
     {
       const std::lock_guard lock(mu_);
+      in_write_ = nullptr;
       --writing_;
       if (drain) {
         pinned_.insert(job->step());
@@ -369,6 +397,10 @@ void Engine::Writer() {
 
 void Engine::WriteFirstTier(Job& job) {
   Tier& tier = *tiers_[0];
+  if (Abandoned(job)) {  // Wait() gave up before it started: nothing to create
+    ReleaseFilled(job);
+    return;
+  }
   std::unique_ptr<Sink> sink;
   std::string error;
   try {
@@ -382,16 +414,17 @@ void Engine::WriteFirstTier(Job& job) {
     // and the copy is what training waits for: start when it is done, or
     // when it needs slots back.
     std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return job.copied || job.streaming; });
+    cv_.wait(lock, [&] { return job.copied || job.streaming || job.abandoned; });
   }
   // Every slot is consumed even after an error, so that Save() never waits
-  // for one; an abandoned save hands over no more.
+  // for one; an abandoned save hands over no more, and what it handed over
+  // goes back to the pool unwritten.
   for (int64_t i = 0; i < job.slots_total; ++i) {
     Slot* slot = nullptr;
     {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [&] { return !job.filled.empty() || job.abandoned; });
-      if (job.filled.empty()) break;  // abandoned: Save() has reported it
+      if (job.abandoned) break;  // Save() or Wait() has reported it
       slot = job.filled.front();
       job.filled.pop_front();
     }
@@ -407,6 +440,7 @@ void Engine::WriteFirstTier(Job& job) {
     pool_->Release(slot);
   }
   if (Abandoned(job)) {
+    ReleaseFilled(job);
     sink.reset();  // discards the partial file
     Note(fmt::format("checkpoint: {} tier: {} discarded (its save was abandoned)", tier.name(),
                      StepDirName(job.step())));
@@ -551,17 +585,41 @@ void Engine::CommitStep(size_t t, const Job& job) {
                    tier.name(), Since(job.start)));
 }
 
+void Engine::ReleaseFilled(Job& job) {
+  const std::lock_guard lock(mu_);
+  for (Slot* slot : job.filled) pool_->Release(slot);
+  job.filled.clear();
+}
+
+void Engine::MarkUnwrittenAbandoned() {
+  if (in_write_) in_write_->abandoned = true;
+  for (const auto& job : write_queue_) job->abandoned = true;
+}
+
+void Engine::AbandonUnwritten(std::unique_lock<std::mutex>& lock) {
+  const std::shared_ptr<Job> late = in_write_ ? in_write_ : write_queue_.front();
+  const size_t count = write_queue_.size() + (in_write_ ? 1 : 0);
+  MarkUnwrittenAbandoned();
+  lock.unlock();
+  cv_.notify_all();
+  throw Error(fmt::format(
+      "checkpoint: {} not committed: the {} tier did not finish writing {} within {:g} s (a hung "
+      "disk or file system?); {} unfinished save(s) abandoned, earlier checkpoints are untouched",
+      StepDirName(late->step()), tiers_[0]->name(), tiers_[0]->Where(late->step(), late->file),
+      options_.write_timeout_seconds, count));
+}
+
 std::vector<std::string> Engine::Wait(double drain_seconds) {
   std::vector<std::string> errors;
   std::exception_ptr first;
   bool behind = false;
   {
     std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return writing_ == 0; });
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                              std::chrono::duration<double>(std::min(drain_seconds, 1e9)));
-    behind = !cv_.wait_until(lock, deadline, [&] { return busy_ == 0; });
+    if (!cv_.wait_until(lock, Deadline(options_.write_timeout_seconds),
+                        [&] { return writing_ == 0; })) {
+      AbandonUnwritten(lock);
+    }
+    behind = !cv_.wait_until(lock, Deadline(drain_seconds), [&] { return busy_ == 0; });
     errors.swap(errors_);
     first = std::exchange(first_tier_error_, nullptr);
   }

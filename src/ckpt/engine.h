@@ -64,6 +64,11 @@ struct EngineOptions {
   // writer to free a staging slot (one chunk written to the first tier)
   // before it abandons the save with an error naming the tier and file.
   double slot_timeout_seconds = 300;
+  // Wait(): how long it waits for the first tier to finish the saves queued
+  // when it was called. Past it, those saves are abandoned (their partial
+  // files discarded when the tier answers again) and Wait() throws an error
+  // naming the step, the tier and the file that did not finish.
+  double write_timeout_seconds = 1800;
   bool collect_garbage = true;  // rank 0 removes uncommitted steps on start
   std::string fmstack_version = "0.1.0";
   Log log;  // one line per event; may be empty
@@ -97,9 +102,10 @@ class Engine {
   // error of an earlier save's first tier, if any (the fast copy failing
   // must stop the run; slower tiers only log).
   SaveTiming Save(const Snapshot& snapshot);
-  // Waits until every queued save is committed on the first tier, and on the
-  // slower tiers for at most `drain_seconds` more. Throws the first tier's
-  // error (naming the tier and file); returns the slower tiers' problems
+  // Waits until every queued save is committed on the first tier (for at
+  // most options.write_timeout_seconds), and on the slower tiers for at most
+  // `drain_seconds` more. Throws the first tier's error (naming the tier and
+  // file); returns the slower tiers' problems
   // since the last Wait() — failures, and steps left behind at the deadline
   // — as lines for the log: a slow or dead object store never stops a run
   // whose fast copy is safe.
@@ -138,6 +144,11 @@ class Engine {
   // Tells the writer no more slots of `job` will come, then throws the
   // error that names the wait.
   [[noreturn]] void Abandon(Job& job);
+  // Wait() ran out of time: abandons every save not yet through the first
+  // tier and throws the error that names the one being written.
+  [[noreturn]] void AbandonUnwritten(std::unique_lock<std::mutex>& lock);
+  void MarkUnwrittenAbandoned();  // REQUIRES: mu_ held
+  void ReleaseFilled(Job& job);   // an abandoned job's slots back to the pool
   bool Abandoned(const Job& job);
   void Writer();
   void Drainer();
@@ -163,6 +174,7 @@ class Engine {
   std::set<int64_t> pinned_;                 // steps the drain still reads from tier 0
   int busy_ = 0;                             // jobs not yet through every tier
   int writing_ = 0;                          // jobs not yet through the first tier
+  std::shared_ptr<Job> in_write_;            // the one the writer works on
   bool abandon_ = false;                     // the destructor gave up on a slow drain
   std::atomic<bool> give_up_commit_{false};  // Abandon()
   bool stop_ = false;

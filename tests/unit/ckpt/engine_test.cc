@@ -516,5 +516,115 @@ TEST(EngineStall, SaveGivesUpWaitingForASlotAndKeepsWhatWasCommitted) {
   std::filesystem::remove_all(root);
 }
 
+// A first tier whose writes block while `hung` is set, as a disk or file
+// system that stopped answering does.
+struct Gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool hung = false;
+  void Pass() {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return !hung; });
+  }
+  void Set(bool h) {
+    {
+      const std::lock_guard lock(mu);
+      hung = h;
+    }
+    cv.notify_all();
+  }
+};
+
+std::vector<int64_t> CommittedSteps(Tier& tier) {
+  std::vector<int64_t> out;
+  for (const StepListing& l : tier.List()) {
+    if (l.committed) out.push_back(l.step);
+  }
+  return out;
+}
+
+TEST(EngineStall, WaitGivesUpOnAHungFirstTierAndKeepsWhatWasCommitted) {
+  const auto root =
+      std::filesystem::temp_directory_path() / ("fmstack-hung-wait-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(root);
+  Gate gate;
+  {
+    EngineOptions o;
+    o.chunk_bytes = 4096;
+    // Long enough for step 1's write and fsync on a busy machine.
+    o.write_timeout_seconds = 2;
+    std::vector<std::unique_ptr<Tier>> tiers;
+    tiers.push_back(std::make_unique<HookedTier>(MakePosixTier("l", (root / "local").string()),
+                                                 "local", [&] { gate.Pass(); }));
+    Engine engine(std::move(tiers), o);
+    const auto state = testing::MakeState(3, 200);
+    engine.Save(testing::SliceFor(state, 1, 0, 1));
+    EXPECT_TRUE(engine.Wait(30).empty());
+    gate.Set(true);
+    engine.Save(testing::SliceFor(state, 2, 0, 1));  // the pool holds it: returns at once
+    try {
+      engine.Wait(30);
+      FAIL() << "expected Wait() to give up on the hung tier";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("step-00000002 not committed"), std::string::npos) << m;
+      EXPECT_NE(m.find("local tier did not finish writing"), std::string::npos) << m;
+      EXPECT_NE(m.find((root / "local").string()), std::string::npos) << m;
+      EXPECT_NE(m.find("within 2 s"), std::string::npos) << m;
+    }
+    gate.Set(false);
+    EXPECT_TRUE(engine.Wait(30).empty()) << "reported once, by the Wait() that gave up";
+    engine.Save(testing::SliceFor(state, 3, 0, 1));
+    EXPECT_TRUE(engine.Wait(30).empty());
+    EXPECT_EQ(CommittedSteps(*engine.tiers()[0]), (std::vector<int64_t>{1, 3}));
+    testing::Loaded loaded = testing::TargetsFor(state, 0, 1);
+    const std::optional<RestoreResult> r = engine.Restore(loaded.targets);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->step, 3);
+    EXPECT_TRUE(testing::Matches(state, loaded, 0, 1));
+  }
+  std::filesystem::remove_all(root);
+}
+
+TEST(EngineStall, DestructorAbandonsAWriteThatOutlivesTheDeadline) {
+  const auto root =
+      std::filesystem::temp_directory_path() / ("fmstack-hung-dtor-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(root);
+  Gate gate;
+  std::vector<std::string> log;
+  std::mutex log_mu;
+  std::thread opener;
+  {
+    EngineOptions o;
+    o.chunk_bytes = 4096;
+    o.write_timeout_seconds = 0.3;
+    o.log = [&](const std::string& line) {
+      const std::lock_guard lock(log_mu);
+      log.push_back(line);
+    };
+    std::vector<std::unique_ptr<Tier>> tiers;
+    tiers.push_back(std::make_unique<HookedTier>(MakePosixTier("l", (root / "local").string()),
+                                                 "local", [&] { gate.Pass(); }));
+    Engine engine(std::move(tiers), o);
+    const auto state = testing::MakeState(3, 200);
+    gate.Set(true);
+    engine.Save(testing::SliceFor(state, 1, 0, 1));
+    // The disk answers again well after the destructor's deadline.
+    opener = std::thread([&] {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      gate.Set(false);
+    });
+  }
+  opener.join();
+  bool noted = false;
+  for (const std::string& l : log) {
+    noted |= l.find("local tier did not finish writing within 0.3 s") != std::string::npos;
+  }
+  EXPECT_TRUE(noted);
+  const std::unique_ptr<Tier> tier = MakePosixTier("l", (root / "local").string());
+  EXPECT_TRUE(CommittedSteps(*tier).empty());
+  std::filesystem::remove_all(root);
+}
+
 }  // namespace
 }  // namespace fmstack::ckpt
