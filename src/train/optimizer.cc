@@ -1,6 +1,7 @@
 #include "train/optimizer.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <numbers>
 
@@ -72,7 +73,11 @@ void AdamWKernel(const OptimConfig& c, float* p, const float* g, float* m, float
     v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
     const float m_hat = m[i] / correction1;
     const float v_hat = v[i] / correction2;
-    p[i] -= rate * (m_hat / (std::sqrt(v_hat) + eps) + (decay[i] ? wd * p[i] : 0.0f));
+    // decay[i] ? wd * p[i] : 0.0f, as a bit mask: GCC 12 does not
+    // vectorize the loop with the choice written as one.
+    const uint32_t keep = 0u - static_cast<uint32_t>(decay[i] != 0);
+    const float decay_term = std::bit_cast<float>(std::bit_cast<uint32_t>(wd * p[i]) & keep);
+    p[i] -= rate * (m_hat / (std::sqrt(v_hat) + eps) + decay_term);
   }
 }
 

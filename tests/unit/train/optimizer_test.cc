@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
+#include <vector>
 
 namespace fmstack::train {
 namespace {
@@ -77,6 +79,58 @@ TEST(AdamW, ClippingInsideTheUpdateMatchesClippingFirst) {
     ASSERT_EQ(p_fused[i], p_ref[i]) << i;
     ASSERT_EQ(m_fused[i], m_ref[i]) << i;
     ASSERT_EQ(v_fused[i], v_ref[i]) << i;
+  }
+}
+
+// AdamWKernel is compiled to vectorize (its own flags in CMakeLists.txt, the
+// weight-decay choice written as a bit mask); this is the plain loop it
+// replaces, written the obvious way. They agree to a few ulps (the vector
+// build may fuse multiply-adds), and the masked choice keeps what the
+// branch did with an infinite parameter that takes no decay.
+void PlainAdamW(const OptimConfig& c, float* p, const float* g, float* m, float* v,
+                const uint8_t* decay, int64_t n, int64_t step, double lr) {
+  const double t = static_cast<double>(step);
+  const auto b1 = static_cast<float>(c.beta1), b2 = static_cast<float>(c.beta2);
+  const auto c1 = static_cast<float>(1.0 - std::pow(c.beta1, t));
+  const auto c2 = static_cast<float>(1.0 - std::pow(c.beta2, t));
+  for (int64_t i = 0; i < n; ++i) {
+    m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+    v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+    const float update = (m[i] / c1) / (std::sqrt(v[i] / c2) + static_cast<float>(c.eps));
+    if (decay[i]) {
+      p[i] -= static_cast<float>(lr) * (update + static_cast<float>(c.weight_decay) * p[i]);
+    } else {
+      p[i] -= static_cast<float>(lr) * update;
+    }
+  }
+}
+
+TEST(AdamW, VectorizedKernelAgreesWithThePlainLoop) {
+  const int64_t n = 1003;  // not a multiple of any vector width
+  OptimConfig c;
+  c.weight_decay = 0.1;
+  std::vector<float> p(n), p_ref(n), m(n, 0), v(n, 0), m_ref(n, 0), v_ref(n, 0);
+  std::vector<uint8_t> decay(n);
+  for (int64_t i = 0; i < n; ++i) {
+    p[i] = p_ref[i] = 0.013f * static_cast<float>(i % 89) - 0.5f;
+    decay[i] = static_cast<uint8_t>(i % 4 != 1);
+  }
+  p[5] = p_ref[5] = std::numeric_limits<float>::infinity();  // decay[5] == 0
+  ASSERT_EQ(decay[5], 0);
+  for (int64_t step = 1; step <= 5; ++step) {
+    std::vector<float> g(n);
+    for (int64_t i = 0; i < n; ++i) g[i] = std::cos(0.21f * static_cast<float>(i + 7 * step));
+    AdamWKernel(c, p.data(), g.data(), m.data(), v.data(), decay.data(), n, step, 3e-3);
+    PlainAdamW(c, p_ref.data(), g.data(), m_ref.data(), v_ref.data(), decay.data(), n, step, 3e-3);
+  }
+  EXPECT_EQ(p[5], std::numeric_limits<float>::infinity()) << "no decay: inf stays inf, not NaN";
+  for (int64_t i = 0; i < n; ++i) {
+    if (i == 5) continue;
+    // m sums terms that cancel, so a fused multiply-add moves it by ulps
+    // of the terms (g is within 1), not of the result: absolute bounds.
+    ASSERT_NEAR(p[i], p_ref[i], 1e-6f) << i;
+    ASSERT_NEAR(m[i], m_ref[i], 1e-7f) << i;
+    ASSERT_NEAR(v[i], v_ref[i], 1e-6f * v_ref[i]) << i;  // positive terms: relative
   }
 }
 
