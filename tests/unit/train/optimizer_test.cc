@@ -134,5 +134,29 @@ TEST(AdamW, VectorizedKernelAgreesWithThePlainLoop) {
   }
 }
 
+// ZeRO updates each rank's shard on its own, so an element's update must
+// not depend on where its range starts (vector body or scalar remainder).
+TEST(AdamW, AnElementsUpdateDoesNotDependOnItsRange) {
+  const int64_t n = 517;
+  OptimConfig c;
+  c.weight_decay = 0.1;
+  std::vector<float> g(n), p0(n);
+  std::vector<uint8_t> decay(n);
+  for (int64_t i = 0; i < n; ++i) {
+    g[i] = std::sin(0.7f * static_cast<float>(i)) * 0.3f;
+    p0[i] = 0.011f * static_cast<float>(i % 53) - 0.25f;
+    decay[i] = static_cast<uint8_t>(i % 5 != 0);
+  }
+  std::vector<float> whole = p0, m(n, 0), v(n, 0);
+  AdamWKernel(c, whole.data(), g.data(), m.data(), v.data(), decay.data(), n, 3, 1e-3);
+  for (const int64_t cut : {1, 3, 5, 7, 13, 200}) {
+    std::vector<float> split = p0, ms(n, 0), vs(n, 0);
+    AdamWKernel(c, split.data(), g.data(), ms.data(), vs.data(), decay.data(), cut, 3, 1e-3);
+    AdamWKernel(c, split.data() + cut, g.data() + cut, ms.data() + cut, vs.data() + cut,
+                decay.data() + cut, n - cut, 3, 1e-3);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(split[i], whole[i]) << "cut " << cut << ", " << i;
+  }
+}
+
 }  // namespace
 }  // namespace fmstack::train
