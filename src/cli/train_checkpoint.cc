@@ -39,6 +39,7 @@ std::unique_ptr<ckpt::Engine> TrainCheckpointer::MakeEngine(bool collect_garbage
   o.world = trainer_.world();
   o.keep = static_cast<int>(job_.checkpoint.keep);
   o.pool_bytes = static_cast<int64_t>(job_.checkpoint.pool_bytes);
+  o.write_timeout_seconds = job_.checkpoint.write_timeout;
   if (o.rank == 0) o.log = note_;
   o.on_committed = [this](int64_t step, const std::string& tier, double seconds) {
     if (on_committed_) on_committed_(step, tier, seconds);

@@ -149,6 +149,8 @@ CheckpointSpec ReadCheckpoint(StrictTable& root, const std::filesystem::path& ba
   c.pool_bytes = t->Bytes("pool").value_or(0);
   c.every_steps = t->Int("every", 1, int64_t{1} << 40).value_or(0);
   c.drain_timeout = t->Seconds("drain_timeout").value_or(c.drain_timeout);
+  c.write_timeout = t->Seconds("write_timeout").value_or(c.write_timeout);
+  if (c.write_timeout < 1) t->Fail("write_timeout", "expected at least 1 s");
   c.object_timeout = t->Seconds("object_timeout").value_or(c.object_timeout);
   if (c.object_timeout < 1) t->Fail("object_timeout", "expected at least 1 s");
   c.object_retries = t->Int("object_retries", 1, 100).value_or(c.object_retries);

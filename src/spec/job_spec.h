@@ -66,6 +66,7 @@ struct CheckpointSpec {
   int64_t every_steps =
       0;  // `fmstack train`: save every N steps (overrides interval); 0 = by interval
   double drain_timeout = 60;    // at the end, wait this long for the slower tiers
+  double write_timeout = 1800;  // then this long for the first tier (a hung disk)
   double object_timeout = 120;  // one object-store request, transfer included
   int64_t object_retries = 5;   // attempts per object-store request
 };

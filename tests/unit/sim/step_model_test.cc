@@ -192,7 +192,8 @@ nodes = 8
   // Twice the layers at half the width would change the compute; the same
   // layers' collectives cut in two pay their latency twice instead.
   const StepTime finer = step(64, true);
-  EXPECT_GT(finer.dp / finer.micro_batches, overlapped.dp / overlapped.micro_batches);
+  EXPECT_GT(finer.dp / static_cast<double>(finer.micro_batches),
+            overlapped.dp / static_cast<double>(overlapped.micro_batches));
 }
 
 // Half the scores under the causal mask, with the backward's recomputation

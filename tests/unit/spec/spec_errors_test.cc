@@ -79,6 +79,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"spot without discount",
                 "model = \"gpt2-124m\"\n[cluster]\ninstance = \"p5\"\nspot_fraction = 0.5\n", 4,
                 "cluster.spot_fraction", "needs spot_discount"},
+        BadSpec{"checkpoint write deadline of zero",
+                "model = \"gpt2-124m\"\n[checkpoint]\nwrite_timeout = \"0s\"\n", 3,
+                "checkpoint.write_timeout", "expected at least 1 s"},
         BadSpec{"unknown storage tier",
                 "model = \"gpt2-124m\"\n[cluster]\ninstance = \"p5\"\n[cluster.shared]\ntier = "
                 "\"fsx-lustre-scratch3\"\n",
