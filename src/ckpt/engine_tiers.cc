@@ -1,7 +1,7 @@
 // ckpt: the engine's view of what the tiers hold: retention of the newest
 // steps, collection of incomplete ones, the newest committed step, and the
 // restore with its quarantine of newer steps that failed. The save pipeline
-// (staging pool, writer, drainer, commit) is engine.cc.
+// (writer, drainer, commit) is engine.cc, its staging pool staging_pool.h.
 #include <fmt/format.h>
 
 #include <algorithm>

@@ -47,6 +47,20 @@ TEST(AdamW, FirstStepMovesByLrAndDecaysOnlyMatrices) {
   EXPECT_FLOAT_EQ(p[layout.ln1w], 1.0f);                      // no grad, no decay
 }
 
+// Parameters in a sawtooth: step * (i % period) + offset.
+std::vector<float> Sawtooth(int64_t n, float step, int64_t period, float offset) {
+  std::vector<float> p(n);
+  for (int64_t i = 0; i < n; ++i) p[i] = step * static_cast<float>(i % period) + offset;
+  return p;
+}
+
+// Weight decay on every element but those with i % period == skip.
+std::vector<uint8_t> DecayMaskEvery(int64_t n, int64_t period, int64_t skip) {
+  std::vector<uint8_t> decay(n);
+  for (int64_t i = 0; i < n; ++i) decay[i] = static_cast<uint8_t>(i % period != skip);
+  return decay;
+}
+
 // The training step hands the clip factor to AdamW instead of scaling the
 // gradients first; the plain form (ClipByGlobalNorm, then the update) stays
 // as the reference, and the two must agree bit for bit over several steps.
@@ -55,12 +69,9 @@ TEST(AdamW, ClippingInsideTheUpdateMatchesClippingFirst) {
   OptimConfig c;
   c.weight_decay = 0.1;
   c.grad_clip = 0.5;
-  std::vector<float> p_fused(n), p_ref(n), m_fused(n, 0), v_fused(n, 0), m_ref(n, 0), v_ref(n, 0);
-  std::vector<uint8_t> decay(n);
-  for (int64_t i = 0; i < n; ++i) {
-    p_fused[i] = p_ref[i] = 0.01f * static_cast<float>(i % 97) - 0.4f;
-    decay[i] = static_cast<uint8_t>(i % 3 != 0);
-  }
+  std::vector<float> p_fused = Sawtooth(n, 0.01f, 97, -0.4f), p_ref = p_fused;
+  std::vector<float> m_fused(n, 0), v_fused(n, 0), m_ref(n, 0), v_ref(n, 0);
+  const std::vector<uint8_t> decay = DecayMaskEvery(n, 3, 0);
   for (int64_t step = 1; step <= 4; ++step) {
     std::vector<float> g(n);
     for (int64_t i = 0; i < n; ++i)
@@ -109,12 +120,9 @@ TEST(AdamW, VectorizedKernelAgreesWithThePlainLoop) {
   const int64_t n = 1003;  // not a multiple of any vector width
   OptimConfig c;
   c.weight_decay = 0.1;
-  std::vector<float> p(n), p_ref(n), m(n, 0), v(n, 0), m_ref(n, 0), v_ref(n, 0);
-  std::vector<uint8_t> decay(n);
-  for (int64_t i = 0; i < n; ++i) {
-    p[i] = p_ref[i] = 0.013f * static_cast<float>(i % 89) - 0.5f;
-    decay[i] = static_cast<uint8_t>(i % 4 != 1);
-  }
+  std::vector<float> p = Sawtooth(n, 0.013f, 89, -0.5f), p_ref = p;
+  std::vector<float> m(n, 0), v(n, 0), m_ref(n, 0), v_ref(n, 0);
+  const std::vector<uint8_t> decay = DecayMaskEvery(n, 4, 1);
   p[5] = p_ref[5] = std::numeric_limits<float>::infinity();  // decay[5] == 0
   ASSERT_EQ(decay[5], 0);
   for (int64_t step = 1; step <= 5; ++step) {
@@ -140,13 +148,10 @@ TEST(AdamW, AnElementsUpdateDoesNotDependOnItsRange) {
   const int64_t n = 517;
   OptimConfig c;
   c.weight_decay = 0.1;
-  std::vector<float> g(n), p0(n);
-  std::vector<uint8_t> decay(n);
-  for (int64_t i = 0; i < n; ++i) {
-    g[i] = std::sin(0.7f * static_cast<float>(i)) * 0.3f;
-    p0[i] = 0.011f * static_cast<float>(i % 53) - 0.25f;
-    decay[i] = static_cast<uint8_t>(i % 5 != 0);
-  }
+  const std::vector<float> p0 = Sawtooth(n, 0.011f, 53, -0.25f);
+  const std::vector<uint8_t> decay = DecayMaskEvery(n, 5, 0);
+  std::vector<float> g(n);
+  for (int64_t i = 0; i < n; ++i) g[i] = std::sin(0.7f * static_cast<float>(i)) * 0.3f;
   std::vector<float> whole = p0, m(n, 0), v(n, 0);
   AdamWKernel(c, whole.data(), g.data(), m.data(), v.data(), decay.data(), n, 3, 1e-3);
   for (const int64_t cut : {1, 3, 5, 7, 13, 200}) {

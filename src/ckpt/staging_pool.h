@@ -1,0 +1,93 @@
+// ckpt: the engine's staging pool, apart from the engine for length only
+// (included by engine.cc alone). Slots of chunk_bytes hold a snapshot
+// between Save() and the writer.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <vector>
+
+#include "ckpt/engine.h"
+#include "util/error.h"
+
+namespace fmstack::ckpt {
+
+struct Engine::Slot {
+  struct Free {
+    void operator()(char* p) const { std::free(p); }
+  };
+  std::unique_ptr<char, Free> data;
+  int64_t used = 0;
+};
+
+// Fixed slots of chunk_bytes, 4 KiB aligned, touched once when created so
+// that no save pays page faults; Acquire waits, up to a deadline, while all
+// are in flight.
+class Engine::Pool {
+ public:
+  Pool(int64_t slot_bytes, int64_t slots) : slot_bytes_(slot_bytes) {
+    for (int64_t i = 0; i < slots; ++i) {
+      auto s = std::make_unique<Slot>();
+      s->data.reset(static_cast<char*>(std::aligned_alloc(4096, static_cast<size_t>(slot_bytes))));
+      if (!s->data)
+        throw Error(fmt::format("checkpoint: cannot allocate a staging pool of {} bytes",
+                                slot_bytes * slots));
+      // Not zeros: a page of zeros may stay shared with the zero page (or be
+      // reclaimed by the hypervisor) and fault again on the first save.
+      std::memset(s->data.get(), 0xa5, static_cast<size_t>(slot_bytes));
+      free_.push_back(s.get());
+      all_.push_back(std::move(s));
+    }
+  }
+  Slot* TryAcquire() {
+    const std::lock_guard lock(mu_);
+    return free_.empty() ? nullptr : Take();
+  }
+  // All n slots, or none when fewer are free.
+  std::vector<Slot*> TryAcquireAll(int64_t n) {
+    const std::lock_guard lock(mu_);
+    std::vector<Slot*> out;
+    if (static_cast<int64_t>(free_.size()) < n) return out;
+    for (int64_t i = 0; i < n; ++i) out.push_back(Take());
+    return out;
+  }
+  // Null when no slot was freed within `seconds`.
+  Slot* Acquire(double seconds) {
+    std::unique_lock lock(mu_);
+    const bool freed =
+        cv_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return !free_.empty(); });
+    return freed ? Take() : nullptr;
+  }
+  void Release(Slot* s) {
+    {
+      const std::lock_guard lock(mu_);
+      free_.push_back(s);
+    }
+    cv_.notify_one();
+  }
+  int64_t bytes() const { return slot_bytes_ * static_cast<int64_t>(all_.size()); }
+
+ private:
+  Slot* Take() {  // REQUIRES: mu_ held, a slot free
+    Slot* s = free_.back();
+    free_.pop_back();
+    s->used = 0;
+    return s;
+  }
+
+  int64_t slot_bytes_;
+  std::vector<std::unique_ptr<Slot>> all_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Slot*> free_;
+};
+
+}  // namespace fmstack::ckpt
