@@ -56,9 +56,14 @@ Accelerator ReadAccelerator(StrictTable& t) {
   a.scaleup = t.String("scaleup").value_or("");
   a.scaleup_bandwidth = t.Bandwidth("scaleup_bandwidth").value_or(0);
   a.flash_attention_flops = Tflops(t, "flash_attention_tflops");
+  a.flash_attention_backward_flops = Tflops(t, "flash_attention_backward_tflops");
   a.flash_attention_source = t.String("flash_attention_source").value_or("");
   if (a.flash_attention_flops > 0 && a.flash_attention_source.empty())
     t.Fail("flash_attention_source", "is required with flash_attention_tflops (the measurement)");
+  if (a.flash_attention_backward_flops > 0 && a.flash_attention_flops <= 0) {
+    t.Fail("flash_attention_backward_tflops",
+           "needs flash_attention_tflops (the forward's rate) beside it");
+  }
   a.source = RequireString(t, "source");
   a.note = t.String("note").value_or("");
   t.Finish();
@@ -134,7 +139,11 @@ FaultSet ReadFaultSet(StrictTable& t) {
 ValidationCase ReadValidationCase(StrictTable& t, const std::string& file) {
   ValidationCase v;
   v.name = RequireString(t, "name");
-  v.group = t.String("group").value_or("");
+  if (auto group = t.String("group")) v.groups.push_back(*group);
+  for (std::string& g : t.StringArray("groups")) v.groups.push_back(std::move(g));
+  for (const std::string& g : v.groups) {
+    if (g.empty()) t.Fail("groups", "a group name is a non-empty string");
+  }
   v.metric = t.Choice("metric", std::vector<std::string>{"tflops_per_gpu", "mfu_percent",
                                                          "step_seconds", "gpu_hours", "busbw_gbps"})
                  .value_or("tflops_per_gpu");

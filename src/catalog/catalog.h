@@ -27,11 +27,13 @@ struct Accelerator {
   double hbm_bandwidth = 0;
   std::string scaleup;
   double scaleup_bandwidth = 0;  // per device, 0 = not published
-  // Training throughput of a flash-attention kernel (forward and backward,
-  // bf16) as its authors measured it; 0 = not published. Attention kernels
-  // reach a smaller share of peak than GEMMs on some devices (FlashAttention-2
-  // on H100), which long sequences expose.
+  // Throughput of a flash-attention kernel (bf16) as its authors measured
+  // it; 0 = not published. Attention kernels reach a smaller share of peak
+  // than GEMMs on some devices (FlashAttention-2 on H100), which long
+  // sequences expose. The backward's own figure where the source gives one
+  // (else the backward runs at the forward's rate).
   double flash_attention_flops = 0;
+  double flash_attention_backward_flops = 0;
   std::string flash_attention_source;
   std::string source, note;
 
@@ -98,7 +100,9 @@ struct FaultSet {
 // file's text, and the figure its authors report for it.
 struct ValidationCase {
   std::string name;
-  std::string group;  // cases of one group are compared for their ordering
+  // Cases of one group are compared for their ordering: a scaling trend, or
+  // one source's comparison of configurations. A case may be in several.
+  std::vector<std::string> groups;
   // "tflops_per_gpu" (model FLOP/s per accelerator, recomputation counted as
   // Megatron counts it), "mfu_percent" (model FLOPs only, of the peak),
   // "step_seconds", "gpu_hours" (accelerator-hours to train the job's

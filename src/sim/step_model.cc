@@ -147,16 +147,26 @@ StepTime ModelStep(const spec::JobSpec& job, const Topology& topo,
   // Flash attention's backward recomputes the scores instead of storing
   // them: 2.5 forward passes' worth of work where the count above has 2
   // (FlashAttention-2's benchmarks count the backward as 2.5x the forward,
-  // and its published TFLOP/s are in those units).
+  // and its published TFLOP/s are in those units). Forward and backward run
+  // at the kernel's own measured rates where the catalog has them, when
+  // those are below the GEMMs' (FlashAttention-2 on H100).
   const double passes = 3.0 * recompute_factor;
-  const double attention_done =
-      job.train.flash_attention ? 0.5 * attention_flops * (passes + 0.5) / passes : attention_flops;
-  // A flash-attention kernel runs at its own measured rate where the catalog
-  // has one, when that is below the GEMMs' (FlashAttention-2 on H100).
-  const double attention_rate = job.train.flash_attention && accelerator.flash_attention_flops > 0
-                                    ? std::min(achieved, accelerator.flash_attention_flops)
-                                    : achieved;
-  const double attention_seconds = attention_done / static_cast<double>(world) / attention_rate;
+  const double forward_passes = passes - 2.0;
+  const auto flash_rate = [&](double measured) {
+    return measured > 0 ? std::min(achieved, measured) : achieved;
+  };
+  const double per_rank = attention_flops / static_cast<double>(world);
+  double attention_forward_seconds = per_rank * forward_passes / passes / achieved;
+  double attention_backward_seconds = per_rank * 2.0 / passes / achieved;
+  if (job.train.flash_attention) {
+    const double forward_rate = flash_rate(accelerator.flash_attention_flops);
+    const double backward_rate = accelerator.flash_attention_backward_flops > 0
+                                     ? flash_rate(accelerator.flash_attention_backward_flops)
+                                     : forward_rate;
+    attention_forward_seconds = 0.5 * per_rank * forward_passes / passes / forward_rate;
+    attention_backward_seconds = 0.5 * per_rank * 2.5 / passes / backward_rate;
+  }
+  const double attention_seconds = attention_forward_seconds + attention_backward_seconds;
   t.compute = (hardware_flops - attention_flops) / static_cast<double>(world) / achieved +
               attention_seconds;
   // Context parallelism without load balancing: under the causal mask the
@@ -201,15 +211,15 @@ StepTime ModelStep(const spec::JobSpec& job, const Topology& topo,
       // next rank (backward: with their gradients, twice the bytes) while
       // attention runs on the chunk at hand. A step is as slow as its
       // slowest hop, and only a transfer longer than a chunk's attention
-      // shows. Attention per layer and micro-batch: forward is one of 3
-      // passes (4 when recomputed).
+      // (one forward pass of it; backward, its backward) shows.
       const LinkLevel link = levels.back();
-      const double chunk_forward = attention_seconds / (3.0 * recompute_factor) /
-                                   (layers_per_stage * m) / c;  // one chunk's share
+      const double chunks = layers_per_stage * m * c;
+      const double chunk_forward = attention_forward_seconds / forward_passes / chunks;
+      const double chunk_backward = attention_backward_seconds / chunks;
       const double send = link.latency + kv / link.bandwidth;
       const double send_back = link.latency + 2 * kv / link.bandwidth;
       t.cp = layers_per_stage * m * (c - 1) *
-             (std::max(0.0, send - chunk_forward) + std::max(0.0, send_back - 2 * chunk_forward));
+             (std::max(0.0, send - chunk_forward) + std::max(0.0, send_back - chunk_backward));
     }
   }
   if (l.pp > 1) {

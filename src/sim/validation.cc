@@ -156,7 +156,7 @@ Validation Validate(const catalog::Catalog& catalog, const StepOptions& options)
   // Within a group, sorting by the published figure must sort the model's too.
   std::map<std::string, std::vector<const ValidationResult*>> groups;
   for (const ValidationResult& r : v.results) {
-    if (!r.c->group.empty()) groups[r.c->group].push_back(&r);
+    for (const std::string& g : r.c->groups) groups[g].push_back(&r);
   }
   for (auto& [name, members] : groups) {
     if (members.size() < 2) continue;

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "util/error.h"
 
 namespace fmstack::catalog {
@@ -77,6 +79,42 @@ TEST(Catalog, BadFilesAreRejectedWithPosition) {
        "[[accelerator]]\nname = \"a\"\nhbm = \"1GB\"\nsource = \"s\"\n[[instance]]\nname = "
        "\"x\"\naccelerator = \"a\"\naccelerators = 1\nprice_per_hour = 3.0\nsource = \"s\"\n"}};
   EXPECT_THROW(Catalog::LoadFiles(no_date), SpecError);
+}
+
+// A backward rate alone would be a backward with no forward to pair it
+// with; the error names the key that is missing.
+TEST(Catalog, FlashAttentionBackwardNeedsTheForwardRate) {
+  const EmbeddedFile backward_only[] = {
+      {"a.toml",
+       "[[accelerator]]\nname = \"x\"\nhbm = \"1GB\"\nsource = \"s\"\n"
+       "flash_attention_backward_tflops = 300\nflash_attention_source = \"m\"\n"}};
+  try {
+    Catalog::LoadFiles(backward_only);
+    FAIL();
+  } catch (const SpecError& e) {
+    EXPECT_NE(std::string(e.what()).find("flash_attention_backward_tflops"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("needs flash_attention_tflops"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Catalog, AValidationCaseMayBeInSeveralGroups) {
+  const Catalog c = Catalog::LoadEmbedded();
+  const auto it =
+      std::find_if(c.validation_cases().begin(), c.validation_cases().end(),
+                   [](const ValidationCase& v) { return v.name == "llama3-405b-8k-16384"; });
+  ASSERT_NE(it, c.validation_cases().end());
+  EXPECT_EQ(it->groups, (std::vector<std::string>{"llama3-405b-8k", "llama3-405b-16384"}));
+  const EmbeddedFile empty_group[] = {
+      {"v.toml",
+       "[[validation]]\nname = \"x\"\ngroups = [\"a\", \"\"]\npublished = 1\n"
+       "job = \"j\"\nsource = \"s\"\n"}};
+  try {
+    Catalog::LoadFiles(empty_group);
+    FAIL();
+  } catch (const SpecError& e) {
+    EXPECT_NE(std::string(e.what()).find("non-empty"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
