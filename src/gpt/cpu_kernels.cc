@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "gpt/fast_math.h"
+#include "gpt/tile_gemm.h"
 
 namespace fmstack::gpt::cpu {
 namespace {
@@ -206,91 +208,93 @@ void MatmulBackward(Floats dinp, Floats dweight, Floats dbias, ConstFloats dout,
 
 // Causal attention computes only what the mask keeps: row block [i0, i1) of
 // the scores needs keys [0, i1), so blocks of kAttentionBlock rows skip the
-// upper triangle's sgemm work (~3/8 of it at T = 256). Per (batch, head) on
-// one thread: OpenBLAS's OpenMP build runs single-threaded inside a parallel
-// region. reference::AttentionForward/Backward are the full-matrix forms.
+// upper triangle's work (~3/8 of it at T = 256). One (batch, head) per
+// thread; the products are TileGemm's (tile_gemm.h: sgemm is slow on them),
+// with K or V transposed once per (batch, head) where a product needs it as
+// B. reference::AttentionForward/Backward are the full-matrix forms.
 constexpr int64_t kAttentionBlock = 64;
 
 void AttentionForward(Floats out, Floats att, ConstFloats qkv, int64_t B, int64_t T, int64_t C,
                       int64_t NH) {
   const int64_t hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const auto t = static_cast<blasint>(T), h = static_cast<blasint>(hs);
-  const auto ld_qkv = static_cast<blasint>(3 * C), ld_out = static_cast<blasint>(C);
-#pragma omp parallel for schedule(static)
-  for (int64_t bh = 0; bh < B * NH; ++bh) {
-    const int64_t b = bh / NH, head = bh % NH;
-    const float* q = qkv.data() + b * T * 3 * C + head * hs;
-    const float* k = q + C;
-    const float* v = q + 2 * C;
-    float* p = att.data() + bh * T * T;
-    float* o = out.data() + b * T * C + head * hs;
-    for (int64_t i0 = 0; i0 < T; i0 += kAttentionBlock) {
-      const int64_t i1 = std::min(T, i0 + kAttentionBlock);
-      const auto rows = static_cast<blasint>(i1 - i0), keys = static_cast<blasint>(i1);
-      // S[i0:i1, 0:i1] = scale Q[i0:i1] K[0:i1]^T
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, h, scale, q + i0 * 3 * C,
-                  ld_qkv, k, ld_qkv, 0.0f, p + i0 * T, t);
-      for (int64_t i = i0; i < i1; ++i) {
-        float* row = p + i * T;
-        SoftmaxInPlace(row, i + 1);
-        std::fill(row + i + 1, row + T, 0.0f);
+#pragma omp parallel
+  {
+    std::vector<float> kt(hs * T);  // K^T of the (batch, head) at hand
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < B * NH; ++bh) {
+      const int64_t b = bh / NH, head = bh % NH;
+      const float* q = qkv.data() + b * T * 3 * C + head * hs;
+      const float* k = q + C;
+      const float* v = q + 2 * C;
+      float* p = att.data() + bh * T * T;
+      float* o = out.data() + b * T * C + head * hs;
+      Transpose(k, T, hs, 3 * C, kt.data());
+      for (int64_t i0 = 0; i0 < T; i0 += kAttentionBlock) {
+        const int64_t i1 = std::min(T, i0 + kAttentionBlock);
+        // S[i0:i1, 0:i1] = scale Q[i0:i1] K[0:i1]^T
+        TileGemm(i1 - i0, i1, hs, scale, {q + i0 * 3 * C, 3 * C, 1}, kt.data(), T, false,
+                 p + i0 * T, T);
+        for (int64_t i = i0; i < i1; ++i) {
+          float* row = p + i * T;
+          SoftmaxInPlace(row, i + 1);
+          std::fill(row + i + 1, row + T, 0.0f);
+        }
+        // out[i0:i1] = P[i0:i1, 0:i1] V[0:i1]
+        TileGemm(i1 - i0, hs, i1, 1.0f, {p + i0 * T, T, 1}, v, 3 * C, false, o + i0 * C, C);
       }
-      // out[i0:i1] = P[i0:i1, 0:i1] V[0:i1]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, h, keys, 1.0f, p + i0 * T, t, v,
-                  ld_qkv, 0.0f, o + i0 * C, ld_out);
     }
   }
 }
 
 // Row blocks from the last to the first: the last block's keys span all T,
-// so its dK and dV products initialise them (beta 0) and the earlier,
-// shorter blocks add into their prefixes (beta 1).
+// so its dK and dV products initialise them and the earlier, shorter blocks
+// add into their prefixes.
 void AttentionBackward(Floats dqkv, Floats dscores, ConstFloats dout, ConstFloats qkv,
                        ConstFloats att, int64_t B, int64_t T, int64_t C, int64_t NH) {
   const int64_t hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const auto t = static_cast<blasint>(T), h = static_cast<blasint>(hs);
-  const auto ld_qkv = static_cast<blasint>(3 * C), ld_out = static_cast<blasint>(C);
-#pragma omp parallel for schedule(static)
-  for (int64_t bh = 0; bh < B * NH; ++bh) {
-    const int64_t b = bh / NH, head = bh % NH;
-    const int64_t qkv_at = b * T * 3 * C + head * hs;
-    const float* q = qkv.data() + qkv_at;
-    const float* k = q + C;
-    const float* v = q + 2 * C;
-    float* dq = dqkv.data() + qkv_at;
-    float* dk = dq + C;
-    float* dv = dq + 2 * C;
-    const float* p = att.data() + bh * T * T;
-    float* dp = dscores.data() + bh * T * T;
-    const float* d = dout.data() + b * T * C + head * hs;
-    const int64_t last = (T - 1) / kAttentionBlock * kAttentionBlock;
-    for (int64_t i0 = last; i0 >= 0; i0 -= kAttentionBlock) {
-      const int64_t i1 = std::min(T, i0 + kAttentionBlock);
-      const auto rows = static_cast<blasint>(i1 - i0), keys = static_cast<blasint>(i1);
-      const float beta = i1 == T ? 0.0f : 1.0f;
-      // dP[i0:i1, 0:i1] = dO[i0:i1] V[0:i1]^T and dV[0:i1] (+)= P[i0:i1, 0:i1]^T dO[i0:i1]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, h, 1.0f, d + i0 * C, ld_out,
-                  v, ld_qkv, 0.0f, dp + i0 * T, t);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, h, rows, 1.0f, p + i0 * T, t,
-                  d + i0 * C, ld_out, beta, dv, ld_qkv);
-      // Softmax backward: dS = P * (dP - rowsum(P * dP)) on the kept keys.
-      for (int64_t i = i0; i < i1; ++i) {
-        const float* prow = p + i * T;
-        float* drow = dp + i * T;
-        float dot = 0;
+#pragma omp parallel
+  {
+    std::vector<float> vt(hs * T);  // V^T of the (batch, head) at hand
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < B * NH; ++bh) {
+      const int64_t b = bh / NH, head = bh % NH;
+      const int64_t qkv_at = b * T * 3 * C + head * hs;
+      const float* q = qkv.data() + qkv_at;
+      const float* k = q + C;
+      const float* v = q + 2 * C;
+      float* dq = dqkv.data() + qkv_at;
+      float* dk = dq + C;
+      float* dv = dq + 2 * C;
+      const float* p = att.data() + bh * T * T;
+      float* dp = dscores.data() + bh * T * T;
+      const float* d = dout.data() + b * T * C + head * hs;
+      Transpose(v, T, hs, 3 * C, vt.data());
+      const int64_t last = (T - 1) / kAttentionBlock * kAttentionBlock;
+      for (int64_t i0 = last; i0 >= 0; i0 -= kAttentionBlock) {
+        const int64_t i1 = std::min(T, i0 + kAttentionBlock);
+        const int64_t rows = i1 - i0;
+        const bool accumulate = i1 != T;
+        // dP[i0:i1, 0:i1] = dO[i0:i1] V[0:i1]^T and dV[0:i1] (+)= P[i0:i1, 0:i1]^T dO[i0:i1]
+        TileGemm(rows, i1, hs, 1.0f, {d + i0 * C, C, 1}, vt.data(), T, false, dp + i0 * T, T);
+        TileGemm(i1, hs, rows, 1.0f, {p + i0 * T, 1, T}, d + i0 * C, C, accumulate, dv, 3 * C);
+        // Softmax backward: dS = P * (dP - rowsum(P * dP)) on the kept keys.
+        for (int64_t i = i0; i < i1; ++i) {
+          const float* prow = p + i * T;
+          float* drow = dp + i * T;
+          float dot = 0;
 #pragma omp simd reduction(+ : dot)
-        for (int64_t j = 0; j <= i; ++j) dot += prow[j] * drow[j];
+          for (int64_t j = 0; j <= i; ++j) dot += prow[j] * drow[j];
 #pragma omp simd
-        for (int64_t j = 0; j <= i; ++j) drow[j] = prow[j] * (drow[j] - dot);
-        std::fill(drow + i + 1, drow + i1, 0.0f);
+          for (int64_t j = 0; j <= i; ++j) drow[j] = prow[j] * (drow[j] - dot);
+          std::fill(drow + i + 1, drow + i1, 0.0f);
+        }
+        // dQ[i0:i1] = scale dS K[0:i1] and dK[0:i1] (+)= scale dS^T Q[i0:i1]
+        TileGemm(rows, hs, i1, scale, {dp + i0 * T, T, 1}, k, 3 * C, false, dq + i0 * 3 * C, 3 * C);
+        TileGemm(i1, hs, rows, scale, {dp + i0 * T, 1, T}, q + i0 * 3 * C, 3 * C, accumulate, dk,
+                 3 * C);
       }
-      // dQ[i0:i1] = scale dS K[0:i1] and dK[0:i1] (+)= scale dS^T Q[i0:i1]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, h, keys, scale, dp + i0 * T, t,
-                  k, ld_qkv, 0.0f, dq + i0 * 3 * C, ld_qkv);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, h, rows, scale, dp + i0 * T, t,
-                  q + i0 * 3 * C, ld_qkv, beta, dk, ld_qkv);
     }
   }
 }

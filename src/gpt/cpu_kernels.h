@@ -1,6 +1,7 @@
 // gpt: the CPU layer kernels of the GPT-2 decoder, each forward next to its
 // backward (llm.c's layout). N = B * T rows of C channels. Matmuls go to
-// OpenBLAS sgemm; everything else is a plain loop parallel over rows (or over
+// OpenBLAS sgemm, except attention's small products (gpt/tile_gemm.h);
+// everything else is a plain loop parallel over rows (or over
 // channel chunks where rows would race), so results depend only on the thread
 // count, never on scheduling.
 //
