@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
   std::vector<float> qkv(T * ld), kt(hs * T), scores(T * T), out(T * ld);
   for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = static_cast<float>(i % 97) / 97.0f - 0.5f;
   for (size_t i = 0; i < scores.size(); ++i) scores[i] = static_cast<float>(i % 89) / 89.0f;
-  fmstack::gpt::Transpose(qkv.data() + hs, T, hs, ld, kt.data());
+  fmstack::gpt::PackTransposed(qkv.data() + hs, T, hs, ld, kt.data());
   const float* q = qkv.data();
   const float* k = q + hs;
   const float* v = q + 2 * hs;

@@ -229,7 +229,7 @@ void AttentionForward(Floats out, Floats att, ConstFloats qkv, int64_t B, int64_
       const float* v = q + 2 * C;
       float* p = att.data() + bh * T * T;
       float* o = out.data() + b * T * C + head * hs;
-      Transpose(k, T, hs, 3 * C, kt.data());
+      PackTransposed(k, T, hs, 3 * C, kt.data());
       for (int64_t i0 = 0; i0 < T; i0 += kAttentionBlock) {
         const int64_t i1 = std::min(T, i0 + kAttentionBlock);
         // S[i0:i1, 0:i1] = scale Q[i0:i1] K[0:i1]^T
@@ -270,7 +270,7 @@ void AttentionBackward(Floats dqkv, Floats dscores, ConstFloats dout, ConstFloat
       const float* p = att.data() + bh * T * T;
       float* dp = dscores.data() + bh * T * T;
       const float* d = dout.data() + b * T * C + head * hs;
-      Transpose(v, T, hs, 3 * C, vt.data());
+      PackTransposed(v, T, hs, 3 * C, vt.data());
       const int64_t last = (T - 1) / kAttentionBlock * kAttentionBlock;
       for (int64_t i0 = last; i0 >= 0; i0 -= kAttentionBlock) {
         const int64_t i1 = std::min(T, i0 + kAttentionBlock);

@@ -80,12 +80,12 @@ void Edge(int64_t m, int64_t j0, int64_t n, int64_t k, float alpha, StridedMatri
 
 void TileGemm(int64_t m, int64_t n, int64_t k, float alpha, StridedMatrix a, const float* b,
               int64_t ldb, bool accumulate, float* c, int64_t ldc) {
+  const auto rows_at = [&](int64_t row) {
+    return StridedMatrix{a.data + row * a.row_stride, a.row_stride, a.col_stride};
+  };
   const int64_t full_cols = n / kTileCols * kTileCols;
   for (int64_t j = 0; j < full_cols; j += kTileCols) {
     int64_t i = 0;
-    const auto rows_at = [&](int64_t row) {
-      return StridedMatrix{a.data + row * a.row_stride, a.row_stride, a.col_stride};
-    };
     for (; i + kTileRows <= m; i += kTileRows)
       Tile<kTileRows>(k, alpha, rows_at(i), b + j, ldb, accumulate, c + i * ldc + j, ldc);
     float* cj = c + j;
@@ -105,7 +105,7 @@ void TileGemm(int64_t m, int64_t n, int64_t k, float alpha, StridedMatrix a, con
 // In bands of 8 rows: the band's input lines stay in cache while each
 // output row gets 8 consecutive floats, where a plain double loop would
 // touch a new cache line on every write (or every read).
-void Transpose(const float* in, int64_t rows, int64_t cols, int64_t ld, float* out) {
+void PackTransposed(const float* in, int64_t rows, int64_t cols, int64_t ld, float* out) {
   constexpr int64_t kBand = 8;
   for (int64_t r0 = 0; r0 < rows; r0 += kBand) {
     const int64_t r1 = r0 + kBand < rows ? r0 + kBand : rows;

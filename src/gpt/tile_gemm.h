@@ -3,14 +3,14 @@
 //
 // Attention multiplies blocks of 64 query rows by at most T keys, with inner
 // sizes of the head width (64) or the block's keys. OpenBLAS 0.3.21's
-// Haswell/Zen path runs those shapes far below its large-matrix rate: on one
-// Zen core 64 x 256 x 64 at 12 GFLOP/s, 64 x 64 x 256 at 10, while
-// 1024 x 1024 x 384 reaches 36-38 (any product whose output is 96-320
-// columns wide is hit). A 6 x 16 tile of accumulators held in registers
-// reaches 29-31 on those shapes, because a block this small needs no cache
-// blocking: each A element is broadcast once per 16 columns, each B row
-// loaded once per 6 rows. Large products stay on sgemm, where packing and
-// cache blocking win.
+// Haswell/Zen path runs most of those shapes far below its large-matrix
+// rate: on one Zen core 10-27 GFLOP/s against 35 for 1024 x 1024 x 384
+// (./build/bench_attention prints both, product by product). A 6 x 16 tile
+// of accumulators held in registers runs them at 34-38, because a block
+// this small needs no cache blocking: each A element is broadcast once per
+// 16 columns, each B row loaded once per 6 rows. Large products stay on
+// sgemm, where packing and cache blocking win (the tile: 26 on
+// 1024 x 1024 x 384).
 //
 // Sums over the inner dimension run in order, one fused multiply-add per
 // term, so the result is the same on every call for the same inputs.
@@ -36,6 +36,6 @@ void TileGemm(int64_t m, int64_t n, int64_t k, float alpha, StridedMatrix a, con
 
 // out (cols x rows, row-major) = the transpose of in (rows x cols, leading
 // dimension ld): packs keys or values so that TileGemm reads them as B.
-void Transpose(const float* in, int64_t rows, int64_t cols, int64_t ld, float* out);
+void PackTransposed(const float* in, int64_t rows, int64_t cols, int64_t ld, float* out);
 
 }  // namespace fmstack::gpt

@@ -155,17 +155,18 @@ StepTime ModelStep(const spec::JobSpec& job, const Topology& topo,
   const auto flash_rate = [&](double measured) {
     return measured > 0 ? std::min(achieved, measured) : achieved;
   };
+  const bool flash = job.train.flash_attention;
+  const double done = flash ? 0.5 : 1.0;  // of the counted scores
+  const double backward_passes = flash ? 2.5 : 2.0;
+  const double measured_backward = accelerator.flash_attention_backward_flops > 0
+                                       ? accelerator.flash_attention_backward_flops
+                                       : accelerator.flash_attention_flops;
+  const double forward_rate = flash ? flash_rate(accelerator.flash_attention_flops) : achieved;
+  const double backward_rate = flash ? flash_rate(measured_backward) : achieved;
   const double per_rank = attention_flops / static_cast<double>(world);
-  double attention_forward_seconds = per_rank * forward_passes / passes / achieved;
-  double attention_backward_seconds = per_rank * 2.0 / passes / achieved;
-  if (job.train.flash_attention) {
-    const double forward_rate = flash_rate(accelerator.flash_attention_flops);
-    const double backward_rate = accelerator.flash_attention_backward_flops > 0
-                                     ? flash_rate(accelerator.flash_attention_backward_flops)
-                                     : forward_rate;
-    attention_forward_seconds = 0.5 * per_rank * forward_passes / passes / forward_rate;
-    attention_backward_seconds = 0.5 * per_rank * 2.5 / passes / backward_rate;
-  }
+  const double attention_forward_seconds = done * per_rank * forward_passes / passes / forward_rate;
+  const double attention_backward_seconds =
+      done * per_rank * backward_passes / passes / backward_rate;
   const double attention_seconds = attention_forward_seconds + attention_backward_seconds;
   t.compute = (hardware_flops - attention_flops) / static_cast<double>(world) / achieved +
               attention_seconds;

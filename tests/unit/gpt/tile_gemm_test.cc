@@ -77,11 +77,11 @@ TEST(TileGemm, OverwriteNeverReadsC) {
   for (float x : c) ASSERT_FLOAT_EQ(x, 5 * 0.5f * 0.25f);
 }
 
-TEST(TileGemm, TransposeIsTheTranspose) {
+TEST(TileGemm, PackTransposedIsTheTranspose) {
   const int64_t rows = 13, cols = 5, ld = 9;
   std::vector<float> in(rows * ld), out(cols * rows);
   for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i);
-  Transpose(in.data(), rows, cols, ld, out.data());
+  PackTransposed(in.data(), rows, cols, ld, out.data());
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(out[c * rows + r], in[r * ld + c]);
   }
