@@ -4,12 +4,12 @@
 // Attention multiplies blocks of 64 query rows by at most T keys, with inner
 // sizes of the head width (64) or the block's keys. OpenBLAS 0.3.21's
 // Haswell/Zen path runs most of those shapes far below its large-matrix
-// rate: on one Zen core 10-27 GFLOP/s against 35 for 1024 x 1024 x 384
+// rate: on one Zen core 10-27 GFLOP/s against 35-40 for 1024 x 1024 x 384
 // (./build/bench_attention prints both, product by product). A 6 x 16 tile
-// of accumulators held in registers runs them at 34-38, because a block
+// of accumulators held in registers runs them at 34-43, because a block
 // this small needs no cache blocking: each A element is broadcast once per
 // 16 columns, each B row loaded once per 6 rows. Large products stay on
-// sgemm, where packing and cache blocking win (the tile: 26 on
+// sgemm, where packing and cache blocking win (the tile: 26-29 on
 // 1024 x 1024 x 384).
 //
 // Sums over the inner dimension run in order, one fused multiply-add per
