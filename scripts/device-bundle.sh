@@ -49,6 +49,8 @@ cat > "$out/run.sh" <<'SH'
 #      checkpoint to 40, against one run of 40: the parameter hashes must agree
 #   5. with --profile, where Nsight Compute (ncu) is installed: one TF32
 #      training step's kernels, by time (ncu_table.py), the CSV beside run.log
+# STEPS='cuda_test|train_.*' (a regular expression) runs only the steps it
+# names, to spend a short device lease on what changed.
 set -uo pipefail
 profile=0
 [ "${1:-}" = "--profile" ] && profile=1
@@ -78,6 +80,10 @@ failed=()
 step() {  # step NAME SECONDS COMMAND...: runs it with a deadline, log in $log/NAME.log
   local name=$1 limit=$2
   shift 2
+  if [ -n "${STEPS:-}" ] && ! [[ "$name" =~ ^(${STEPS})$ ]]; then
+    echo "=== $name: not in STEPS"
+    return 0
+  fi
   echo "=== $name (deadline ${limit}s)"
   timeout "$limit" "$@" > "$log/$name.log" 2>&1
   local r=$?

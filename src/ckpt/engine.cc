@@ -130,12 +130,14 @@ void Engine::Fail(size_t tier, const std::string& what) {
                        "this tier are not repeated)");
 }
 
-void Engine::Reserve(int64_t state_bytes) {
-  if (pool_) return;
-  const int64_t want = options_.pool_bytes > 0 ? options_.pool_bytes : state_bytes;
-  const int64_t slots =
-      std::max<int64_t>(1, (want + options_.chunk_bytes - 1) / options_.chunk_bytes);
-  pool_ = std::make_unique<Pool>(options_.chunk_bytes, slots);
+void Engine::Reserve(int64_t state_bytes, const std::shared_ptr<DeviceSource>& device) {
+  if (!pool_) {
+    const int64_t want = options_.pool_bytes > 0 ? options_.pool_bytes : state_bytes;
+    const int64_t slots =
+        std::max<int64_t>(1, (want + options_.chunk_bytes - 1) / options_.chunk_bytes);
+    pool_ = std::make_unique<Pool>(options_.chunk_bytes, slots);
+  }
+  pool_->PinFor(device);
 }
 
 int64_t Engine::pool_bytes() const {
@@ -151,6 +153,12 @@ std::shared_ptr<Engine::Job> Engine::MakeJob(const Snapshot& snap) const {
   std::vector<ShardPiece> shard;
   int64_t offset = 0;
   for (const TensorSlice& s : snap.slices) {
+    if (s.on_device && !snap.device) {
+      throw Error(fmt::format(
+          "checkpoint: tensor \"{}\" is in device memory but the snapshot names no device "
+          "source to copy it",
+          s.name));
+    }
     const int64_t es = DTypeSize(s.dtype);
     if (static_cast<int64_t>(s.data.size()) % es != 0) {
       throw Error(fmt::format("checkpoint: tensor \"{}\": {} bytes is not a whole number of {}",
@@ -188,7 +196,7 @@ SaveTiming Engine::Save(const Snapshot& snap) {
   }
   const std::shared_ptr<Job> job = MakeJob(snap);
   job->start = start;
-  Reserve(job->timing.bytes);
+  Reserve(job->timing.bytes, snap.device);
   {
     const std::lock_guard lock(mu_);
     write_queue_.push_back(job);
@@ -216,10 +224,17 @@ SaveTiming Engine::Save(const Snapshot& snap) {
 
 void Engine::CopyAll(const Snapshot& snap, Job& job, const std::vector<Slot*>& slots) {
   std::vector<std::span<const std::byte>> sources;
-  for (const TensorSlice& s : snap.slices) sources.push_back(s.data);
+  std::vector<char> on_device;
+  for (const TensorSlice& s : snap.slices) {
+    sources.push_back(s.data);
+    on_device.push_back(s.on_device ? 1 : 0);
+  }
   std::vector<char*> to;
   for (Slot* slot : slots) to.push_back(slot->data.get());
-  CopyToSlots(sources, to, options_.chunk_bytes, options_.copy_threads);
+  if (snap.device) {
+    snap.device->CopyToHost(PlanDeviceCopies(sources, on_device, to, options_.chunk_bytes));
+  }
+  CopyToSlots(sources, to, options_.chunk_bytes, options_.copy_threads, on_device);
   int64_t left = job.timing.bytes;
   const std::lock_guard lock(mu_);
   for (Slot* slot : slots) {
@@ -266,7 +281,12 @@ void Engine::CopyStreamingToWriter(const Snapshot& snap, Job& job) {
       }
       const size_t n =
           std::min(bytes.size(), static_cast<size_t>(options_.chunk_bytes - cur->used));
-      CopyStreaming(cur->data.get() + cur->used, bytes.data(), n);
+      if (s.on_device) {
+        const DeviceSource::Copy copy{cur->data.get() + cur->used, bytes.data(), n};
+        snap.device->CopyToHost({&copy, 1});
+      } else {
+        CopyStreaming(cur->data.get() + cur->used, bytes.data(), n);
+      }
       cur->used += static_cast<int64_t>(n);
       bytes = bytes.subspan(n);
       if (cur->used == options_.chunk_bytes) hand_over();

@@ -43,13 +43,36 @@ struct TensorSlice {
   std::vector<int64_t> shape;
   int64_t begin = 0;
   std::span<const std::byte> data;
+  // data is in an accelerator's memory (an address the host must not read):
+  // the snapshot's DeviceSource copies it.
+  bool on_device = false;
+};
+
+// Copies a snapshot's on-device slices into the staging pool. The engine
+// pins the pool's slots through it once, so that the device's copy engine
+// writes into them directly at the link's speed with no bounce buffer, and
+// unpins them before it frees them, possibly after the snapshot's owner is
+// gone: Pin and Unpin must not depend on it.
+class DeviceSource {
+ public:
+  struct Copy {
+    char* to;  // pinned host memory
+    const std::byte* from;
+    size_t bytes;
+  };
+  virtual ~DeviceSource() = default;
+  virtual void Pin(std::span<char> host) = 0;
+  virtual void Unpin(std::span<char> host) noexcept = 0;
+  // Returns once every copy has landed, after the device's queued work.
+  virtual void CopyToHost(std::span<const Copy> copies) = 0;
 };
 
 struct Snapshot {
   Counters counters;  // counters.step names the checkpoint
   Layout layout;
   nlohmann::json model;
-  std::vector<TensorSlice> slices;  // this rank's
+  std::vector<TensorSlice> slices;       // this rank's
+  std::shared_ptr<DeviceSource> device;  // required when a slice is on_device
 };
 
 struct EngineOptions {
@@ -127,8 +150,9 @@ class Engine {
   // Timings of saves whose pipeline finished, oldest first.
   std::vector<SaveTiming> TakeTimings();
   // Allocates and touches the staging pool now (it is otherwise sized by the
-  // first Save, which then pays the page faults).
-  void Reserve(int64_t state_bytes);
+  // first Save, which then pays the page faults), and pins it for `device`
+  // (otherwise done by the first Save from it).
+  void Reserve(int64_t state_bytes, const std::shared_ptr<DeviceSource>& device = nullptr);
   int64_t pool_bytes() const;
 
  private:

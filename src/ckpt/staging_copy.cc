@@ -38,13 +38,18 @@ void CopyStreaming(char* dst, const std::byte* src, size_t n) {
 
 namespace {
 
-// Bytes [lo, hi) of the concatenated sources into the slots.
-void CopyRange(std::span<const std::span<const std::byte>> sources, std::span<char* const> slots,
-               int64_t slot_bytes, int64_t lo, int64_t hi) {
+bool OnDevice(std::span<const char> on_device, size_t i) {
+  return i < on_device.size() && on_device[i] != 0;
+}
+
+// Bytes [lo, hi) of the concatenated host sources into the slots.
+void CopyRange(std::span<const std::span<const std::byte>> sources, std::span<const char> on_device,
+               std::span<char* const> slots, int64_t slot_bytes, int64_t lo, int64_t hi) {
   int64_t at = 0;  // where the current source starts in the stream
-  for (const std::span<const std::byte> src : sources) {
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const std::span<const std::byte> src = sources[i];
     const int64_t end = at + static_cast<int64_t>(src.size());
-    for (int64_t p = std::max(at, lo); p < std::min(end, hi);) {
+    for (int64_t p = std::max(at, lo); p < std::min(end, hi) && !OnDevice(on_device, i);) {
       const int64_t slot = p / slot_bytes;
       const int64_t n = std::min({end, hi, (slot + 1) * slot_bytes}) - p;
       CopyStreaming(slots[static_cast<size_t>(slot)] + (p - slot * slot_bytes),
@@ -59,7 +64,7 @@ void CopyRange(std::span<const std::span<const std::byte>> sources, std::span<ch
 }  // namespace
 
 void CopyToSlots(std::span<const std::span<const std::byte>> sources, std::span<char* const> slots,
-                 int64_t slot_bytes, int threads) {
+                 int64_t slot_bytes, int threads, std::span<const char> on_device) {
   int64_t total = 0;
   for (const auto& s : sources) total += static_cast<int64_t>(s.size());
   const int64_t n_slots = static_cast<int64_t>(slots.size());
@@ -73,11 +78,41 @@ void CopyToSlots(std::span<const std::span<const std::byte>> sources, std::span<
   for (int64_t w = 1; w < workers; ++w) {
     helpers.emplace_back([&, w] {
       const auto [lo, hi] = range(w);
-      CopyRange(sources, slots, slot_bytes, lo, hi);
+      CopyRange(sources, on_device, slots, slot_bytes, lo, hi);
     });
   }
   const auto [lo, hi] = range(0);
-  CopyRange(sources, slots, slot_bytes, lo, hi);
+  CopyRange(sources, on_device, slots, slot_bytes, lo, hi);
+}
+
+std::vector<DeviceSource::Copy> PlanDeviceCopies(
+    std::span<const std::span<const std::byte>> sources, std::span<const char> on_device,
+    std::span<char* const> slots, int64_t slot_bytes) {
+  std::vector<DeviceSource::Copy> copies;
+  int64_t last_slot = -1;  // copies never merge across slots, even adjacent ones:
+                           // each slot is pinned on its own
+  int64_t at = 0;          // where the current source starts in the stream
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const std::span<const std::byte> src = sources[i];
+    const int64_t end = at + static_cast<int64_t>(src.size());
+    for (int64_t p = at; p < end && OnDevice(on_device, i);) {
+      const int64_t slot = p / slot_bytes;
+      const int64_t n = std::min(end, (slot + 1) * slot_bytes) - p;
+      char* to = slots[static_cast<size_t>(slot)] + (p - slot * slot_bytes);
+      const std::byte* from = src.data() + (p - at);
+      DeviceSource::Copy* last = copies.empty() ? nullptr : &copies.back();
+      if (last != nullptr && slot == last_slot && last->to + last->bytes == to &&
+          last->from + last->bytes == from) {
+        last->bytes += static_cast<size_t>(n);
+      } else {
+        copies.push_back({to, from, static_cast<size_t>(n)});
+      }
+      last_slot = slot;
+      p += n;
+    }
+    at = end;
+  }
+  return copies;
 }
 
 }  // namespace fmstack::ckpt

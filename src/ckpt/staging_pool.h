@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <span>
 #include <vector>
 
 #include "ckpt/engine.h"
@@ -47,6 +48,24 @@ class Engine::Pool {
       all_.push_back(std::move(s));
     }
   }
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+  ~Pool() { Unpin(); }
+
+  // Pins every slot through `device`, once: the first source that asks
+  // pins the pool for the engine's life (one process has one device
+  // runtime, and any of its sources pins the same way).
+  void PinFor(const std::shared_ptr<DeviceSource>& device) {
+    if (pinned_by_ || !device) return;
+    size_t done = 0;
+    try {
+      for (; done < all_.size(); ++done) device->Pin(Span(*all_[done]));
+    } catch (...) {
+      for (size_t i = 0; i < done; ++i) device->Unpin(Span(*all_[i]));
+      throw;
+    }
+    pinned_by_ = device;
+  }
   Slot* TryAcquire() {
     const std::lock_guard lock(mu_);
     return free_.empty() ? nullptr : Take();
@@ -76,6 +95,14 @@ class Engine::Pool {
   int64_t bytes() const { return slot_bytes_ * static_cast<int64_t>(all_.size()); }
 
  private:
+  std::span<char> Span(const Slot& s) const {
+    return {s.data.get(), static_cast<size_t>(slot_bytes_)};
+  }
+  void Unpin() noexcept {
+    if (!pinned_by_) return;
+    for (const auto& s : all_) pinned_by_->Unpin(Span(*s));
+    pinned_by_.reset();
+  }
   Slot* Take() {  // REQUIRES: mu_ held, a slot free
     Slot* s = free_.back();
     free_.pop_back();
@@ -88,6 +115,7 @@ class Engine::Pool {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Slot*> free_;
+  std::shared_ptr<DeviceSource> pinned_by_;
 };
 
 }  // namespace fmstack::ckpt

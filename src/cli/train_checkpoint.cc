@@ -23,13 +23,13 @@ TrainCheckpointer::TrainCheckpointer(const spec::JobSpec& job, const catalog::Ca
                                      bool joining)
     : job_(job), out_(out), catalog_(catalog), trainer_(trainer), note_(std::move(note)) {
   engine_ = MakeEngine(!joining);
-  // The pool is touched now, so that no save, the first included, pays page
-  // faults; not by a joining rank, whose peers wait for it.
+  // The pool is touched (and pinned) now, so that no save, the first
+  // included, pays page faults; not by a joining rank, whose peers wait for it.
   if (joining) return;
+  const ckpt::Snapshot snap = train::CheckpointSnapshot(trainer);
   int64_t bytes = 0;
-  for (const ckpt::TensorSlice& s : train::CheckpointSnapshot(trainer).slices)
-    bytes += static_cast<int64_t>(s.data.size());
-  engine_->Reserve(bytes);
+  for (const ckpt::TensorSlice& s : snap.slices) bytes += static_cast<int64_t>(s.data.size());
+  engine_->Reserve(bytes, snap.device);  // and pinned, for a state in device memory
 }
 
 std::unique_ptr<ckpt::Engine> TrainCheckpointer::MakeEngine(bool collect_garbage) {

@@ -181,6 +181,13 @@ std::string CudaUnavailableReason() {
   return "this build has no CUDA backend (nvcc was not found when it was configured; install "
          "the CUDA toolkit and rebuild, or configure with -DFMSTACK_CUDA=ON to require it)";
 }
+
+void PinHostMemory(std::span<char> host) {
+  throw Error(
+      fmt::format("cannot pin {} bytes of host memory: {}", host.size(), CudaUnavailableReason()));
+}
+
+void UnpinHostMemory(std::span<char> /*host*/) noexcept {}
 #endif
 
 void CheckForwardArgs(const ParamLayout& p, const ActivationLayout& a,

@@ -134,6 +134,8 @@ class CudaModel final : public Model {
   double DeviceOptimizerStep(int64_t step, double lr) override;
   void SyncToHost(std::span<float> m, std::span<float> v) override;
   void SyncToDevice(std::span<const float> m, std::span<const float> v) override;
+  DeviceState device_state() const override;
+  void CopyFromDevice(std::span<const DeviceCopy> copies) override;
   void PoisonGradient() override;
 
  private:
@@ -444,6 +446,19 @@ void CudaModel::SyncToDevice(std::span<const float> m, std::span<const float> v)
   stream_.Synchronize("copying the training state to the device");
 }
 
+Model::DeviceState CudaModel::device_state() const {
+  if (!device_optimizer_) return {};
+  return {
+      {d_params_.data(), d_params_.size()}, {d_m_.data(), d_m_.size()}, {d_v_.data(), d_v_.size()}};
+}
+
+void CudaModel::CopyFromDevice(std::span<const DeviceCopy> copies) {
+  for (const DeviceCopy& c : copies) {
+    Copy(c.to, c.from, c.bytes, cudaMemcpyDeviceToHost, "copying the training state to the host");
+  }
+  stream_.Synchronize("copying the training state to the host");
+}
+
 void CudaModel::PoisonGradient() {
   grads_.data()[0] = std::numeric_limits<float>::quiet_NaN();
   if (device_optimizer_) {
@@ -585,6 +600,17 @@ void CudaModel::AttentionBackward(float* dqkv, float* dscores, const float* dout
 }
 
 }  // namespace
+
+void PinHostMemory(std::span<char> host) {
+  // Portable: pinned for every device's context, whichever thread asks.
+  cuda::Check(cudaHostRegister(host.data(), host.size(), cudaHostRegisterPortable),
+              fmt::format("pinning {} bytes of host memory at {}", host.size(),
+                          static_cast<const void*>(host.data())));
+}
+
+void UnpinHostMemory(std::span<char> host) noexcept {
+  cudaHostUnregister(host.data());
+}
 
 std::string CudaUnavailableReason() {
   return cuda::ProbeDevices().why_none;

@@ -74,6 +74,24 @@ class Model {
   }
   virtual void SyncToHost(std::span<float> /*m*/, std::span<float> /*v*/) {}
   virtual void SyncToDevice(std::span<const float> /*m*/, std::span<const float> /*v*/) {}
+  // Checkpoints straight from device memory, with the device optimizer on:
+  // the device's parameters and AdamW moments, as device addresses that the
+  // host must not read; empty spans where the host's copies are the truth.
+  struct DeviceState {
+    std::span<const float> params, m, v;
+  };
+  virtual DeviceState device_state() const { return {}; }
+  // Copies bytes of device_state() to host memory, after the model's queued
+  // work, and returns once all have landed; at full speed into memory that
+  // PinHostMemory pinned.
+  struct DeviceCopy {
+    void* to;
+    const void* from;
+    size_t bytes;
+  };
+  virtual void CopyFromDevice(std::span<const DeviceCopy> /*copies*/) {
+    throw Error("this model backend keeps its training state in host memory");
+  }
   // The backend's matmul GFLOP/s on exactly these shapes, the denominator of
   // the trainer's MFU: OpenBLAS sgemm on the current threads for the CPU,
   // cuBLAS on the model's device in its math mode for CUDA. 0 when it could
@@ -100,6 +118,12 @@ std::string CudaUnavailableReason();
 std::unique_ptr<Model> CreateCudaModel(const workload::TransformerShape& shape,
                                        const ModelOptions& options);
 #endif
+
+// Page-locks host memory for device copies (and undoes it), with no device
+// or model needed. Throws Error naming the bytes and CUDA's reason, or, in a
+// build without CUDA, that there is none.
+void PinHostMemory(std::span<char> host);
+void UnpinHostMemory(std::span<char> host) noexcept;
 
 // Throws Error unless B x T fits the allocation `a`, the spans hold B * T ids
 // (targets may be empty) and every id is inside the vocabulary.

@@ -16,8 +16,8 @@ std::span<std::byte> Bytes(std::span<float> f) {
 
 // Calls fn(tensor, begin, span) for the parts of `run` (a run of the flat
 // parameter vector starting at `flat`) that fall inside each tensor.
-template <typename Fn>
-void SplitByTensor(const std::vector<gpt::TensorInfo>& tensors, size_t flat, std::span<float> run,
+template <typename T, typename Fn>
+void SplitByTensor(const std::vector<gpt::TensorInfo>& tensors, size_t flat, std::span<T> run,
                    Fn&& fn) {
   for (const gpt::TensorInfo& t : tensors) {
     const size_t lo = std::max(flat, static_cast<size_t>(t.offset));
@@ -26,10 +26,48 @@ void SplitByTensor(const std::vector<gpt::TensorInfo>& tensors, size_t flat, std
   }
 }
 
+// The trainer's state in device memory, copied by the model into the
+// engine's staging pool, which this pins: no host copy of the state is made.
+class ModelDeviceSource final : public ckpt::DeviceSource {
+ public:
+  explicit ModelDeviceSource(gpt::Model& model) : model_(model) {}
+  void Pin(std::span<char> host) override { gpt::PinHostMemory(host); }
+  void Unpin(std::span<char> host) noexcept override { gpt::UnpinHostMemory(host); }
+  // Called only by Engine::Save with this snapshot, while the model lives.
+  void CopyToHost(std::span<const Copy> copies) override {
+    std::vector<gpt::Model::DeviceCopy> c;
+    c.reserve(copies.size());
+    for (const Copy& x : copies) c.push_back({x.to, x.from, x.bytes});
+    model_.CopyFromDevice(c);
+  }
+
+ private:
+  gpt::Model& model_;
+};
+
+struct ConstMomentRun {
+  size_t flat = 0;
+  std::span<const float> m, v;
+};
+
 }  // namespace
 
 ckpt::Snapshot CheckpointSnapshot(Trainer& trainer) {
-  trainer.SyncHostState();  // the device optimizer's state, where it has one
+  // With the optimizer on the device, the state is read where it is true:
+  // the host's copies are stale and refreshing them would copy it twice.
+  const gpt::Model::DeviceState device =
+      trainer.optimizer_on_device() ? trainer.model().device_state() : gpt::Model::DeviceState{};
+  const bool on_device = !device.params.empty();
+  std::span<const float> params = device.params;
+  std::vector<ConstMomentRun> moments;
+  if (on_device) {
+    moments.push_back({0, device.m, device.v});
+  } else {
+    trainer.SyncHostState();
+    params = trainer.model().params();
+    for (const Trainer::MomentRun& run : trainer.MomentRuns())
+      moments.push_back({run.flat, run.m, run.v});
+  }
   const gpt::ParamLayout layout = gpt::ParamLayout::For(trainer.config().shape);
   const std::vector<gpt::TensorInfo> tensors = layout.Tensors();
   const int rank = trainer.rank(), world = trainer.world();
@@ -38,20 +76,21 @@ ckpt::Snapshot CheckpointSnapshot(Trainer& trainer) {
   s.counters = {c.step, c.step, c.tokens, c.seed, c.rng};
   s.layout = {world, trainer.sharded() ? 1 : 0};
   s.model = ShapeJson(trainer.config().shape);
-  std::span<float> params = trainer.model().params();
+  if (on_device) s.device = std::make_shared<ModelDeviceSource>(trainer.model());
   auto add = [&](const std::string& name, const gpt::TensorInfo& t, int64_t begin,
-                 std::span<float> data) {
-    s.slices.push_back({name + t.name, ckpt::DType::kF32, t.dims, begin, std::as_bytes(data)});
+                 std::span<const float> data) {
+    s.slices.push_back(
+        {name + t.name, ckpt::DType::kF32, t.dims, begin, std::as_bytes(data), on_device});
   };
   for (const gpt::TensorInfo& t : tensors) {
     const comm::Range share = comm::ShardOf(static_cast<size_t>(t.size()), world, rank);
     add("model.", t, static_cast<int64_t>(share.begin),
         params.subspan(static_cast<size_t>(t.offset) + share.begin, share.count));
   }
-  for (const Trainer::MomentRun& run : trainer.MomentRuns()) {
+  for (const ConstMomentRun& run : moments) {
     for (auto [prefix, data] : {std::pair{"optim.exp_avg.", run.m}, {"optim.exp_avg_sq.", run.v}}) {
       SplitByTensor(tensors, run.flat, data,
-                    [&](const gpt::TensorInfo& t, int64_t begin, std::span<float> part) {
+                    [&](const gpt::TensorInfo& t, int64_t begin, std::span<const float> part) {
                       if (trainer.sharded()) return add(prefix, t, begin, part);
                       // Replicated moments: this rank's even share only.
                       const comm::Range share =

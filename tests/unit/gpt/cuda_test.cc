@@ -8,13 +8,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <vector>
 
+#include "ckpt/engine.h"
 #include "gpt/cpu_kernels.h"
 #include "gpt/cuda_kernels.h"
 #include "gpt/cuda_runtime.h"
 #include "gpt/model.h"
+#include "train/checkpoint.h"
 #include "train/optimizer.h"
 #include "train/token_file.h"
 #include "train/trainer.h"
@@ -438,6 +441,38 @@ TEST(CudaTrainer, HostStateRoundTripsThroughTheDeviceOptimizer) {
   std::ranges::copy(a.MomentRuns()[0].v, b.MomentRuns()[0].v.begin());
   b.set_counters(a.counters());
   b.HostStateChanged();
+  EXPECT_EQ(b.ParamHash(), a.ParamHash());
+  for (int i = 0; i < 3; ++i) {
+    const train::StepStats sa = a.Step(), sb = b.Step();
+    EXPECT_EQ(sb.loss, sa.loss) << "step " << sa.step;
+  }
+  EXPECT_EQ(b.ParamHash(), a.ParamHash());
+}
+
+// A checkpoint taken straight from device memory (into the engine's pinned
+// staging pool, no host copy of the state) restores into a second GPU
+// trainer, which then takes the same steps bit for bit.
+TEST(CudaTrainer, CheckpointFromDeviceMemoryRestoresBitForBit) {
+  REQUIRE_DEVICE();
+  const train::TokenFile data = LearnableTokens("cuda_ckpt.bin");
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "cuda_test_ckpt";
+  std::filesystem::remove_all(dir);
+  train::Trainer a(TinyRun("cuda"), data), b(TinyRun("cuda"), data);
+  for (int i = 0; i < 4; ++i) a.Step();
+  {
+    std::vector<std::unique_ptr<ckpt::Tier>> tiers;
+    tiers.push_back(ckpt::MakePosixTier("local", dir.string()));
+    ckpt::Engine engine(std::move(tiers), {});
+    const ckpt::Snapshot snap = train::CheckpointSnapshot(a);
+    ASSERT_NE(snap.device, nullptr);
+    EXPECT_TRUE(std::ranges::all_of(snap.slices, [](const auto& s) { return s.on_device; }));
+    engine.Save(snap);
+    engine.Wait();
+    const std::optional<ckpt::RestoreResult> r = engine.Restore(train::CheckpointTargets(b));
+    ASSERT_TRUE(r.has_value());
+    train::FinishRestore(b, *r);
+  }
+  std::filesystem::remove_all(dir);
   EXPECT_EQ(b.ParamHash(), a.ParamHash());
   for (int i = 0; i < 3; ++i) {
     const train::StepStats sa = a.Step(), sb = b.Step();
