@@ -125,7 +125,8 @@ int CheckpointBench(const workload::TransformerShape& shape, int64_t batch, bool
 int Run(int argc, char** argv) {
   CLI::App app("bench_gpu: the CUDA model step against the device's peak and cuBLAS");
   std::string model = "gpt2-124m";
-  int64_t batch = 8, seq = 1024, steps = 10;
+  int64_t batch = 8, seq = 1024, steps = 10,
+          attention_blocks = gpt::ModelOptions{}.attention_blocks;
   bool tf32 = false, profile = false, no_torch = false, checkpoint = false;
   std::string python = "python3";  // GPU machines' python3 is the one with CUDA PyTorch
   std::string torch_script = std::string(FMSTACK_SOURCE_DIR) + "/bench/torch_gpt.py";
@@ -135,6 +136,9 @@ int Run(int argc, char** argv) {
   app.add_option("--steps", steps, "forward + backward passes per round")
       ->check(CLI::Range(1, 100000));
   app.add_flag("--tf32", tf32, "fp32 matmuls on TF32 tensor cores");
+  app.add_option("--attention-blocks", attention_blocks,
+                 "causal blocks per sequence in attention's matmuls (1 = full T x T products)")
+      ->check(CLI::Range(1, 64));
   app.add_flag("--profile", profile, "run one warm step, then one step inside a profiler range");
   app.add_option("--python", python, "the Python that has CUDA PyTorch");
   app.add_option("--torch-script", torch_script, "the PyTorch peer (bench/torch_gpt.py)");
@@ -166,13 +170,16 @@ int Run(int argc, char** argv) {
       "device {} ({} SMs, sm_{}{}, {:.1f} GiB), CUDA runtime {}, driver {}, cuBLAS {}\n", dev.name,
       dev.multiprocessors, dev.sm_major, dev.sm_minor,
       static_cast<double>(dev.total_bytes) / (1 << 30), runtime, driver, cublas_version);
-  std::cout << fmt::format("model {} ({} layers, hidden {}), batch {} x {} tokens, {}, {}\n",
-                           shape.name, shape.layers, shape.hidden, batch, seq,
-                           tf32 ? "fp32 with TF32 matmuls" : "fp32",
-                           checkpoint ? "a warm-up save, then 3 saves, one step apart"
-                                      : fmt::format("{} steps x 3", steps));
+  std::cout << fmt::format(
+      "model {} ({} layers, hidden {}), batch {} x {} tokens, {}, {}{}\n", shape.name, shape.layers,
+      shape.hidden, batch, seq, tf32 ? "fp32 with TF32 matmuls" : "fp32",
+      checkpoint ? "" : fmt::format("attention in {} causal blocks, ", attention_blocks),
+      checkpoint ? "a warm-up save, then 3 saves, one step apart"
+                 : fmt::format("{} steps x 3", steps));
   if (checkpoint) return CheckpointBench(shape, batch, tf32);
-  auto m = gpt::CreateModel(shape, {.backend = "cuda", .tf32 = tf32, .max_batch = batch});
+  auto m = gpt::CreateModel(
+      shape,
+      {.backend = "cuda", .tf32 = tf32, .max_batch = batch, .attention_blocks = attention_blocks});
   gpt::InitParams(m->params_layout(), m->params(), 1);
   // As `fmstack train` runs one process: AdamW on the device, no host copies.
   const std::vector<uint8_t> decay = train::DecayMask(m->params_layout());

@@ -197,10 +197,20 @@ __global__ void FillRowsKernel(float* out, const float* residual, const float* b
 
 // ---- causal softmax over attention scores: a warp per row ----
 
-__global__ void CausalSoftmaxForwardKernel(float* att, int64_t rows, int64_t T, float scale) {
+// The end of the causal block (of `blocks`, starting at k T / blocks) that
+// holds row i: the softmaxes write their zeros up to there only, as no
+// product reads past it (gpt/cuda_attention.h).
+__device__ int64_t CausalBlockEnd(int64_t i, int64_t T, int64_t blocks) {
+  int64_t k = 1;
+  while (k * T / blocks <= i) ++k;
+  return k * T / blocks;
+}
+
+__global__ void CausalSoftmaxForwardKernel(float* att, int64_t rows, int64_t T, float scale,
+                                           int64_t blocks) {
   const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.y) + threadIdx.y;
   if (r >= rows) return;
-  const int64_t i = r % T;
+  const int64_t i = r % T, end = CausalBlockEnd(i, T, blocks);
   float* row = att + r * T;
   const int lane = threadIdx.x;
   float max = -INFINITY;
@@ -213,21 +223,35 @@ __global__ void CausalSoftmaxForwardKernel(float* att, int64_t rows, int64_t T, 
     sum += e;
   }
   const float inv = 1.0f / WarpSum(sum);
-  for (int64_t j = lane; j < T; j += kWarp) row[j] = j <= i ? row[j] * inv : 0.0f;
+  for (int64_t j = lane; j < end; j += kWarp) row[j] = j <= i ? row[j] * inv : 0.0f;
 }
 
 __global__ void CausalSoftmaxBackwardKernel(float* dscores, const float* att, int64_t rows,
-                                            int64_t T) {
+                                            int64_t T, int64_t blocks) {
   const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.y) + threadIdx.y;
   if (r >= rows) return;
-  const int64_t i = r % T;
+  const int64_t i = r % T, end = CausalBlockEnd(i, T, blocks);
   const float* p = att + r * T;
   float* d = dscores + r * T;
   const int lane = threadIdx.x;
   float dot = 0;
   for (int64_t j = lane; j <= i; j += kWarp) dot += p[j] * d[j];
   dot = WarpSum(dot);
-  for (int64_t j = lane; j < T; j += kWarp) d[j] = j <= i ? p[j] * (d[j] - dot) : 0.0f;
+  for (int64_t j = lane; j < end; j += kWarp) d[j] = j <= i ? p[j] * (d[j] - dot) : 0.0f;
+}
+
+// ---- pointer arrays for attention's batched gemms ----
+
+__global__ void FillHeadsPointersKernel(float** ptrs, HeadsOperands ops, int64_t B, int64_t NH,
+                                        int64_t T, int64_t blocks) {
+  const int64_t BH = B * NH;
+  const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (idx >= 3 * blocks * BH) return;
+  const int64_t i = idx % BH, k = (idx / BH) % blocks, o = idx / (BH * blocks);
+  const int64_t b = i / NH, h = i % NH, start = k * T / blocks;
+  const HeadsOperand& op = ops.op[o];
+  ptrs[idx] = const_cast<float*>(op.base) + b * op.b_stride + h * op.h_stride +
+              start * op.start_stride;
 }
 
 // ---- GELU, the tanh form of cpu::reference ----
@@ -410,13 +434,24 @@ void BiasBackwardAccumulate(float* dbias, const float* dout, int64_t N, int64_t 
   ColumnSums(nullptr, dbias, dout, nullptr, nullptr, nullptr, N, OC, scratch, stream);
 }
 
-void CausalSoftmaxForward(float* att, int64_t rows, int64_t T, float scale, cudaStream_t stream) {
-  CausalSoftmaxForwardKernel<<<RowBlocks(rows), kRowBlock, 0, stream>>>(att, rows, T, scale);
+void CausalSoftmaxForward(float* att, int64_t rows, int64_t T, float scale, int64_t blocks,
+                          cudaStream_t stream) {
+  CausalSoftmaxForwardKernel<<<RowBlocks(rows), kRowBlock, 0, stream>>>(att, rows, T, scale,
+                                                                         blocks);
 }
 
 void CausalSoftmaxBackwardInPlace(float* dscores, const float* att, int64_t rows, int64_t T,
-                                  cudaStream_t stream) {
-  CausalSoftmaxBackwardKernel<<<RowBlocks(rows), kRowBlock, 0, stream>>>(dscores, att, rows, T);
+                                  int64_t blocks, cudaStream_t stream) {
+  CausalSoftmaxBackwardKernel<<<RowBlocks(rows), kRowBlock, 0, stream>>>(dscores, att, rows, T,
+                                                                          blocks);
+}
+
+void FillHeadsPointers(float** ptrs, const HeadsOperands& ops, int64_t B, int64_t NH, int64_t T,
+                       int64_t blocks, cudaStream_t stream) {
+  const int64_t n = 3 * blocks * B * NH;
+  if (n == 0) return;
+  FillHeadsPointersKernel<<<Blocks(n, kThreads), kThreads, 0, stream>>>(ptrs, ops, B, NH, T,
+                                                                        blocks);
 }
 
 void GeluForward(float* out, const float* inp, int64_t n, cudaStream_t stream) {

@@ -48,11 +48,30 @@ void BiasBackwardAccumulate(float* dbias, const float* dout, int64_t N, int64_t 
                             cudaStream_t stream);
 
 // Rows of scores (T x T per (batch, head), ld T): row i becomes
-// softmax(scale * row[0..i]) with zeros after i (the causal mask).
-void CausalSoftmaxForward(float* att, int64_t rows, int64_t T, float scale, cudaStream_t stream);
-// dscores[i, j] = att[i, j] (dscores[i, j] - sum_k att[i, k] dscores[i, k]) for j <= i, else 0.
+// softmax(scale * row[0..i]) with zeros after i (the causal mask), up to the
+// end of i's causal block of `blocks` (block k starts at row k T / blocks;
+// blocks = 1: the whole row). Past that end the row is left as it was.
+void CausalSoftmaxForward(float* att, int64_t rows, int64_t T, float scale, int64_t blocks,
+                          cudaStream_t stream);
+// dscores[i, j] = att[i, j] (dscores[i, j] - sum_k att[i, k] dscores[i, k]) for j <= i, else 0,
+// up to the end of i's causal block as above.
 void CausalSoftmaxBackwardInPlace(float* dscores, const float* att, int64_t rows, int64_t T,
-                                  cudaStream_t stream);
+                                  int64_t blocks, cudaStream_t stream);
+
+// The pointer arrays of a batched gemm over every (batch row b, head h) and
+// causal block k of a sequence, for three operands: operand o of block k
+// and batch index i = b * NH + h is at ptrs[(o * blocks + k) * B * NH + i]
+// = base + b * b_stride + h * h_stride + start(k) * start_stride, where
+// start(k) = k * T / blocks is the block's first row.
+struct HeadsOperand {
+  const float* base;
+  int64_t b_stride, h_stride, start_stride;
+};
+struct HeadsOperands {
+  HeadsOperand op[3];
+};
+void FillHeadsPointers(float** ptrs, const HeadsOperands& ops, int64_t B, int64_t NH, int64_t T,
+                       int64_t blocks, cudaStream_t stream);
 
 void GeluForward(float* out, const float* inp, int64_t n, cudaStream_t stream);
 void GeluBackwardInPlace(float* dinout, const float* inp, int64_t n, cudaStream_t stream);

@@ -18,6 +18,7 @@
 #include <optional>
 #include <vector>
 
+#include "gpt/cuda_attention.h"
 #include "gpt/cuda_kernels.h"
 #include "gpt/cuda_runtime.h"
 #include "gpt/model.h"
@@ -64,7 +65,8 @@ class CudaModel final : public Model {
         device_(device),
         stream_("creating the model's stream"),
         blas_(stream_.get(), options.tf32),
-        tf32_(options.tf32) {
+        tf32_(options.tf32),
+        attention_(a_.B, p_.NH, options.attention_blocks) {
     if (a_.T > p_.maxT) {
       throw Error(fmt::format("max_seq {} exceeds the model's seq_len {}", a_.T, p_.maxT));
     }
@@ -178,14 +180,9 @@ class CudaModel final : public Model {
   void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout,
                       const float* inp, const float* weight, int64_t N, int64_t C, int64_t OC,
                       int64_t dout_stride = 0) const;
-  // One strided-batched gemm over the heads of batch row b, in the
-  // row-major terms of cpu::AttentionForward (see cuda_model.cc's notes).
-  void HeadsGemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
-                 float alpha, const float* a, int64_t lda, int64_t stride_a, const float* b,
-                 int64_t ldb, int64_t stride_b, float* c, int64_t ldc, int64_t stride_c) const;
-  void AttentionForward(float* out, float* att, const float* qkv) const;
-  void AttentionBackward(float* dqkv, float* dscores, const float* dout, const float* qkv,
-                         const float* att) const;
+  cuda::CausalAttention::Call AttentionCall() const {
+    return {blas_.get(), s(), B_, T_, p_.C, p_.NH};
+  }
 
   ParamLayout p_;
   ActivationLayout a_;
@@ -193,6 +190,7 @@ class CudaModel final : public Model {
   cuda::Stream stream_;
   cuda::Blas blas_;
   bool tf32_;
+  cuda::CausalAttention attention_;
   cuda::PinnedBuffer<float> params_, grads_, losses_;
   cuda::DeviceBuffer<float> d_params_, d_grads_, d_acts_;
   cuda::DeviceBuffer<int32_t> d_tokens_, d_targets_, d_token_rows_;
@@ -259,7 +257,7 @@ float CudaModel::Forward(std::span<const int32_t> tokens, std::span<const int32_
                            LayerInput(l), P(p_.ln1w, C, l), P(p_.ln1b, C, l), N, C, s());
     MatmulForward(A(a_.qkv, 3 * C, l), A(a_.ln1, C, l), P(p_.qkvw, 3 * C * C, l),
                   P(p_.qkvb, 3 * C, l), N, C, 3 * C);
-    AttentionForward(A(a_.atty, C, l), Scores(a_.att, l), A(a_.qkv, 3 * C, l));
+    attention_.Forward(AttentionCall(), A(a_.atty, C, l), Scores(a_.att, l), A(a_.qkv, 3 * C, l));
     MatmulResidualForward(A(a_.residual2, C, l), LayerInput(l), A(a_.atty, C, l),
                           P(p_.attprojw, C * C, l), P(p_.attprojb, C, l), N, C, C);
     cuda::LayerNormForward(A(a_.ln2, C, l), A(a_.ln2_mean, 1, l), A(a_.ln2_rstd, 1, l),
@@ -325,7 +323,8 @@ void CudaModel::Backward(float scale, const std::function<void(int)>& ready) {
                                       A(a_.ln2_rstd, 1, l), N, C, cs(), s());
     MatmulBackward(datty, G(p_.attprojw, C * C, l), G(p_.attprojb, C, l), dres, A(a_.atty, C, l),
                    P(p_.attprojw, C * C, l), N, C, C);
-    AttentionBackward(dqkv, Scores(a_.datt), datty, A(a_.qkv, 3 * C, l), Scores(a_.att, l));
+    attention_.Backward(AttentionCall(), dqkv, Scores(a_.datt), datty, A(a_.qkv, 3 * C, l),
+                        Scores(a_.att, l));
     MatmulBackward(dln, G(p_.qkvw, 3 * C * C, l), G(p_.qkvb, 3 * C, l), dqkv, A(a_.ln1, C, l),
                    P(p_.qkvw, 3 * C * C, l), N, C, 3 * C);
     cuda::LayerNormBackwardAccumulate(dres, G(p_.ln1w, C, l), G(p_.ln1b, C, l), dln, LayerInput(l),
@@ -533,70 +532,6 @@ void CudaModel::MatmulBackward(float* dinp, float* dweight, float* dbias, const 
                 "a backward matmul (weight gradient)");
   }
   if (dbias != nullptr) cuda::BiasBackwardAccumulate(dbias, dout, N, OC, cs(), s());
-}
-
-void CudaModel::HeadsGemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n,
-                          int64_t k, float alpha, const float* a, int64_t lda, int64_t stride_a,
-                          const float* b, int64_t ldb, int64_t stride_b, float* c, int64_t ldc,
-                          int64_t stride_c) const {
-  const float zero = 0.0f;
-  cuda::Check(
-      cuda::Cublas().sgemm_strided_batched(
-          blas_.get(), ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
-          &alpha, a, static_cast<int>(lda), stride_a, b, static_cast<int>(ldb), stride_b, &zero, c,
-          static_cast<int>(ldc), stride_c, static_cast<int>(p_.NH)),
-      "an attention matmul");
-}
-
-// For batch row b and head h, Q, K and V are T x hs row-major slices of qkv
-// with leading dimension 3C, one head hs floats after the previous, and the
-// scores are T x T (leading dimension T), one head T*T after the previous.
-// cuBLAS is column-major, so each row-major product X = Y Z is asked for as
-// X^T = Z^T Y^T: a row-major matrix read column-major is its transpose.
-void CudaModel::AttentionForward(float* out, float* att, const float* qkv) const {
-  const int64_t C = p_.C, NH = p_.NH, hs = C / NH, T = T_;
-  for (int64_t b = 0; b < B_; ++b) {
-    const float* q = qkv + b * T * 3 * C;
-    float* scores = att + b * NH * T * T;
-    // S = Q K^T (scaled inside the softmax)
-    HeadsGemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, q + C, 3 * C, hs, q, 3 * C, hs, scores, T,
-              T * T);
-  }
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  cuda::CausalSoftmaxForward(att, B_ * NH * T, T, scale, s());
-  for (int64_t b = 0; b < B_; ++b) {
-    const float* v = qkv + b * T * 3 * C + 2 * C;
-    // Y = P V
-    HeadsGemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, 3 * C, hs, att + b * NH * T * T, T,
-              T * T, out + b * T * C, C, hs);
-  }
-}
-
-void CudaModel::AttentionBackward(float* dqkv, float* dscores, const float* dout, const float* qkv,
-                                  const float* att) const {
-  const int64_t C = p_.C, NH = p_.NH, hs = C / NH, T = T_;
-  for (int64_t b = 0; b < B_; ++b) {
-    const float* v = qkv + b * T * 3 * C + 2 * C;
-    const float* dy = dout + b * T * C;
-    const float* p = att + b * NH * T * T;
-    // dP = dY V^T and dV = P^T dY
-    HeadsGemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, 3 * C, hs, dy, C, hs,
-              dscores + b * NH * T * T, T, T * T);
-    HeadsGemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dy, C, hs, p, T, T * T,
-              dqkv + b * T * 3 * C + 2 * C, 3 * C, hs);
-  }
-  cuda::CausalSoftmaxBackwardInPlace(dscores, att, B_ * NH * T, T, s());
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  for (int64_t b = 0; b < B_; ++b) {
-    const float* q = qkv + b * T * 3 * C;
-    const float* ds = dscores + b * NH * T * T;
-    float* dq = dqkv + b * T * 3 * C;
-    // dQ = scale dS K and dK = scale dS^T Q
-    HeadsGemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, scale, q + C, 3 * C, hs, ds, T, T * T, dq, 3 * C,
-              hs);
-    HeadsGemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, scale, q, 3 * C, hs, ds, T, T * T, dq + C, 3 * C,
-              hs);
-  }
 }
 
 }  // namespace

@@ -56,6 +56,7 @@ CublasApi LoadCublas() {
   Bind(library, "cublasGetStatusString", api.status_string);
   Bind(library, "cublasSgemm_v2", api.sgemm);
   Bind(library, "cublasSgemmStridedBatched", api.sgemm_strided_batched);
+  Bind(library, "cublasSgemmBatched", api.sgemm_batched);
   return api;  // the library stays loaded for the life of the process
 }
 

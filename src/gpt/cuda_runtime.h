@@ -32,6 +32,7 @@ struct CublasApi {
   decltype(&cublasGetStatusString) status_string = nullptr;
   decltype(&cublasSgemm_v2) sgemm = nullptr;
   decltype(&cublasSgemmStridedBatched) sgemm_strided_batched = nullptr;
+  decltype(&cublasSgemmBatched) sgemm_batched = nullptr;
 };
 const CublasApi& Cublas();
 

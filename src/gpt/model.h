@@ -24,6 +24,9 @@ struct ModelOptions {
   bool tf32 = false;            // cuda: fp32 matmuls on TF32 tensor cores (10-bit mantissa)
   int64_t max_batch = 1;        // sequences per forward, at most
   int64_t max_seq = 0;          // tokens per sequence, at most; 0 = the shape's seq_len
+  // cuda: causal blocks per sequence in attention's matmuls (1 = the full
+  // T x T products; see gpt/cuda_attention.h).
+  int64_t attention_blocks = 4;
 };
 
 class Model {

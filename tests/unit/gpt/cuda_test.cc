@@ -209,36 +209,49 @@ TEST(CudaKernels, BiasRowsAndBiasGradientMatchCpu) {
   ExpectNear(Down(d_dbias), dbias, 1e-4f, "bias gradient");
 }
 
+// With causal blocks, zeros are written past the diagonal only up to the
+// end of the row's block (block k starts at k T / blocks); past it the row
+// keeps what it held. T = 70 in 4 blocks: 0, 17, 35, 52, 70.
 TEST(CudaKernels, CausalSoftmaxForwardAndBackwardMatchAPlainLoop) {
   REQUIRE_DEVICE();
   const int64_t heads = 3, T = 70;
   const float scale = 0.125f;
-  const auto scores = RandomFloats(heads * T * T, 1, 4.0f);
-  auto d_att = Up(scores);
-  cuda::CausalSoftmaxForward(d_att.data(), heads * T, T, scale, nullptr);
-  std::vector<float> p(scores.size(), 0.0f);
-  for (int64_t r = 0; r < heads * T; ++r) {
-    const int64_t i = r % T;
-    float max = -INFINITY, sum = 0;
-    for (int64_t j = 0; j <= i; ++j) max = std::max(max, scale * scores[r * T + j]);
-    for (int64_t j = 0; j <= i; ++j) sum += std::exp(scale * scores[r * T + j] - max);
-    for (int64_t j = 0; j <= i; ++j) p[r * T + j] = std::exp(scale * scores[r * T + j] - max) / sum;
-  }
-  ExpectNear(Down(d_att), p, 1e-5f, "causal softmax");
-
-  auto dp = RandomFloats(scores.size(), 2);
-  auto d_dp = Up(dp);
-  auto d_p = Up(p);
-  for (int64_t r = 0; r < heads * T; ++r) {
-    const int64_t i = r % T;
-    float dot = 0;
-    for (int64_t j = 0; j <= i; ++j) dot += p[r * T + j] * dp[r * T + j];
-    for (int64_t j = 0; j < T; ++j) {
-      dp[r * T + j] = j <= i ? p[r * T + j] * (dp[r * T + j] - dot) : 0.0f;
+  for (const int64_t blocks : {int64_t{1}, int64_t{4}}) {
+    SCOPED_TRACE(::testing::Message() << blocks << " causal blocks");
+    auto block_end = [&](int64_t i) {
+      int64_t k = 1;
+      while (k * T / blocks <= i) ++k;
+      return k * T / blocks;
+    };
+    const auto scores = RandomFloats(heads * T * T, 1, 4.0f);
+    auto d_att = Up(scores);
+    cuda::CausalSoftmaxForward(d_att.data(), heads * T, T, scale, blocks, nullptr);
+    std::vector<float> p = scores;  // past a row's block: untouched
+    for (int64_t r = 0; r < heads * T; ++r) {
+      const int64_t i = r % T;
+      float max = -INFINITY, sum = 0;
+      for (int64_t j = 0; j <= i; ++j) max = std::max(max, scale * scores[r * T + j]);
+      for (int64_t j = 0; j <= i; ++j) sum += std::exp(scale * scores[r * T + j] - max);
+      for (int64_t j = 0; j < block_end(i); ++j) {
+        p[r * T + j] = j <= i ? std::exp(scale * scores[r * T + j] - max) / sum : 0.0f;
+      }
     }
+    ExpectNear(Down(d_att), p, 1e-5f, "causal softmax");
+
+    auto dp = RandomFloats(scores.size(), 2);
+    auto d_dp = Up(dp);
+    auto d_p = Up(p);
+    for (int64_t r = 0; r < heads * T; ++r) {
+      const int64_t i = r % T;
+      float dot = 0;
+      for (int64_t j = 0; j <= i; ++j) dot += p[r * T + j] * dp[r * T + j];
+      for (int64_t j = 0; j < block_end(i); ++j) {
+        dp[r * T + j] = j <= i ? p[r * T + j] * (dp[r * T + j] - dot) : 0.0f;
+      }
+    }
+    cuda::CausalSoftmaxBackwardInPlace(d_dp.data(), d_p.data(), heads * T, T, blocks, nullptr);
+    ExpectNear(Down(d_dp), dp, 1e-5f, "causal softmax gradient");
   }
-  cuda::CausalSoftmaxBackwardInPlace(d_dp.data(), d_p.data(), heads * T, T, nullptr);
-  ExpectNear(Down(d_dp), dp, 1e-5f, "causal softmax gradient");
 }
 
 TEST(CudaKernels, SoftmaxCrossEntropyMatchesCpu) {
@@ -322,15 +335,20 @@ TEST(CudaOptimizer, NormClipAndAdamWMatchTrain) {
 // The whole model, forward and backward, against the CPU model from the
 // same parameters: the loss to 1e-5 and every gradient to 1e-4 relative.
 // Vocabulary 297 runs the LM head's matmuls in two parts (256 aligned rows,
-// then 41) and pads the logits rows to 384 floats.
+// then 41) and pads the logits rows to 384 floats. Attention's causal
+// blocks: 1 (the full products), 4 (the default) and 7 (uneven blocks of
+// 5-6 rows at T = 40, of 1-2 at T = 13).
 TEST(CudaModel, LossAndGradientsMatchTheCpuModel) {
   REQUIRE_DEVICE();
   const int64_t B = 3, T = 40;
-  for (const int64_t vocab : {int64_t{97}, int64_t{297}}) {
+  for (const auto [vocab, blocks] :
+       {std::pair<int64_t, int64_t>{97, 1}, {97, 4}, {97, 7}, {297, 4}}) {
+    SCOPED_TRACE(::testing::Message() << "V = " << vocab << ", attention blocks = " << blocks);
     workload::TransformerShape shape = Tiny();
     shape.vocab = vocab;
     auto cpu_model = CreateModel(shape, {.backend = "cpu", .max_batch = B, .max_seq = T});
-    auto cuda_model = CreateModel(shape, {.backend = "cuda", .max_batch = B, .max_seq = T});
+    auto cuda_model = CreateModel(
+        shape, {.backend = "cuda", .max_batch = B, .max_seq = T, .attention_blocks = blocks});
     InitParams(cpu_model->params_layout(), cpu_model->params(), 7);
     std::ranges::copy(cpu_model->params(), cuda_model->params().begin());
     const auto tokens = RandomTokens(B * T, vocab, 8);
