@@ -14,7 +14,9 @@
 //        blocking part of a save from device memory (the trainer's own path,
 //        train::CheckpointSnapshot then ckpt::Engine::Save) against a
 //        device-to-host copy of the same bytes into pinned memory (target
-//        <= 1.2x), median of 3 after a warm-up save
+//        <= 1.2x), median of 3 after a warm-up save; and, unless --no-torch,
+//        PyTorch saving the same model's state (bench/torch_ckpt_gpu.py):
+//        torch.save to a path, and DCP's async_save's blocking part
 //        bench_gpu --profile ...: one warm step, then one step between
 //        cudaProfilerStart and Stop, for `ncu --profile-from-start off`
 //        (bench/ncu_table.py turns its CSV into a table of kernels).
@@ -72,7 +74,37 @@ double SecondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-int CheckpointBench(const workload::TransformerShape& shape, int64_t batch, bool tf32) {
+// PyTorch saving the same model's state (bench/torch_ckpt_gpu.py): rows of
+// its blocking times against ours, `ours_s`.
+void AddTorchCheckpointRows(TextTable& t, const std::string& python, const std::string& script,
+                            const workload::TransformerShape& shape, int64_t batch, double ours_s) {
+  const std::optional<nlohmann::json> j =
+      bench::RunJsonPeer(fmt::format("timeout 900 {} {} {} --device cuda --rounds 3 --dir {}",
+                                     python, script, bench::ModelArgs(shape, batch, shape.seq_len),
+                                     std::filesystem::temp_directory_path().string()));
+  if (!j) return;
+  std::cout << fmt::format("peer: PyTorch {}, state {:.0f} MB\n", j->value("torch", "?"),
+                           j->value("bytes", 0.0) / 1e6);
+  const std::pair<const char*, const char*> rows[] = {
+      {"torch_save_s", "PyTorch torch.save to a path (all of it)"},
+      {"dcp_async_block_s", "PyTorch DCP async_save, blocking part"},
+      {"dcp_async_pinned_block_s", "PyTorch DCP async_save, pinned staging, blocking"}};
+  for (const auto& [key, label] : rows) {
+    if (j->contains(key)) {
+      const double s = j->at(key).get<double>();
+      t.AddRow({label, fmt::format("{:.1f} ms", s * 1e3),
+                fmt::format("ours {:.1f}x faster", s / ours_s),
+                std::string_view(key) == "torch_save_s" ? ">= 5x" : ""});
+    }
+  }
+  for (const auto& [key, value] : j->items()) {
+    if (key.ends_with("_error") || key.ends_with("_api"))
+      std::cout << "peer " << key << ": " << value.get<std::string>() << "\n";
+  }
+}
+
+int CheckpointBench(const workload::TransformerShape& shape, int64_t batch, bool tf32,
+                    const std::string& python, const std::string& torch_script) {
   const train::TokenFile data = bench::RandomTokenFile("/tmp/bench_gpu_tokens.bin", shape.vocab);
   train::TrainConfig config;
   config.shape = shape;
@@ -118,6 +150,11 @@ int CheckpointBench(const workload::TransformerShape& shape, int64_t batch, bool
             fmt::format("{:.2f}x the copy", b / c), "<= 1.2x"});
   t.AddRow({"device-to-host copy, pinned", fmt::format("{:.1f} ms", c * 1e3),
             fmt::format("{:.1f} GB/s", static_cast<double>(bytes) / c / 1e9), ""});
+  if (!torch_script.empty()) {
+    const std::string script =
+        (std::filesystem::path(torch_script).parent_path() / "torch_ckpt_gpu.py").string();
+    AddTorchCheckpointRows(t, python, script, shape, batch, b);
+  }
   std::cout << t.RenderText();
   return 0;
 }
@@ -176,7 +213,9 @@ int Run(int argc, char** argv) {
       checkpoint ? "" : fmt::format("attention in {} causal blocks, ", attention_blocks),
       checkpoint ? "a warm-up save, then 3 saves, one step apart"
                  : fmt::format("{} steps x 3", steps));
-  if (checkpoint) return CheckpointBench(shape, batch, tf32);
+  if (checkpoint) {
+    return CheckpointBench(shape, batch, tf32, python, no_torch ? std::string() : torch_script);
+  }
   auto m = gpt::CreateModel(
       shape,
       {.backend = "cuda", .tf32 = tf32, .max_batch = batch, .attention_blocks = attention_blocks});

@@ -1,5 +1,6 @@
-// The PyTorch peer of bench_train and bench_gpu (bench/torch_gpt.py), run in
-// its own process under a deadline, its one JSON line read back.
+// The PyTorch peers of bench_train and bench_gpu (bench/torch_gpt.py,
+// bench/torch_ckpt_gpu.py), run in their own process under a deadline, their
+// one JSON line read back.
 #pragma once
 
 #include <fmt/format.h>
@@ -9,6 +10,7 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "workload/shape.h"
@@ -20,35 +22,46 @@ struct TorchResult {
   std::string about;        // version, BLAS, threads
 };
 
-// Runs `python script` on model s with B x T tokens, `steps` steps a round,
-// `extra` appended (--device cuda, --rounds 3, ...), under `deadline_s`.
-inline TorchResult RunTorchPeer(const std::string& env, const std::string& python,
-                                const std::string& script, const workload::TransformerShape& s,
-                                int64_t B, int64_t T, int64_t steps, int threads,
-                                const std::string& extra, int deadline_s) {
-  const std::string cmd = fmt::format(
-      "{} timeout {} {} {} --layers {} --hidden {} --heads {} --ffn {} --vocab {} --batch {} "
-      "--seq {} --steps {} --threads {} {} 2>&1",
-      env, deadline_s, python, script, s.layers, s.hidden, s.heads, s.ffn_hidden, s.vocab, B, T,
-      steps, threads, extra);
+// Runs `cmd` (its stderr folded into stdout) and returns the JSON object that
+// starts at its output's last '{'; nullopt, with the output printed, when
+// there is none.
+inline std::optional<nlohmann::json> RunJsonPeer(const std::string& cmd) {
   struct Closer {
     void operator()(FILE* f) const { ::pclose(f); }
   };
-  std::unique_ptr<FILE, Closer> pipe(::popen(cmd.c_str(), "r"));
+  std::unique_ptr<FILE, Closer> pipe(::popen((cmd + " 2>&1").c_str(), "r"));
   std::string out;
   char buf[4096];
   size_t n = 0;
   while (pipe && (n = std::fread(buf, 1, sizeof(buf), pipe.get())) > 0) out.append(buf, n);
   const size_t brace = out.rfind('{');
   if (brace == std::string::npos) {
-    std::cerr << "PyTorch peer failed (" << cmd << "):\n" << out;
-    return {};
+    std::cerr << "peer failed (" << cmd << "):\n" << out;
+    return std::nullopt;
   }
-  const nlohmann::json j = nlohmann::json::parse(out.substr(brace));
+  return nlohmann::json::parse(out.substr(brace));
+}
+
+// The model arguments bench/torch_gpt.py and bench/torch_ckpt_gpu.py take.
+inline std::string ModelArgs(const workload::TransformerShape& s, int64_t B, int64_t T) {
+  return fmt::format("--layers {} --hidden {} --heads {} --ffn {} --vocab {} --batch {} --seq {}",
+                     s.layers, s.hidden, s.heads, s.ffn_hidden, s.vocab, B, T);
+}
+
+// Runs `python script` on model s with B x T tokens, `steps` steps a round,
+// `extra` appended (--device cuda, --rounds 3, ...), under `deadline_s`.
+inline TorchResult RunTorchPeer(const std::string& env, const std::string& python,
+                                const std::string& script, const workload::TransformerShape& s,
+                                int64_t B, int64_t T, int64_t steps, int threads,
+                                const std::string& extra, int deadline_s) {
+  const std::optional<nlohmann::json> j =
+      RunJsonPeer(fmt::format("{} timeout {} {} {} {} --steps {} --threads {} {}", env, deadline_s,
+                              python, script, ModelArgs(s, B, T), steps, threads, extra));
+  if (!j) return {};
   TorchResult r;
-  r.tokens_per_s = j.at("tokens_per_s").get<double>();
-  r.about = fmt::format("PyTorch {}, BLAS {}, {} threads", j.at("torch").get<std::string>(),
-                        j.at("blas").get<std::string>(), j.at("threads").get<int>());
+  r.tokens_per_s = j->at("tokens_per_s").get<double>();
+  r.about = fmt::format("PyTorch {}, BLAS {}, {} threads", j->at("torch").get<std::string>(),
+                        j->at("blas").get<std::string>(), j->at("threads").get<int>());
   return r;
 }
 
