@@ -232,7 +232,11 @@ void Engine::CopyAll(const Snapshot& snap, Job& job, const std::vector<Slot*>& s
   std::vector<char*> to;
   for (Slot* slot : slots) to.push_back(slot->data.get());
   if (snap.device) {
-    snap.device->CopyToHost(PlanDeviceCopies(sources, on_device, to, options_.chunk_bytes));
+    try {
+      snap.device->CopyToHost(PlanDeviceCopies(sources, on_device, to, options_.chunk_bytes));
+    } catch (const std::exception& e) {
+      AbandonCopy(job, slots, e);
+    }
   }
   CopyToSlots(sources, to, options_.chunk_bytes, options_.copy_threads, on_device);
   int64_t left = job.timing.bytes;
@@ -283,7 +287,11 @@ void Engine::CopyStreamingToWriter(const Snapshot& snap, Job& job) {
           std::min(bytes.size(), static_cast<size_t>(options_.chunk_bytes - cur->used));
       if (s.on_device) {
         const DeviceSource::Copy copy{cur->data.get() + cur->used, bytes.data(), n};
-        snap.device->CopyToHost({&copy, 1});
+        try {
+          snap.device->CopyToHost({&copy, 1});
+        } catch (const std::exception& e) {
+          AbandonCopy(job, {&cur, 1}, e);
+        }
       } else {
         CopyStreaming(cur->data.get() + cur->used, bytes.data(), n);
       }
@@ -312,6 +320,19 @@ void Engine::Abandon(Job& job) {
       "are untouched",
       StepDirName(job.step()), options_.slot_timeout_seconds, tiers_[0]->name(),
       tiers_[0]->Where(job.step(), job.file)));
+}
+
+void Engine::AbandonCopy(Job& job, std::span<Slot* const> held, const std::exception& e) {
+  for (Slot* slot : held) pool_->Release(slot);
+  {
+    const std::lock_guard lock(mu_);
+    job.abandoned = true;
+  }
+  cv_.notify_all();
+  throw Error(fmt::format(
+      "checkpoint: {} abandoned: copying its tensors out of device memory failed: {}; earlier "
+      "checkpoints are untouched",
+      StepDirName(job.step()), e.what()));
 }
 
 void Engine::Writer() {

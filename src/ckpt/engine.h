@@ -168,6 +168,10 @@ class Engine {
   // Tells the writer no more slots of `job` will come, then throws the
   // error that names the wait.
   [[noreturn]] void Abandon(Job& job);
+  // Save()'s copy failed (a device error): `held` slots, not handed to the
+  // writer, go back to the pool, the job is abandoned, and the error that
+  // names the step and the cause is thrown.
+  [[noreturn]] void AbandonCopy(Job& job, std::span<Slot* const> held, const std::exception& e);
   // Wait() ran out of time: abandons every save not yet through the first
   // tier and throws the error that names the one being written.
   [[noreturn]] void AbandonUnwritten(std::unique_lock<std::mutex>& lock);

@@ -36,7 +36,8 @@ struct SourceLog {
 
 class ArenaSource final : public DeviceSource {
  public:
-  explicit ArenaSource(SourceLog& log) : log_(log) {}
+  explicit ArenaSource(SourceLog& log, int fail_on_call = 0)
+      : log_(log), fail_on_call_(fail_on_call) {}
   void Pin(std::span<char> host) override {
     ++log_.pins;
     log_.pinned[host.data()] = host.size();
@@ -46,7 +47,8 @@ class ArenaSource final : public DeviceSource {
     log_.pinned.erase(host.data());
   }
   void CopyToHost(std::span<const Copy> copies) override {
-    ++log_.calls;
+    if (++log_.calls == fail_on_call_)
+      throw Error("CUDA: an illegal memory access was encountered");
     for (const Copy& c : copies) {
       if (!InsideOnePinnedRegion(c)) {
         log_.errors.push_back(fmt::format("copy of {} bytes to an unpinned address", c.bytes));
@@ -64,6 +66,7 @@ class ArenaSource final : public DeviceSource {
     return c.to + c.bytes <= it->first + it->second;
   }
   SourceLog& log_;
+  int fail_on_call_;  // 0: never
 };
 
 class DeviceSourceTest : public ::testing::Test {
@@ -102,7 +105,7 @@ class DeviceSourceTest : public ::testing::Test {
 // Marks every slice with an index in `which` (all when empty) as on the
 // device, reading it from a copy of its bytes in `arena` instead.
 Snapshot OnDevice(Snapshot snap, std::vector<std::byte>& arena, SourceLog& log,
-                  const std::vector<size_t>& which = {}) {
+                  const std::vector<size_t>& which = {}, int fail_on_call = 0) {
   size_t total = 0;
   for (const TensorSlice& s : snap.slices) total += s.data.size();
   arena.assign(total, std::byte{0});
@@ -115,7 +118,7 @@ Snapshot OnDevice(Snapshot snap, std::vector<std::byte>& arena, SourceLog& log,
     s.on_device = true;
     at += s.data.size();
   }
-  snap.device = std::make_shared<ArenaSource>(log);
+  snap.device = std::make_shared<ArenaSource>(log, fail_on_call);
   return snap;
 }
 
@@ -172,6 +175,45 @@ TEST_F(DeviceSourceTest, ADeviceSliceWithoutASourceIsRefusedAndEarlierStepsStay)
     EXPECT_NE(std::string(e.what()).find("device"), std::string::npos) << e.what();
   }
   EXPECT_EQ(engine.Latest(), 1);
+}
+
+// A device error during the copy (the whole pool at once, or streamed slot
+// by slot): Save() names the step and the cause, the slots go back to the
+// pool (the next save would otherwise wait out slot_timeout_seconds for
+// them and fail), and step 1 stays the newest committed one until step 3.
+TEST_F(DeviceSourceTest, ADeviceErrorAbandonsTheSaveAndKeepsWhatWasCommitted) {
+  const SyntheticState state = MakeState(24, 40);
+  for (const int64_t pool : {int64_t{0}, int64_t{3 * 4096}}) {
+    SCOPED_TRACE(pool == 0 ? "whole pool" : "streaming pool");
+    fs::remove_all(root_);
+    EngineOptions o;
+    o.chunk_bytes = 4096;
+    o.pool_bytes = pool;
+    o.slot_timeout_seconds = 5;
+    // Before the engine: the pool unpins through the first source when it
+    // is freed (ArenaSource's Unpin writes to its log).
+    SourceLog bad_log, good_log;
+    std::vector<std::byte> bad_arena, good_arena;
+    std::vector<std::unique_ptr<Tier>> tiers;
+    tiers.push_back(MakePosixTier("local", root_.string()));
+    Engine engine(std::move(tiers), o);
+    engine.Save(SliceFor(state, 1, 0, 1));
+    engine.Wait();
+    try {
+      engine.Save(OnDevice(SliceFor(state, 2, 0, 1), bad_arena, bad_log, {}, pool == 0 ? 1 : 3));
+      FAIL() << "a save whose device copy failed returned";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("step-00000002"), std::string::npos) << m;
+      EXPECT_NE(m.find("illegal memory access"), std::string::npos) << m;
+    }
+    engine.Wait();
+    EXPECT_EQ(engine.Latest(), 1);
+    EXPECT_FALSE(fs::exists(root_ / "step-00000002" / "rank-00000.safetensors"));
+    engine.Save(OnDevice(SliceFor(state, 3, 0, 1), good_arena, good_log));
+    engine.Wait();
+    EXPECT_EQ(engine.Latest(), 3);
+  }
 }
 
 TEST(PlanDeviceCopies, ContiguousSourcesMergeButNeverAcrossASlot) {
