@@ -89,8 +89,10 @@ ckpt::Snapshot CheckpointSnapshot(Trainer& trainer) {
   }
   for (const ConstMomentRun& run : moments) {
     for (auto [prefix, data] : {std::pair{"optim.exp_avg.", run.m}, {"optim.exp_avg_sq.", run.v}}) {
+      // prefix by copy: clang before 16 cannot capture a structured binding.
       SplitByTensor(tensors, run.flat, data,
-                    [&](const gpt::TensorInfo& t, int64_t begin, std::span<const float> part) {
+                    [&, prefix = prefix](const gpt::TensorInfo& t, int64_t begin,
+                                         std::span<const float> part) {
                       if (trainer.sharded()) return add(prefix, t, begin, part);
                       // Replicated moments: this rank's even share only.
                       const comm::Range share =
@@ -115,10 +117,11 @@ std::vector<ckpt::TensorTarget> CheckpointTargets(Trainer& trainer) {
   }
   for (const Trainer::MomentRun& run : trainer.MomentRuns()) {
     for (auto [prefix, data] : {std::pair{"optim.exp_avg.", run.m}, {"optim.exp_avg_sq.", run.v}}) {
-      SplitByTensor(tensors, run.flat, data,
-                    [&](const gpt::TensorInfo& t, int64_t begin, std::span<float> part) {
-                      targets.push_back({prefix + t.name, ckpt::DType::kF32, begin, Bytes(part)});
-                    });
+      SplitByTensor(
+          tensors, run.flat, data,
+          [&, prefix = prefix](const gpt::TensorInfo& t, int64_t begin, std::span<float> part) {
+            targets.push_back({prefix + t.name, ckpt::DType::kF32, begin, Bytes(part)});
+          });
     }
   }
   return targets;
