@@ -7,14 +7,12 @@
 #include <chrono>
 #include <map>
 
-#include "ckpt/staging_copy.h"
+#include "ckpt/engine_job.h"
 #include "ckpt/staging_pool.h"
 #include "util/error.h"
 
 namespace fmstack::ckpt {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -27,27 +25,6 @@ Clock::time_point Deadline(double seconds) {
 }
 
 }  // namespace
-
-struct Engine::Job {
-  Counters counters;  // counters.step names the checkpoint
-  Layout layout;
-  nlohmann::json model;
-  std::string file;    // this rank's shard file name
-  std::string header;  // its safetensors header
-  std::map<std::string, TensorEntry> pieces;
-  FileEntry entry;
-  int64_t slots_total = 0;
-  std::deque<Slot*> filled;  // guarded by Engine::mu_
-  // Guarded by Engine::mu_: the snapshot is complete, or it waits for the
-  // writer to free slots (a pool smaller than the state), or Save() gave up
-  // waiting and no more slots will come.
-  bool copied = false, streaming = false, abandoned = false;
-  Clock::time_point start;
-  SaveTiming timing;
-  bool first_tier_ok = false;
-
-  int64_t step() const { return counters.step; }
-};
 
 Engine::Engine(std::vector<std::unique_ptr<Tier>> tiers, EngineOptions options)
     : tiers_(std::move(tiers)), options_(std::move(options)) {
@@ -220,119 +197,6 @@ SaveTiming Engine::Save(const Snapshot& snap) {
   cv_.notify_all();
   job->timing.blocking_seconds = Since(start);
   return job->timing;
-}
-
-void Engine::CopyAll(const Snapshot& snap, Job& job, const std::vector<Slot*>& slots) {
-  std::vector<std::span<const std::byte>> sources;
-  std::vector<char> on_device;
-  for (const TensorSlice& s : snap.slices) {
-    sources.push_back(s.data);
-    on_device.push_back(s.on_device ? 1 : 0);
-  }
-  std::vector<char*> to;
-  for (Slot* slot : slots) to.push_back(slot->data.get());
-  if (snap.device) {
-    try {
-      snap.device->CopyToHost(PlanDeviceCopies(sources, on_device, to, options_.chunk_bytes));
-    } catch (const std::exception& e) {
-      AbandonCopy(job, slots, e);
-    }
-  }
-  CopyToSlots(sources, to, options_.chunk_bytes, options_.copy_threads, on_device);
-  int64_t left = job.timing.bytes;
-  const std::lock_guard lock(mu_);
-  for (Slot* slot : slots) {
-    slot->used = std::min(left, options_.chunk_bytes);
-    left -= slot->used;
-    if (job.abandoned) {
-      pool_->Release(slot);  // Wait() gave up on it from another thread
-    } else {
-      job.filled.push_back(slot);
-    }
-  }
-}
-
-// A pool smaller than the snapshot: fill slots one by one and hand each to
-// the writer, waiting for it to free slots.
-void Engine::CopyStreamingToWriter(const Snapshot& snap, Job& job) {
-  Slot* cur = nullptr;
-  // Waking the writer per slot costs two context switches on a busy machine;
-  // it only needs waking per slot when it must free slots for this copy.
-  bool streaming = false;
-  auto hand_over = [&] {
-    {
-      const std::lock_guard lock(mu_);
-      if (job.abandoned) {
-        pool_->Release(cur);
-      } else {
-        job.filled.push_back(cur);
-      }
-    }
-    if (streaming) cv_.notify_all();
-    cur = nullptr;
-  };
-  for (const TensorSlice& s : snap.slices) {
-    std::span<const std::byte> bytes = s.data;
-    while (!bytes.empty()) {
-      if (cur == nullptr && (cur = pool_->TryAcquire()) == nullptr) {
-        {
-          const std::lock_guard lock(mu_);
-          job.streaming = streaming = true;
-        }
-        cv_.notify_all();
-        cur = pool_->Acquire(options_.slot_timeout_seconds);
-        if (cur == nullptr) Abandon(job);
-      }
-      const size_t n =
-          std::min(bytes.size(), static_cast<size_t>(options_.chunk_bytes - cur->used));
-      if (s.on_device) {
-        const DeviceSource::Copy copy{cur->data.get() + cur->used, bytes.data(), n};
-        try {
-          snap.device->CopyToHost({&copy, 1});
-        } catch (const std::exception& e) {
-          AbandonCopy(job, {&cur, 1}, e);
-        }
-      } else {
-        CopyStreaming(cur->data.get() + cur->used, bytes.data(), n);
-      }
-      cur->used += static_cast<int64_t>(n);
-      bytes = bytes.subspan(n);
-      if (cur->used == options_.chunk_bytes) hand_over();
-    }
-  }
-  if (cur != nullptr) hand_over();
-}
-
-bool Engine::Abandoned(const Job& job) {
-  const std::lock_guard lock(mu_);
-  return job.abandoned;
-}
-
-void Engine::Abandon(Job& job) {
-  {
-    const std::lock_guard lock(mu_);
-    job.abandoned = true;
-  }
-  cv_.notify_all();
-  throw Error(fmt::format(
-      "checkpoint: {} abandoned: waited {:.0f} s for the writer to free a staging slot, but the "
-      "{} tier has not finished writing {} (a hung disk or file system?); earlier checkpoints "
-      "are untouched",
-      StepDirName(job.step()), options_.slot_timeout_seconds, tiers_[0]->name(),
-      tiers_[0]->Where(job.step(), job.file)));
-}
-
-void Engine::AbandonCopy(Job& job, std::span<Slot* const> held, const std::exception& e) {
-  for (Slot* slot : held) pool_->Release(slot);
-  {
-    const std::lock_guard lock(mu_);
-    job.abandoned = true;
-  }
-  cv_.notify_all();
-  throw Error(fmt::format(
-      "checkpoint: {} abandoned: copying its tensors out of device memory failed: {}; earlier "
-      "checkpoints are untouched",
-      StepDirName(job.step()), e.what()));
 }
 
 void Engine::Writer() {

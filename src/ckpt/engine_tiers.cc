@@ -1,7 +1,8 @@
 // ckpt: the engine's view of what the tiers hold: retention of the newest
 // steps, collection of incomplete ones, the newest committed step, and the
 // restore with its quarantine of newer steps that failed. The save pipeline
-// (writer, drainer, commit) is engine.cc, its staging pool staging_pool.h.
+// (writer, drainer, commit) is engine.cc, Save()'s copy engine_copy.cc, its
+// staging pool staging_pool.h.
 #include <fmt/format.h>
 
 #include <algorithm>
