@@ -153,6 +153,11 @@ ValidationCase ReadValidationCase(StrictTable& t, const std::string& file) {
     t.Fail("collective", "a busbw_gbps case needs collective (\"allreduce\" ...) and bytes");
   if (!v.IsCollective() && (!v.collective.empty() || v.bytes > 0))
     t.Fail("collective", "only a busbw_gbps case names a collective and its bytes");
+  v.flops =
+      t.Choice("flops", std::vector<std::string>{"megatron", "gpt-neox-2021"}).value_or("megatron");
+  if (v.flops != "megatron" && v.metric != "tflops_per_gpu")
+    t.Fail("flops",
+           "names how a tflops_per_gpu figure was counted; this case's metric is " + v.metric);
   v.published = t.Number("published", 1e-9, 1e9).value_or(0);
   if (v.published <= 0) t.Fail("published", "is required: the figure the source reports");
   v.sequence_parallel = t.Bool("sequence_parallel").value_or(true);

@@ -113,6 +113,12 @@ struct ValidationCase {
   std::string collective;  // busbw_gbps: nccl-tests' name of the op ("allreduce" ...)
   double bytes = 0;        // busbw_gbps: the message size
   bool IsCollective() const { return metric == "busbw_gbps"; }
+  // How the source counted the FLOPs of a tflops_per_gpu figure: "megatron"
+  // (Narayanan et al. 2021, recomputation counted), or "gpt-neox-2021": the
+  // GPT-NeoX code's own logging from its PR #167 (2021) until PR #1044
+  // (2023-09), 6 x all parameters + 60 x seq x hidden x layers per token,
+  // recomputation not counted.
+  std::string flops = "megatron";
   bool sequence_parallel = true;  // false for runs before Korthikanti et al. (2022)
   bool calibration = false;       // a constant of the model was chosen with this case in view
   std::string job;                // TOML of a job file with a [cluster] (collectives: only that)

@@ -67,7 +67,20 @@ struct TrainingCase {
       const double steps = job.train.tokens / TokensPerStep();
       return steps * t.total * static_cast<double>(topology.accelerators) / 3600;
     }
+    if (c->flops == "gpt-neox-2021") return NeoxTflops(t);
     return t.tflops_per_accelerator;
+  }
+
+  // TFLOP/s per accelerator as GPT-NeoX logged it before its PR #1044:
+  // 6 x every parameter (both embeddings included) + 60 x seq x hidden x
+  // layers per token, whatever was recomputed.
+  double NeoxTflops(const StepTime& t) const {
+    const workload::TransformerShape& m = job.model;
+    const double per_token = 6.0 * static_cast<double>(workload::CountParams(m).total) +
+                             60.0 * static_cast<double>(m.seq_len) * static_cast<double>(m.hidden) *
+                                 static_cast<double>(m.layers);
+    return TokensPerStep() * per_token / t.total / static_cast<double>(topology.accelerators) /
+           1e12;
   }
 };
 
