@@ -349,7 +349,31 @@ void ShmCommunicator::AllReduce(View buf, ReduceOp op) {
   if (UseDirect(buf.bytes())) return DirectReduce(buf, op, 0, true, "allreduce");
   if (UseMid(buf.bytes())) return MidReduce(buf, op, 0, true);
   if (UseCmaReduce(buf.bytes())) return CmaReduce(buf, op, 0, true);
+  if (TunedReduce(buf.bytes())) return TunedAllReduce(buf, op);
   ReduceWindow(buf, op, 0, true);
+}
+
+void ShmCommunicator::TunedAllReduce(View buf, ReduceOp op) {
+  const int size_class = PathTuner::SizeClass(buf.bytes());
+  std::atomic<int32_t>& choice = header_->reduce_choice[size_class];
+  const PathTuner::Plan plan = reduce_tuner_.Next(size_class);
+  if (plan.decide) {
+    // Rank 0 publishes before the barrier; the others read after it.
+    if (options_.rank == 0) choice.store(reduce_tuner_.Decide(size_class) ? 1 : 0);
+    Wait("allreduce");
+  }
+  const bool cma = plan.explore ? plan.second : choice.load() == 1;
+  const auto start = std::chrono::steady_clock::now();
+  if (cma) {
+    CmaReduce(buf, op, 0, true);
+  } else {
+    ReduceWindow(buf, op, 0, true);
+  }
+  if (plan.explore && options_.rank == 0) {
+    reduce_tuner_.Record(
+        size_class, cma,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
 }
 
 void ShmCommunicator::Reduce(View buf, ReduceOp op, int root) {

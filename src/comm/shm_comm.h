@@ -7,10 +7,11 @@
 // aborted. Where the kernel allows it and the ranks do not outnumber the
 // cores, larger all-gathers, reduce-scatters, broadcasts and all-to-alls
 // skip the slots: each rank reads its peers' buffers directly
-// (process_vm_readv). All-reduce and reduce stay on the slots, which ran
-// 1.3-2x faster here at every size from 64 KiB up once the barrier stopped
-// making a system call per round (docs/comm.md); FMSTACK_SHM_CMA_REDUCE=1
-// sends everything through cross-memory attach. With
+// (process_vm_readv). Reduce stays on the slots, and so does all-reduce
+// below 1 MiB; from 1 MiB all-reduce times both ways on its own calls and
+// keeps the faster (path_tuner.h), since which one wins changed with the
+// state of the machine (docs/comm.md). FMSTACK_SHM_CMA_REDUCE=1 sends
+// everything through cross-memory attach. With
 // FMSTACK_SHM_POST_WAIT=1 (opt-in), messages up to 64 KiB skip the barriers
 // instead: one post and one wait (shm_small.cc).
 #pragma once
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/path_tuner.h"
 #include "comm/tcp_store.h"
 
 namespace fmstack::comm {
@@ -143,6 +145,16 @@ class ShmCommunicator final : public Communicator {
     return cma_ && (!oversubscribed_ || cma_everywhere_) && bytes >= kCmaMinBytes;
   }
   bool UseCmaReduce(size_t bytes) const { return cma_everywhere_ && UseCma(bytes); }
+  // From 1 MiB, with cross-memory attach available and the ranks not
+  // outnumbering the cores, allreduce takes whichever of the slots and
+  // CmaReduce its tuner timed faster this period (path_tuner.h). Both sum
+  // every element in rank order, so the bits do not depend on the choice.
+  // FMSTACK_SHM_CMA_REDUCE=1 or FMSTACK_SHM_NO_CMA=1 fixes the way instead.
+  static constexpr size_t kTunedReduceMinBytes = 1 << 20;
+  bool TunedReduce(size_t bytes) const {
+    return cma_ && !oversubscribed_ && !cma_everywhere_ && bytes >= kTunedReduceMinBytes;
+  }
+  void TunedAllReduce(View buf, ReduceOp op);
   void ProbeCrossMemoryAttach();
   const std::byte* PeerBuffer(int r) const;
   void ReadPeer(int r, const std::byte* remote, std::byte* local, size_t bytes, const char* op);
@@ -161,6 +173,7 @@ class ShmCommunicator final : public Communicator {
   size_t region_bytes_ = 0;         // per rank and parity: input, then (mid path) result
   int spin_limit_ = 2000;           // pause-loop iterations before yielding in a barrier
   std::vector<std::byte> scratch_;  // peers' chunks on the single-copy path
+  PathTuner reduce_tuner_;
 };
 
 }  // namespace fmstack::comm

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <string>
 
+#include "comm/path_tuner.h"
 #include "comm/shm_comm.h"
 
 namespace fmstack::comm {
@@ -57,6 +58,9 @@ struct ShmCommunicator::Header {
   // and whether every rank could read every other's memory at start-up.
   std::atomic<uint64_t> addr[kMaxLocal];
   std::atomic<int32_t> cma_failed;
+  // Per allreduce size class, the way local rank 0's PathTuner chose for
+  // the rest of the period: 1 = cross-memory attach, 0 = the slots.
+  std::atomic<int32_t> reduce_choice[PathTuner::kClasses];
   // The small-message path: each rank's newest posted operation, on its own
   // cache line, and how many waiters sleep on one (posters wake only then).
   struct alignas(64) Posted {

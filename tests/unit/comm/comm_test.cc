@@ -13,11 +13,13 @@
 #include <atomic>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <thread>
 
 #include "comm/hier_comm.h"
+#include "comm/path_tuner.h"
 #include "comm/reduce.h"
 #include "comm/tcp_store.h"
 
@@ -292,6 +294,33 @@ TEST(CommTest, LargeAllReducesAcrossNodesComplete) {
         },
         server));
   }
+}
+
+// From 1 MiB a node's allreduce alternates the slots and cross-memory attach
+// while it times them, then keeps one (path_tuner.h): whichever it takes,
+// every element is the rank-order sum, bit for bit. Enough calls for two
+// periods' explorations and decisions.
+TEST(CommTest, TunedAllReduceGivesTheSameBitsOnEveryPath) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  ExpectAllOk(RunRanks(
+      Layout{1, 2},
+      [](Communicator& c, const CommOptions&) {
+        const size_t n = (size_t{1} << 18) + 4099;  // just over 1 MiB of floats
+        std::vector<float> want(n);
+        for (size_t i = 0; i < n; ++i) {
+          float s = 0;
+          for (int r = 0; r < c.size(); ++r) s += Value(r, i) / 3.0f;
+          want[i] = s;
+        }
+        std::vector<float> buf(n);
+        for (int call = 0; call < 2 * PathTuner::kPeriod + 8; ++call) {
+          for (size_t i = 0; i < n; ++i) buf[i] = Value(c.rank(), i) / 3.0f;
+          c.AllReduce(std::span<float>(buf), ReduceOp::kSum);
+          if (std::memcmp(buf.data(), want.data(), n * sizeof(float)) != 0)
+            throw Error("allreduce call " + std::to_string(call) + ": not the rank-order sum");
+        }
+      },
+      server));
 }
 
 TEST(CommTest, RunToRunBitwiseIdentical) {
