@@ -374,13 +374,8 @@ int RunCoordinator(const BenchArgs& args) {
   std::string mpi_shm_config = "-";
   for (const std::string& rs : Split(a.ranks)) {
     const int n = std::stoi(rs);
-    const Sides sides = RunRounds(a, n, self, &mpi_shm_config);
-    const Results& node = sides.node;
-    const Results& nodes = sides.nodes;
-    const Results& netns = sides.netns;
-    const Results& mpi_shm = sides.mpi_shm;
-    const Results& mpi_tcp = sides.mpi_tcp;
-    const Results& mpi_netns = sides.mpi_netns;
+    const auto [node, nodes, netns, mpi_shm, mpi_tcp, mpi_netns] =
+        RunRounds(a, n, self, &mpi_shm_config);
     // In plain text a bar sets the groups apart; in markdown it would be a
     // column of its own and shift every heading after it.
     const std::string sep = a.markdown ? "" : "| ";
