@@ -23,7 +23,9 @@ namespace fmstack::comm {
 
 class PathTuner {
  public:
-  static constexpr int kExplore = 4;   // calls that alternate: first, second, first, second
+  // Calls that alternate: first, second, first, ... Four of each way, since
+  // one call's time moved by up to 2x from one call to the next on a VM.
+  static constexpr int kExplore = 8;
   static constexpr int kPeriod = 256;  // calls per period, exploring ones included
   static constexpr int kClasses = 64;  // size classes: floor(log2(bytes))
 
@@ -56,7 +58,8 @@ class PathTuner {
   }
 
   // The deciding rank: true when the second way was faster in this period's
-  // exploring calls (each way's best), false on a tie or without timings.
+  // exploring calls (each way's best: noise only ever adds time), false on a
+  // tie or without timings.
   bool Decide(int size_class) const {
     const Class& c = classes_.at(static_cast<size_t>(size_class));
     return c.best[1] < c.best[0];
