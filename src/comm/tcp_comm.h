@@ -3,7 +3,7 @@
 // together in the calling thread:
 //   - allreduce: recursive doubling (log2 n exchanges of the whole buffer)
 //     up to TcpOptions::doubling_max_bytes when n is a power of two, else a
-//     reduce-scatter then an allgather;
+//     reduce-scatter then an allgather, window by window;
 //   - reduce-scatter and allgather (uneven ranges too): recursive halving
 //     and doubling when n is a power of two (log2 n steps), else rings
 //     (n - 1 steps); reductions take each piece as it arrives;
@@ -39,6 +39,9 @@ struct TcpOptions : TcpMeshOptions {
   // instead of the ring's n - 1, the same bytes.
   size_t halving_max_bytes = SIZE_MAX;
   size_t reduce_chunk_bytes = 64 << 10;  // reductions take arrivals in pieces of this
+  // A larger allreduce runs as a reduce-scatter and an allgather on each
+  // window of about this size in turn, so that its data stays in cache.
+  size_t window_bytes = 512 << 10;
 };
 
 class TcpCommunicator final : public RangeCommunicator {
