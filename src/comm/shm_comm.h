@@ -8,7 +8,7 @@
 // cores, larger all-gathers, reduce-scatters, broadcasts and all-to-alls
 // skip the slots: each rank reads its peers' buffers directly
 // (process_vm_readv). Reduce stays on the slots, and so does all-reduce
-// below 1 MiB; from 1 MiB all-reduce times both ways on its own calls and
+// below 256 KiB; from there all-reduce times both ways on its own calls and
 // keeps the faster (path_tuner.h), since which one wins changed with the
 // state of the machine (docs/comm.md). FMSTACK_SHM_CMA_REDUCE=1 sends
 // everything through cross-memory attach. With
@@ -147,12 +147,12 @@ class ShmCommunicator final : public Communicator {
     return cma_ && (!oversubscribed_ || cma_everywhere_) && bytes >= kCmaMinBytes;
   }
   bool UseCmaReduce(size_t bytes) const { return cma_everywhere_ && UseCma(bytes); }
-  // From 1 MiB, with cross-memory attach available and the ranks not
+  // From 256 KiB, with cross-memory attach available and the ranks not
   // outnumbering the cores, allreduce takes whichever of the slots and
   // CmaReduce its tuner timed faster this period (path_tuner.h). Both sum
   // every element in rank order, so the bits do not depend on the choice.
   // FMSTACK_SHM_CMA_REDUCE=1 or FMSTACK_SHM_NO_CMA=1 fixes the way instead.
-  static constexpr size_t kTunedReduceMinBytes = 1 << 20;
+  static constexpr size_t kTunedReduceMinBytes = 256 << 10;
   bool TunedReduce(size_t bytes) const {
     return cma_ && !oversubscribed_ && !cma_everywhere_ && bytes >= kTunedReduceMinBytes;
   }
