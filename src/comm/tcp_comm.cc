@@ -109,8 +109,7 @@ void TcpCommunicator::AllReduce(View buf, ReduceOp op) {
       // scratch no longer fit in cache next to the sockets' buffers, and
       // ran at 0.6x the speed of 512 KiB windows (docs/comm.md).
       const size_t w_bytes = std::max<size_t>(o_.window_bytes, 1);
-      const size_t windows =
-          std::max<size_t>(1, buf.bytes() / w_bytes + (buf.bytes() % w_bytes != 0 ? 1 : 0));
+      const size_t windows = buf.bytes() / w_bytes + (buf.bytes() % w_bytes != 0 ? 1 : 0);
       for (size_t w = 0; w < windows; ++w) {
         const Range part = ShardOf(buf.count, static_cast<int>(windows), static_cast<int>(w));
         const View window = buf.Sub(part.begin, part.count);
