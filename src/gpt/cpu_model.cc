@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gpt/cpu_kernels.h"
+#include "gpt/flush_denormals.h"
 #include "gpt/model.h"
 #include "util/error.h"
 
@@ -87,6 +88,7 @@ float CpuModel::Forward(std::span<const int32_t> tokens, std::span<const int32_t
   has_targets_ = !targets.empty();
   if (has_targets_) std::copy(targets.begin(), targets.end(), targets_.begin());
 
+  const FlushDenormalsScope flush;  // flush_denormals.h: GELU's blend path is denormal
   const int64_t L = p_.L, C = p_.C, F = p_.F, V = p_.V, NH = p_.NH, N = B * T;
   cpu::EncoderForward(A(a_.encoded, C), tokens_, P(p_.wte, V * C), P(p_.wpe, p_.maxT * C), B, T, C);
   for (int64_t l = 0; l < L; ++l) {
@@ -121,6 +123,7 @@ float CpuModel::Forward(std::span<const int32_t> tokens, std::span<const int32_t
 
 void CpuModel::Backward(float scale, const std::function<void(int)>& ready) {
   if (!has_targets_) throw Error("Backward needs a Forward with targets first");
+  const FlushDenormalsScope flush;
   const int64_t L = p_.L, C = p_.C, F = p_.F, V = p_.V, NH = p_.NH, N = B_ * T_;
   std::span<float> dlogits = A(a_.logits, V);
   cpu::SoftmaxCrossEntropyBackwardInPlace(dlogits, targets_, N, V, scale);

@@ -1,7 +1,7 @@
 // TileGemm (gpt/tile_gemm.h) against a plain triple loop in double, over
-// every path it has: full 6-row tiles and the 4/2/1-row remainders, full
-// 16-column tiles and the edge columns, A read straight or transposed,
-// overwrite and accumulate.
+// every path it has: full 6-row (8-row with AVX-512) tiles and the 4/2/1-row
+// remainders, full 32-column (AVX-512) and 16-column tiles and the edge columns, A read straight or
+// transposed, overwrite and accumulate.
 #include "gpt/tile_gemm.h"
 
 #include <gtest/gtest.h>
@@ -58,8 +58,8 @@ void Check(const Case& t) {
 }
 
 TEST(TileGemm, MatchesThePlainLoopOnEveryPath) {
-  for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 11, 13, 64}) {
-    for (int64_t n : {1, 15, 16, 17, 33, 64}) {
+  for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 13, 15, 64}) {
+    for (int64_t n : {1, 15, 16, 17, 31, 32, 33, 48, 49, 64}) {
       for (int64_t k : {1, 7, 64}) {
         for (bool transposed : {false, true}) {
           for (bool accumulate : {false, true}) Check({m, n, k, transposed, accumulate});
