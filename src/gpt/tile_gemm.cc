@@ -18,16 +18,16 @@ constexpr int64_t kTileCols = 16;
 // broadcasts per step of the inner dimension (R = 6 uses 12 of the 16 ymm
 // registers, leaving room for the operands).
 template <int R>
-void Tile(int64_t k, float alpha, StridedMatrix a, const float* b, int64_t ldb, bool accumulate,
-          float* c, int64_t ldc) {
+void Tile(int64_t k, float alpha, const float* a, int64_t a_row, int64_t a_col, const float* b,
+          int64_t ldb, bool accumulate, float* c, int64_t ldc) {
   __m256 lo[R], hi[R];
   for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
   for (int64_t p = 0; p < k; ++p) {
     const __m256 b_lo = _mm256_loadu_ps(b + p * ldb);
     const __m256 b_hi = _mm256_loadu_ps(b + p * ldb + 8);
-    const float* ap = a.data + p * a.col_stride;
+    const float* ap = a + p * a_col;
     for (int r = 0; r < R; ++r) {
-      const __m256 x = _mm256_broadcast_ss(ap + r * a.row_stride);
+      const __m256 x = _mm256_broadcast_ss(ap + r * a_row);
       lo[r] = _mm256_fmadd_ps(x, b_lo, lo[r]);
       hi[r] = _mm256_fmadd_ps(x, b_hi, hi[r]);
     }
@@ -48,13 +48,13 @@ void Tile(int64_t k, float alpha, StridedMatrix a, const float* b, int64_t ldb, 
 #else
 // The same tile in plain loops, for CPUs without AVX2 and FMA.
 template <int R>
-void Tile(int64_t k, float alpha, StridedMatrix a, const float* b, int64_t ldb, bool accumulate,
-          float* c, int64_t ldc) {
+void Tile(int64_t k, float alpha, const float* a, int64_t a_row, int64_t a_col, const float* b,
+          int64_t ldb, bool accumulate, float* c, int64_t ldc) {
   float acc[R][kTileCols] = {};
   for (int64_t p = 0; p < k; ++p) {
-    const float* ap = a.data + p * a.col_stride;
+    const float* ap = a + p * a_col;
     for (int r = 0; r < R; ++r) {
-      const float x = ap[r * a.row_stride];
+      const float x = ap[r * a_row];
       for (int64_t j = 0; j < kTileCols; ++j) acc[r][j] += x * b[p * ldb + j];
     }
   }
@@ -76,16 +76,16 @@ constexpr int64_t kWideCols = 32;
 // multiply-adds to 10 loads). Each term is one multiply-add, in the same
 // order as Tile's, so the two give the same bits.
 template <int R>
-void WideTile(int64_t k, float alpha, StridedMatrix a, const float* b, int64_t ldb, bool accumulate,
-              float* c, int64_t ldc) {
+void WideTile(int64_t k, float alpha, const float* a, int64_t a_row, int64_t a_col, const float* b,
+              int64_t ldb, bool accumulate, float* c, int64_t ldc) {
   __m512 lo[R], hi[R];
   for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm512_setzero_ps();
   for (int64_t p = 0; p < k; ++p) {
     const __m512 b_lo = _mm512_loadu_ps(b + p * ldb);
     const __m512 b_hi = _mm512_loadu_ps(b + p * ldb + 16);
-    const float* ap = a.data + p * a.col_stride;
+    const float* ap = a + p * a_col;
     for (int r = 0; r < R; ++r) {
-      const __m512 x = _mm512_set1_ps(ap[r * a.row_stride]);
+      const __m512 x = _mm512_set1_ps(ap[r * a_row]);
       lo[r] = _mm512_fmadd_ps(x, b_lo, lo[r]);
       hi[r] = _mm512_fmadd_ps(x, b_hi, hi[r]);
     }
@@ -122,38 +122,40 @@ void Edge(int64_t m, int64_t j0, int64_t n, int64_t k, float alpha, StridedMatri
 template <int64_t kRows, template <int> class Kernel>
 void RowSweep(int64_t m, int64_t k, float alpha, StridedMatrix a, const float* b, int64_t ldb,
               bool accumulate, float* c, int64_t ldc) {
-  const auto rows_at = [&](int64_t row) {
-    return StridedMatrix{a.data + row * a.row_stride, a.row_stride, a.col_stride};
-  };
+  // A's fields go to the kernels as scalars: a 24-byte struct passes through
+  // the stack, where reading it back stalled on store forwarding at each tile.
+  const int64_t rs = a.row_stride, cs = a.col_stride;
   int64_t i = 0;
   for (; i + kRows <= m; i += kRows)
-    Kernel<kRows>::Run(k, alpha, rows_at(i), b, ldb, accumulate, c + i * ldc, ldc);
+    Kernel<kRows>::Run(k, alpha, a.data + i * rs, rs, cs, b, ldb, accumulate, c + i * ldc, ldc);
   static_assert(kRows <= 8, "the remainder below covers at most 7 rows");
   if (i + 4 <= m) {
-    Kernel<4>::Run(k, alpha, rows_at(i), b, ldb, accumulate, c + i * ldc, ldc);
+    Kernel<4>::Run(k, alpha, a.data + i * rs, rs, cs, b, ldb, accumulate, c + i * ldc, ldc);
     i += 4;
   }
   if (i + 2 <= m) {
-    Kernel<2>::Run(k, alpha, rows_at(i), b, ldb, accumulate, c + i * ldc, ldc);
+    Kernel<2>::Run(k, alpha, a.data + i * rs, rs, cs, b, ldb, accumulate, c + i * ldc, ldc);
     i += 2;
   }
-  if (i < m) Kernel<1>::Run(k, alpha, rows_at(i), b, ldb, accumulate, c + i * ldc, ldc);
+  if (i < m)
+    Kernel<1>::Run(k, alpha, a.data + i * rs, rs, cs, b, ldb, accumulate, c + i * ldc, ldc);
 }
 
+// The two tile shapes behind one name, for RowSweep.
 template <int R>
 struct NarrowKernel {
-  static void Run(int64_t k, float alpha, StridedMatrix a, const float* b, int64_t ldb,
-                  bool accumulate, float* c, int64_t ldc) {
-    Tile<R>(k, alpha, a, b, ldb, accumulate, c, ldc);
+  static void Run(int64_t k, float alpha, const float* a, int64_t a_row, int64_t a_col,
+                  const float* b, int64_t ldb, bool accumulate, float* c, int64_t ldc) {
+    Tile<R>(k, alpha, a, a_row, a_col, b, ldb, accumulate, c, ldc);
   }
 };
 
 #if defined(__AVX512F__)
 template <int R>
 struct WideKernel {
-  static void Run(int64_t k, float alpha, StridedMatrix a, const float* b, int64_t ldb,
-                  bool accumulate, float* c, int64_t ldc) {
-    WideTile<R>(k, alpha, a, b, ldb, accumulate, c, ldc);
+  static void Run(int64_t k, float alpha, const float* a, int64_t a_row, int64_t a_col,
+                  const float* b, int64_t ldb, bool accumulate, float* c, int64_t ldc) {
+    WideTile<R>(k, alpha, a, a_row, a_col, b, ldb, accumulate, c, ldc);
   }
 };
 #endif

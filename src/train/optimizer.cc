@@ -5,6 +5,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "gpt/flush_denormals.h"
+
 namespace fmstack::train {
 
 double LearningRate(const OptimConfig& c, int64_t step, int64_t total_steps) {
@@ -66,6 +68,10 @@ void AdamWKernel(const OptimConfig& c, float* p, const float* g, float* m, float
   const auto correction2 = static_cast<float>(1.0 - std::pow(c.beta2, t));
   const auto rate = static_cast<float>(lr), eps = static_cast<float>(c.eps);
   const auto wd = static_cast<float>(c.weight_decay);
+  // A moment whose gradient stays zero decays towards the denormal range,
+  // where each vector touching it takes a microcode assist
+  // (gpt/flush_denormals.h); flushed like the model's passes.
+  const gpt::FlushDenormalsScope flush;
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const float gi = g[i] * grad_scale;  // the value an in-place clip would have stored
