@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 #include <map>
 
 #include "ckpt/engine_job.h"
@@ -262,7 +263,11 @@ void Engine::WriteFirstTier(Job& job) {
       job.filled.pop_front();
     }
     const std::span<const char> bytes(slot->data.get(), static_cast<size_t>(slot->used));
-    job.entry.checksums.push_back(XXH3_64bits(bytes.data(), bytes.size()));
+    // The slot is hashed while it is written (both only read it): hashed
+    // first, in turn, an 8 MiB slot's XXH3 held the disk idle for about a
+    // tenth of its write time.
+    auto checksum =
+        std::async(std::launch::async, [bytes] { return XXH3_64bits(bytes.data(), bytes.size()); });
     if (error.empty()) {
       try {
         sink->Write(bytes);
@@ -270,6 +275,7 @@ void Engine::WriteFirstTier(Job& job) {
         error = e.what();
       }
     }
+    job.entry.checksums.push_back(checksum.get());
     pool_->Release(slot);
   }
   if (Abandoned(job)) {

