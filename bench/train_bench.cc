@@ -153,10 +153,24 @@ int main(int argc, char** argv) {
   t.AddRow({"trainer model FLOP/s", fmt::format("{:.1f} GFLOP/s", model_gflops),
             fmt::format("{:.2f} of sgemm", model_gflops / sgemm), ">= 0.75"});
   t.AddRow({"fmstack tokens/s", fmt::format("{:.0f}", tok_s), "median of " + listed(rounds), ""});
+  // A round's three measurements run back to back, so their ratios share
+  // the machine's state; on a VM whose sgemm rate jumps between states, the
+  // ratio of medians above can pair rounds from different states.
+  const auto round_by_round = [&](const std::vector<double>& over, double scale) {
+    std::vector<double> ratios;
+    for (size_t r = 0; r < rounds.size() && r < over.size(); ++r)
+      ratios.push_back(rounds[r] * scale / over[r]);
+    std::string out;
+    for (const double x : ratios) out += fmt::format("{}{:.2f}", out.empty() ? "" : ", ", x);
+    return fmt::format("{:.2f} (median of {})", Median(ratios), out);
+  };
+  t.AddRow({"  trainer / sgemm, round by round",
+            round_by_round(sgemm_rounds, flops_per_token / 1e9), "", ""});
   if (torch_tok_s > 0) {
     t.AddRow({"PyTorch tokens/s", fmt::format("{:.0f}", torch_tok_s),
               fmt::format("{:.2f}x PyTorch", tok_s / torch_tok_s), ">= 1.25x"});
     t.AddRow({"PyTorch peer", torch.about, "median of " + listed(torch_rounds), ""});
+    t.AddRow({"  fmstack / PyTorch, round by round", round_by_round(torch_rounds, 1.0), "", ""});
   }
   t.AddRow({"state (params+grads+m+v)", units::FormatBytes(state), "", ""});
   t.AddRow({"activations (workload/)", units::FormatBytes(acts), "", ""});
