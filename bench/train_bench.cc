@@ -128,9 +128,9 @@ int main(int argc, char** argv) {
   const double model_gflops = tok_s * flops_per_token / 1e9;
   const double sgemm = Median(sgemm_rounds);
   const double torch_tok_s = torch_rounds.empty() ? 0 : Median(torch_rounds);
-  auto listed = [](const std::vector<double>& v) {
+  auto listed = [](const std::vector<double>& v, int digits = 0) {
     std::string out;
-    for (const double x : v) out += fmt::format("{}{:.0f}", out.empty() ? "" : ", ", x);
+    for (const double x : v) out += fmt::format("{}{:.{}f}", out.empty() ? "" : ", ", x, digits);
     return out;
   };
 
@@ -160,9 +160,7 @@ int main(int argc, char** argv) {
     std::vector<double> ratios;
     for (size_t r = 0; r < rounds.size() && r < over.size(); ++r)
       ratios.push_back(rounds[r] * scale / over[r]);
-    std::string out;
-    for (const double x : ratios) out += fmt::format("{}{:.2f}", out.empty() ? "" : ", ", x);
-    return fmt::format("{:.2f} (median of {})", Median(ratios), out);
+    return fmt::format("{:.2f} (median of {})", Median(ratios), listed(ratios, 2));
   };
   t.AddRow({"  trainer / sgemm, round by round",
             round_by_round(sgemm_rounds, flops_per_token / 1e9), "", ""});

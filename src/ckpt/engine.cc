@@ -263,9 +263,10 @@ void Engine::WriteFirstTier(Job& job) {
       job.filled.pop_front();
     }
     const std::span<const char> bytes(slot->data.get(), static_cast<size_t>(slot->used));
-    // The slot is hashed while it is written (both only read it): hashed
-    // first, in turn, an 8 MiB slot's XXH3 held the disk idle for about a
-    // tenth of its write time.
+    // The slot is hashed while it is written (both only read it). Hashed
+    // first, in turn, an 8 MiB slot's XXH3 (2 ms at Debian libxxhash's
+    // 4.3 GB/s) held the disk idle for a third of its write (6.4 ms at
+    // 1.31 GB/s), on the Intel VM.
     auto checksum =
         std::async(std::launch::async, [bytes] { return XXH3_64bits(bytes.data(), bytes.size()); });
     if (error.empty()) {

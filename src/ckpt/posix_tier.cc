@@ -13,8 +13,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <exception>
 #include <filesystem>
-#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -115,15 +115,13 @@ class PosixSink final : public Sink {
   };
 
   void PwriteAll(std::span<const char> data) {
-    size_ += static_cast<int64_t>(data.size());
-    while (!data.empty()) {
-      const ssize_t n = ::pwrite(fd_, data.data(), data.size(), offset_);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0)
-        Fail(fmt::format("write of {} bytes at offset {} failed", data.size(), offset_), path_);
-      offset_ += n;
-      data = data.subspan(static_cast<size_t>(n));
-    }
+    PwriteAt(data, offset_);
+    Advance(data.size());
+  }
+
+  void Advance(size_t bytes) {
+    offset_ += static_cast<int64_t>(bytes);
+    size_ += static_cast<int64_t>(bytes);
   }
 
   // One aligned run as up to kInFlight pwrites at once, the calling thread
@@ -141,19 +139,21 @@ class PosixSink final : public Sink {
       others.push_back(
           std::async(std::launch::async, [this, piece, offset] { PwriteAt(piece, offset); }));
     }
-    std::string error;
-    const auto keep_first = [&](const std::function<void()>& f) {
+    std::exception_ptr first_error;
+    try {
+      PwriteAt(data.first(std::min(per_piece, data.size())), offset_);
+    } catch (...) {
+      first_error = std::current_exception();
+    }
+    for (std::future<void>& f : others) {
       try {
-        f();
-      } catch (const std::exception& e) {
-        if (error.empty()) error = e.what();
+        f.get();
+      } catch (...) {
+        if (!first_error) first_error = std::current_exception();
       }
-    };
-    keep_first([&] { PwriteAt(data.first(std::min(per_piece, data.size())), offset_); });
-    for (std::future<void>& f : others) keep_first([&] { f.get(); });
-    if (!error.empty()) throw Error(error);
-    offset_ += static_cast<int64_t>(data.size());
-    size_ += static_cast<int64_t>(data.size());
+    }
+    if (first_error) std::rethrow_exception(first_error);
+    Advance(data.size());
   }
 
   void PwriteAt(std::span<const char> data, int64_t offset) const {

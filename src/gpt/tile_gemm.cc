@@ -10,99 +10,104 @@
 namespace fmstack::gpt {
 namespace {
 
-constexpr int64_t kTileRows = 6;
-constexpr int64_t kTileCols = 16;
-
 #if defined(__AVX2__) && defined(__FMA__)
-// R rows x 16 columns: 2R accumulators of 8 lanes, two B loads and R
-// broadcasts per step of the inner dimension (R = 6 uses 12 of the 16 ymm
-// registers, leaving room for the operands).
-template <int R>
+// The register types a tile is written in. A tile of R rows x 2 kLanes
+// columns holds 2R accumulators, and each step of the inner dimension
+// loads two B vectors and broadcasts R elements of A. Each term is one
+// multiply-add, in order, so every register width gives the same bits.
+struct Avx2 {
+  using Reg = __m256;
+  static constexpr int64_t kLanes = 8;
+  static Reg Zero() { return _mm256_setzero_ps(); }
+  static Reg Load(const float* p) { return _mm256_loadu_ps(p); }
+  static Reg Broadcast(float x) { return _mm256_set1_ps(x); }
+  static Reg Fma(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
+  static Reg Mul(Reg a, Reg b) { return _mm256_mul_ps(a, b); }
+  static Reg Add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
+  static void Store(float* p, Reg x) { _mm256_storeu_ps(p, x); }
+};
+
+template <class V, int R>
 void Tile(int64_t k, float alpha, const float* a, int64_t a_row, int64_t a_col, const float* b,
           int64_t ldb, bool accumulate, float* c, int64_t ldc) {
-  __m256 lo[R], hi[R];
-  for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
+  constexpr int64_t kLanes = V::kLanes;
+  typename V::Reg lo[R], hi[R];
+  for (int r = 0; r < R; ++r) lo[r] = hi[r] = V::Zero();
   for (int64_t p = 0; p < k; ++p) {
-    const __m256 b_lo = _mm256_loadu_ps(b + p * ldb);
-    const __m256 b_hi = _mm256_loadu_ps(b + p * ldb + 8);
+    const auto b_lo = V::Load(b + p * ldb);
+    const auto b_hi = V::Load(b + p * ldb + kLanes);
     const float* ap = a + p * a_col;
     for (int r = 0; r < R; ++r) {
-      const __m256 x = _mm256_broadcast_ss(ap + r * a_row);
-      lo[r] = _mm256_fmadd_ps(x, b_lo, lo[r]);
-      hi[r] = _mm256_fmadd_ps(x, b_hi, hi[r]);
+      const auto x = V::Broadcast(ap[r * a_row]);
+      lo[r] = V::Fma(x, b_lo, lo[r]);
+      hi[r] = V::Fma(x, b_hi, hi[r]);
     }
   }
-  const __m256 scale = _mm256_set1_ps(alpha);
+  const auto scale = V::Broadcast(alpha);
   for (int r = 0; r < R; ++r) {
     float* row = c + r * ldc;
-    __m256 out_lo = _mm256_mul_ps(scale, lo[r]);
-    __m256 out_hi = _mm256_mul_ps(scale, hi[r]);
+    auto out_lo = V::Mul(scale, lo[r]);
+    auto out_hi = V::Mul(scale, hi[r]);
     if (accumulate) {
-      out_lo = _mm256_add_ps(out_lo, _mm256_loadu_ps(row));
-      out_hi = _mm256_add_ps(out_hi, _mm256_loadu_ps(row + 8));
+      out_lo = V::Add(out_lo, V::Load(row));
+      out_hi = V::Add(out_hi, V::Load(row + kLanes));
     }
-    _mm256_storeu_ps(row, out_lo);
-    _mm256_storeu_ps(row + 8, out_hi);
+    V::Store(row, out_lo);
+    V::Store(row + kLanes, out_hi);
   }
 }
+
+// 6 x 16: 12 of the 16 ymm registers, leaving room for the operands.
+using Narrow = Avx2;
+constexpr int64_t kNarrowRows = 6;
 #else
-// The same tile in plain loops, for CPUs without AVX2 and FMA.
-template <int R>
+// The same 6 x 16 tile in plain loops, for CPUs without AVX2 and FMA.
+struct Plain {
+  static constexpr int64_t kLanes = 8;
+};
+
+template <class V, int R>
 void Tile(int64_t k, float alpha, const float* a, int64_t a_row, int64_t a_col, const float* b,
           int64_t ldb, bool accumulate, float* c, int64_t ldc) {
-  float acc[R][kTileCols] = {};
+  constexpr int64_t kCols = 2 * V::kLanes;
+  float acc[R][kCols] = {};
   for (int64_t p = 0; p < k; ++p) {
     const float* ap = a + p * a_col;
     for (int r = 0; r < R; ++r) {
       const float x = ap[r * a_row];
-      for (int64_t j = 0; j < kTileCols; ++j) acc[r][j] += x * b[p * ldb + j];
+      for (int64_t j = 0; j < kCols; ++j) acc[r][j] += x * b[p * ldb + j];
     }
   }
   for (int r = 0; r < R; ++r) {
-    for (int64_t j = 0; j < kTileCols; ++j) {
+    for (int64_t j = 0; j < kCols; ++j) {
       c[r * ldc + j] = (accumulate ? c[r * ldc + j] : 0.0f) + alpha * acc[r][j];
     }
   }
 }
+
+using Narrow = Plain;
+constexpr int64_t kNarrowRows = 6;
 #endif
+constexpr int64_t kNarrowCols = 2 * Narrow::kLanes;
 
 #if defined(__AVX512F__)
-constexpr int64_t kWideRows = 8;
-constexpr int64_t kWideCols = 32;
+struct Avx512 {
+  using Reg = __m512;
+  static constexpr int64_t kLanes = 16;
+  static Reg Zero() { return _mm512_setzero_ps(); }
+  static Reg Load(const float* p) { return _mm512_loadu_ps(p); }
+  static Reg Broadcast(float x) { return _mm512_set1_ps(x); }
+  static Reg Fma(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
+  static Reg Mul(Reg a, Reg b) { return _mm512_mul_ps(a, b); }
+  static Reg Add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
+  static void Store(float* p, Reg x) { _mm512_storeu_ps(p, x); }
+};
 
-// R rows x 32 columns in 16-lane registers: 2R accumulators, two B loads and
-// R broadcasts per step of the inner dimension. R = 8 uses 16 of the 32 zmm
-// registers and keeps the two FMA ports busier than the two load ports (16
-// multiply-adds to 10 loads). Each term is one multiply-add, in the same
-// order as Tile's, so the two give the same bits.
-template <int R>
-void WideTile(int64_t k, float alpha, const float* a, int64_t a_row, int64_t a_col, const float* b,
-              int64_t ldb, bool accumulate, float* c, int64_t ldc) {
-  __m512 lo[R], hi[R];
-  for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm512_setzero_ps();
-  for (int64_t p = 0; p < k; ++p) {
-    const __m512 b_lo = _mm512_loadu_ps(b + p * ldb);
-    const __m512 b_hi = _mm512_loadu_ps(b + p * ldb + 16);
-    const float* ap = a + p * a_col;
-    for (int r = 0; r < R; ++r) {
-      const __m512 x = _mm512_set1_ps(ap[r * a_row]);
-      lo[r] = _mm512_fmadd_ps(x, b_lo, lo[r]);
-      hi[r] = _mm512_fmadd_ps(x, b_hi, hi[r]);
-    }
-  }
-  const __m512 scale = _mm512_set1_ps(alpha);
-  for (int r = 0; r < R; ++r) {
-    float* row = c + r * ldc;
-    __m512 out_lo = _mm512_mul_ps(scale, lo[r]);
-    __m512 out_hi = _mm512_mul_ps(scale, hi[r]);
-    if (accumulate) {
-      out_lo = _mm512_add_ps(out_lo, _mm512_loadu_ps(row));
-      out_hi = _mm512_add_ps(out_hi, _mm512_loadu_ps(row + 16));
-    }
-    _mm512_storeu_ps(row, out_lo);
-    _mm512_storeu_ps(row + 16, out_hi);
-  }
-}
+// 8 x 32: 16 of the 32 zmm registers; the two FMA ports stay busier than
+// the two load ports (16 multiply-adds to 10 loads per step).
+using Wide = Avx512;
+constexpr int64_t kWideRows = 8;
+constexpr int64_t kWideCols = 2 * Wide::kLanes;
 #endif
 
 // Columns past the last full tile: one dot product each.
@@ -119,46 +124,26 @@ void Edge(int64_t m, int64_t j0, int64_t n, int64_t k, float alpha, StridedMatri
 }
 
 // Rows [0, m) of one column tile: full tiles of kRows, then 4, 2 and 1 rows.
-template <int64_t kRows, template <int> class Kernel>
+template <class V, int kRows>
 void RowSweep(int64_t m, int64_t k, float alpha, StridedMatrix a, const float* b, int64_t ldb,
               bool accumulate, float* c, int64_t ldc) {
-  // A's fields go to the kernels as scalars: a 24-byte struct passes through
+  // A's fields go to the tiles as scalars: a 24-byte struct passes through
   // the stack, where reading it back stalled on store forwarding at each tile.
   const int64_t rs = a.row_stride, cs = a.col_stride;
   int64_t i = 0;
   for (; i + kRows <= m; i += kRows)
-    Kernel<kRows>::Run(k, alpha, a.data + i * rs, rs, cs, b, ldb, accumulate, c + i * ldc, ldc);
+    Tile<V, kRows>(k, alpha, a.data + i * rs, rs, cs, b, ldb, accumulate, c + i * ldc, ldc);
   static_assert(kRows <= 8, "the remainder below covers at most 7 rows");
   if (i + 4 <= m) {
-    Kernel<4>::Run(k, alpha, a.data + i * rs, rs, cs, b, ldb, accumulate, c + i * ldc, ldc);
+    Tile<V, 4>(k, alpha, a.data + i * rs, rs, cs, b, ldb, accumulate, c + i * ldc, ldc);
     i += 4;
   }
   if (i + 2 <= m) {
-    Kernel<2>::Run(k, alpha, a.data + i * rs, rs, cs, b, ldb, accumulate, c + i * ldc, ldc);
+    Tile<V, 2>(k, alpha, a.data + i * rs, rs, cs, b, ldb, accumulate, c + i * ldc, ldc);
     i += 2;
   }
-  if (i < m)
-    Kernel<1>::Run(k, alpha, a.data + i * rs, rs, cs, b, ldb, accumulate, c + i * ldc, ldc);
+  if (i < m) Tile<V, 1>(k, alpha, a.data + i * rs, rs, cs, b, ldb, accumulate, c + i * ldc, ldc);
 }
-
-// The two tile shapes behind one name, for RowSweep.
-template <int R>
-struct NarrowKernel {
-  static void Run(int64_t k, float alpha, const float* a, int64_t a_row, int64_t a_col,
-                  const float* b, int64_t ldb, bool accumulate, float* c, int64_t ldc) {
-    Tile<R>(k, alpha, a, a_row, a_col, b, ldb, accumulate, c, ldc);
-  }
-};
-
-#if defined(__AVX512F__)
-template <int R>
-struct WideKernel {
-  static void Run(int64_t k, float alpha, const float* a, int64_t a_row, int64_t a_col,
-                  const float* b, int64_t ldb, bool accumulate, float* c, int64_t ldc) {
-    WideTile<R>(k, alpha, a, a_row, a_col, b, ldb, accumulate, c, ldc);
-  }
-};
-#endif
 
 }  // namespace
 
@@ -170,7 +155,8 @@ void TileGemm(int64_t m, int64_t n, int64_t k, float alpha, StridedMatrix a, con
   // rows ldb apart (256 to 1152 floats in attention) fall into a few L1 sets
   // and evict each other: 64 x 64 x 64 ran at 66-78 GFLOP/s with B strided
   // and 84-87 with it packed, on one core of the Intel VM. Rows at most 64
-  // floats apart sit in consecutive lines already (and ran at 110 unpacked).
+  // floats apart sit in consecutive lines already (84-113 unpacked in eight
+  // of nine timings there).
   const bool pack = ldb > 2 * kWideCols;
   std::vector<float> panel(pack ? static_cast<size_t>(k * kWideCols) : 0);
   for (; j + kWideCols <= n; j += kWideCols) {
@@ -181,11 +167,11 @@ void TileGemm(int64_t m, int64_t n, int64_t k, float alpha, StridedMatrix a, con
         std::copy_n(b + p * ldb + j, kWideCols, panel.data() + p * kWideCols);
       bj = panel.data(), ldbj = kWideCols;
     }
-    RowSweep<kWideRows, WideKernel>(m, k, alpha, a, bj, ldbj, accumulate, c + j, ldc);
+    RowSweep<Wide, kWideRows>(m, k, alpha, a, bj, ldbj, accumulate, c + j, ldc);
   }
 #endif
-  for (; j + kTileCols <= n; j += kTileCols)
-    RowSweep<kTileRows, NarrowKernel>(m, k, alpha, a, b + j, ldb, accumulate, c + j, ldc);
+  for (; j + kNarrowCols <= n; j += kNarrowCols)
+    RowSweep<Narrow, kNarrowRows>(m, k, alpha, a, b + j, ldb, accumulate, c + j, ldc);
   if (j < n) Edge(m, j, n, k, alpha, a, b, ldb, accumulate, c, ldc);
 }
 

@@ -15,7 +15,7 @@
 // With AVX-512 the tile is 8 x 32 in 16-lane registers, over a copy of B's
 // 32-column panel: OpenBLAS's SkylakeX kernels are faster than its Haswell
 // ones on these shapes, and the 6 x 16 tile fell to 0.43-0.92 of them on the
-// Intel VM (the 8 x 32 one: 0.97-1.48, bench_attention).
+// Intel VM (the 8 x 32 one: 0.9-1.4, bench_attention).
 //
 // Sums over the inner dimension run in order, one fused multiply-add per
 // term, so the result is the same on every call for the same inputs.
