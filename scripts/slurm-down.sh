@@ -24,14 +24,19 @@ for _ in $(seq 50); do
 done
 for p in $alive; do kill -KILL "$p" 2> /dev/null; done
 left=0
+# The bridge goes last: while it is there, no other cluster takes its number
+# and finds this one's namespaces.
 while IFS='=' read -r kind value; do
   case "$kind" in
     # A namespace lives on while orphaned TCP sockets of its killed
     # processes wind down: its veth is removed from the host side at once.
     veth) ip link del "$value" 2> /dev/null || { ip link show "$value" > /dev/null 2>&1 && { echo "slurm-down: cannot remove veth $value" >&2; left=1; }; } ;;
     netns) ip netns del "$value" 2> /dev/null || { ip netns list | grep -qw "$value" && { echo "slurm-down: cannot remove netns $value" >&2; left=1; }; } ;;
-    bridge) ip link del "$value" 2> /dev/null || { ip link show "$value" > /dev/null 2>&1 && { echo "slurm-down: cannot remove bridge $value" >&2; left=1; }; } ;;
   esac
+done < "$dir/state.env"
+while IFS='=' read -r kind value; do
+  [ "$kind" = bridge ] || continue
+  ip link del "$value" 2> /dev/null || { ip link show "$value" > /dev/null 2>&1 && { echo "slurm-down: cannot remove bridge $value" >&2; left=1; }; }
 done < "$dir/state.env"
 for p in $pids; do
   kill -0 "$p" 2> /dev/null && { echo "slurm-down: process $p still runs" >&2; left=1; }

@@ -10,8 +10,8 @@ set -euo pipefail
 dir=$(cd "$1" && pwd)
 action=$2
 node=$3
-ns="fmsl-$node"
 [ -f "$dir/state.env" ] || { echo "slurm-node: $dir has no cluster" >&2; exit 1; }
+ns="$(sed -n 's/^prefix=//p' "$dir/state.env")-$node"
 grep -qx "netns=$ns" "$dir/state.env" || { echo "slurm-node: the cluster has no node $node" >&2; exit 1; }
 case "$action" in
   down)

@@ -2,33 +2,59 @@
 # scripts/slurm-up.sh DIR JOB.toml: a real Slurm cluster on this machine for
 # the job's [cluster] (its nodes, then its spares): its own munged, slurmctld
 # on the host as "ctl", one slurmd per node in its own network namespace on a
-# private bridge (10.77.0.0/24), configured by `fmstack slurm config`.
+# private bridge, configured by `fmstack slurm config`.
 # Accounting, so sacct shows jobs and their steps: slurmdbd on the host over
 # a private MariaDB (its own data directory, 127.0.0.1 only, a random
 # password). Everything it makes is recorded under DIR; scripts/slurm-down.sh
 # DIR removes it all. Needs root, iproute2 and Debian's slurm-wlm, slurmdbd,
 # mariadb-server and munge (scripts/bootstrap.sh). Clients:
 # SLURM_CONF=DIR/etc/slurm.conf sinfo.
+#
+# Each cluster takes the first free number K in 1..250 (SLURM_CLUSTER_ID
+# picks one): bridge fmslK on 10.77.K.0/24, namespaces fmslK-NODE, veths
+# fmslKvI, slurmctld on port 17000+2K and slurmdbd on the next. Creating the
+# bridge claims K (the kernel refuses a second link of that name), so
+# clusters of test runs that share a network namespace, or one a killed run
+# left behind, do not collide.
 set -euo pipefail
 [ $# -eq 2 ] || { echo "usage: $0 DIR JOB.toml" >&2; exit 2; }
 dir=$(mkdir -p "$1" && cd "$1" && pwd)
 job=$2
 root=$(cd "$(dirname "$0")/.." && pwd)
 FMSTACK=${FMSTACK:-$root/build/fmstack}
-net=${SLURM_NET:-10.77.0}
 for tool in slurmctld slurmd slurmdbd mariadbd mariadb-install-db munged sinfo scontrol sacctmgr ip nsenter unshare; do
   command -v "$tool" > /dev/null ||
     { echo "slurm-up: $tool is not installed (run scripts/bootstrap.sh)" >&2; exit 1; }
 done
 [ "$(id -u)" = 0 ] || { echo "slurm-up: needs root (network namespaces, slurmd)" >&2; exit 1; }
 [ -e "$dir/state.env" ] && { echo "slurm-up: $dir holds a cluster already (slurm-down.sh it)" >&2; exit 1; }
-ip link show fmsl0 > /dev/null 2>&1 &&
-  { echo "slurm-up: bridge fmsl0 exists: another test cluster runs (scripts/slurm-down.sh its DIR)" >&2; exit 1; }
 
 mkdir -p "$dir"/{etc,state,spool,log,munge,db}
 : > "$dir/state.env"
 record() { echo "$1" >> "$dir/state.env"; }
 trap 'echo "slurm-up: failed; removing what was made" >&2; "$root/scripts/slurm-down.sh" "$dir" > /dev/null 2>&1 || true' ERR
+
+listening() { [ -n "$(ss -Hltn "sport = :$1")" ]; }
+claim() {  # claim K: its bridge, subnet, namespaces and ports are free, and the bridge is ours
+  ! ip link show "fmsl$1" > /dev/null 2>&1 && [ -z "$(ip route show "10.77.$1.0/24")" ] &&
+    ! ip netns list | grep -q "^fmsl$1-" &&
+    ! listening $((17000 + 2 * $1)) && ! listening $((17001 + 2 * $1)) &&
+    ip link add "fmsl$1" type bridge 2> /dev/null
+}
+id=""
+for k in ${SLURM_CLUSTER_ID:-$(seq 1 250)}; do
+  [[ "$k" =~ ^[0-9]+$ ]] && [ "$k" -ge 1 ] && [ "$k" -le 250 ] ||
+    { echo "slurm-up: SLURM_CLUSTER_ID=$k: expected 1 to 250" >&2; false; }
+  claim "$k" && { id=$k; break; }
+done
+[ -n "$id" ] || { echo "slurm-up: no free cluster number (${SLURM_CLUSTER_ID:-1 to 250}): bridge fmslK, 10.77.K.0/24 or ports 17000+2K, +1 taken" >&2; false; }
+bridge="fmsl$id"
+net="10.77.$id"
+ctl_port=$((17000 + 2 * id))
+dbd_port=$((ctl_port + 1))
+record "bridge=$bridge"
+record "prefix=$bridge"
+record "net=$net"
 
 # munge, private to this cluster: its own key and socket.
 dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 status=none
@@ -40,7 +66,8 @@ record "munged=$(cat "$dir/munge/munged.pid")"
 "$FMSTACK" slurm config "$job" --out "$dir/etc" --controller ctl --controller-addr "$net.1" \
   --node-addr-base "$net." --cpus "${SLURM_CPUS:-2}" --memory-mb "${SLURM_MEMORY_MB:-2000}" \
   --state-dir "$dir/state" --spool-dir "$dir/spool" --log-dir "$dir/log" \
-  --munge-socket "$dir/munge/munge.socket" --accounting-host "$net.1" > /dev/null
+  --munge-socket "$dir/munge/munge.socket" --accounting-host "$net.1" \
+  --slurmctld-port "$ctl_port" --accounting-port "$dbd_port" > /dev/null
 export SLURM_CONF="$dir/etc/slurm.conf"
 cluster_name=$(sed -n 's/^ClusterName=//p' "$SLURM_CONF")
 
@@ -65,6 +92,7 @@ AuthType=auth/munge
 AuthInfo=socket=$dir/munge/munge.socket
 DbdHost=ctl
 DbdAddr=$net.1
+DbdPort=$dbd_port
 SlurmUser=root
 LogFile=$dir/log/slurmdbd.log
 PidFile=$dir/db/slurmdbd.pid
@@ -78,19 +106,17 @@ CONF
 )
 nodes=$(sed -n 's/^NodeName=\([^ ]*\) .*/\1/p' "$SLURM_CONF")
 
-ip link add fmsl0 type bridge
-record "bridge=fmsl0"
-ip addr add "$net.1/24" dev fmsl0
-ip link set fmsl0 up
+ip addr add "$net.1/24" dev "$bridge"
+ip link set "$bridge" up
 i=0
 for n in $nodes; do
   i=$((i + 1))
-  ns="fmsl-$n"
+  ns="$bridge-$n"
   ip netns add "$ns"
   record "netns=$ns"
-  ip link add "fmslv$i" type veth peer name eth0 netns "$ns"
-  record "veth=fmslv$i"
-  ip link set "fmslv$i" master fmsl0 up
+  ip link add "${bridge}v$i" type veth peer name eth0 netns "$ns"
+  record "veth=${bridge}v$i"
+  ip link set "${bridge}v$i" master "$bridge" up
   ip -n "$ns" addr add "$net.$((10 + i))/24" dev eth0
   ip -n "$ns" link set eth0 up
   ip -n "$ns" link set lo up
@@ -114,7 +140,7 @@ unshare --uts sh -c "hostname ctl; exec slurmctld -D -i -f '$SLURM_CONF'" \
 record "slurmctld=$!"
 for n in $nodes; do
   mkdir -p "$dir/spool/$n"
-  nsenter --net="/run/netns/fmsl-$n" unshare --uts \
+  nsenter --net="/run/netns/$bridge-$n" unshare --uts \
     sh -c "hostname $n; exec slurmd -D -f '$SLURM_CONF'" > "$dir/log/slurmd-$n.out" 2>&1 &
   record "slurmd=$!"
 done
@@ -132,4 +158,4 @@ if [ "$idle" != "$count" ]; then
   false
 fi
 trap - ERR
-echo "slurm-up: $count nodes idle ($(echo $nodes)); export SLURM_CONF=$SLURM_CONF"
+echo "slurm-up: $count nodes idle ($(echo $nodes)) on $bridge ($net.0/24); export SLURM_CONF=$SLURM_CONF"

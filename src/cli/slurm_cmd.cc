@@ -100,6 +100,12 @@ Runner AddSlurmCommand(CLI::App& app) {
                      "every node");
   config->add_option("--accounting-host", o.accounting_host,
                      "slurmdbd's address: jobs and steps are recorded for sacct (default: none)");
+  config->add_option("--slurmctld-port", o.slurmctld_port, "SlurmctldPort (default Slurm's, 6817)")
+      ->check(CLI::Range(1, 65535));
+  config
+      ->add_option("--accounting-port", o.accounting_port,
+                   "slurmdbd's port, AccountingStoragePort (default Slurm's, 6819)")
+      ->check(CLI::Range(1, 65535));
   config->add_option("--health-check-interval", o.health_check_interval, "seconds")
       ->check(CLI::Range(1, 86400));
   return [a, config] { return config->parsed() ? Config(*a) : 1; };

@@ -66,6 +66,7 @@ SlurmConfig MakeSlurmConfig(const spec::ClusterSpec& c, const SlurmConfigOptions
       "# slurm.conf for {} nodes + {} spare(s) of {} (fmstack slurm config)\n"
       "ClusterName={}\n"
       "SlurmctldHost={}{}\n"
+      "{}"
       "SlurmUser=root\n"
       "AuthType=auth/munge\n"
       "# Credentials expire fast, so a requeued job is not held back (default 120 s).\n"
@@ -86,14 +87,18 @@ SlurmConfig MakeSlurmConfig(const spec::ClusterSpec& c, const SlurmConfigOptions
       "TopologyPlugin=topology/tree\n",
       c.nodes, c.spares, c.instance.name.empty() ? "this machine" : c.instance.name, o.cluster_name,
       o.controller, o.controller_addr.empty() ? "" : fmt::format("({})", o.controller_addr),
+      o.slurmctld_port > 0 ? fmt::format("SlurmctldPort={}\n", o.slurmctld_port) : "",
       o.munge_socket.empty() ? "" : fmt::format("socket={},", o.munge_socket), o.state_dir,
       o.spool_dir, o.log_dir, o.log_dir, o.state_dir, o.spool_dir,
       o.accounting_host.empty()
           ? "AccountingStorageType=accounting_storage/none\nJobAcctGatherType=jobacct_gather/none\n"
           : fmt::format("# Jobs and their steps in slurmdbd, for sacct.\n"
                         "AccountingStorageType=accounting_storage/slurmdbd\n"
-                        "AccountingStorageHost={}\nJobAcctGatherType=jobacct_gather/linux\n{}",
+                        "AccountingStorageHost={}\n{}JobAcctGatherType=jobacct_gather/linux\n{}",
                         o.accounting_host,
+                        o.accounting_port > 0
+                            ? fmt::format("AccountingStoragePort={}\n", o.accounting_port)
+                            : "",
                         // For munge, Slurm reads the "password" as the socket to use.
                         o.munge_socket.empty()
                             ? ""

@@ -29,6 +29,10 @@ struct SlurmConfigOptions {
   std::string health_check;  // HealthCheckProgram (deploy/slurm/fmstack-healthcheck.sh); "" = none
   int64_t health_check_interval = 30;
   std::string accounting_host;  // slurmdbd's address (AccountingStorageHost); "" = no accounting
+  // 0 = Slurm's defaults (6817, 6819). Set, so that several clusters share
+  // one network namespace (test clusters on one machine).
+  int64_t slurmctld_port = 0;
+  int64_t accounting_port = 0;  // slurmdbd's DbdPort (AccountingStoragePort)
 };
 
 struct SlurmConfig {

@@ -85,7 +85,9 @@ refused() {  # name expected-words command...
   nothing_submitted "$name"
   echo "refused in $((SECONDS - t0)) s: $(grep -m1 -- "$want" "$name.err")"
 }
-sed 's/^SlurmctldHost=.*/&\nSlurmctldPort=6899/' "$SLURM_CONF" > "$work/cl/etc/down.conf"
+net=$(sed -n 's/^net=//p' "$work/cl/state.env")
+sed 's/^SlurmctldPort=.*/SlurmctldPort=6899/' "$SLURM_CONF" > "$work/cl/etc/down.conf"
+grep -qx "SlurmctldPort=6899" "$work/cl/etc/down.conf" || fail "slurm.conf names no SlurmctldPort"
 refused down "slurmctld is unreachable" \
   env SLURM_CONF="$work/cl/etc/down.conf" "$FMSTACK" run job.toml --out runs/down
 refused partition "partition 'nope' does not exist; the cluster's partitions: " \
@@ -118,7 +120,7 @@ pid=$!
 wait_step runs/node 100
 "$root/scripts/slurm-node.sh" "$work/cl" down sn2
 wait $pid || fail "the run with a lost node did not finish by itself"
-grep -q "fault: node 1 (sn2) is lost: slurmd at 10.77.0.12:6818" node.out || fail "the lost host is not named"
+grep -q "fault: node 1 (sn2) is lost: slurmd at $net.12:6818" node.out || fail "the lost host is not named"
 grep -q "node 1: its ranks move from slot 1 to spare slot 2" node.out || fail "no move to the spare"
 grep -q "parameter hash  *$want" node.out || { grep hash node.out; fail "the hash after the node loss is not $want"; }
 grep -q "slurm: sn2 released from job" node.out || fail "sn2 was not released from the job"

@@ -6,7 +6,8 @@
 # whose fmstack health check fails (a fake Xid 79) is drained in Slurm with
 # the check's reason, and a job that needs it waits until it is resumed.
 # scripts/slurm-down.sh leaves no process, namespace or bridge behind. Bad
-# configurations are refused with the option named.
+# configurations are refused with the option named. A second cluster comes up
+# beside the first on its own bridge, subnet and ports.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 : "${FMSTACK:?path to the fmstack binary}"
@@ -16,6 +17,7 @@ for tool in slurmctld slurmd munged sbatch; do
 done
 work=$(mktemp -d)
 cleanup() {
+  [ -f "$work/cl2/state.env" ] && "$root/scripts/slurm-down.sh" "$work/cl2" > /dev/null 2>&1
   [ -f "$work/cl/state.env" ] && "$root/scripts/slurm-down.sh" "$work/cl" > /dev/null 2>&1
   rm -rf "$work"
 }
@@ -53,6 +55,21 @@ scontrol show topology > topo.txt
 grep -q 'SwitchName=leaf0 .*Nodes=sn\[1-2\]' topo.txt && grep -q 'SwitchName=leaf1 .*Nodes=sn3' topo.txt &&
   grep -q 'SwitchName=spine .*Switches=leaf\[0-1\]' topo.txt || { cat topo.txt; fail "the rack tree"; }
 
+# A second cluster beside the first, as test runs that share a network
+# namespace make: it takes the next free number (bridge, subnet, ports), and
+# each answers for its own nodes.
+sed 's/^nodes = 2/nodes = 1/; s/^spares = 1/spares = 0/' job.toml > one.toml
+"$root/scripts/slurm-up.sh" "$work/cl2" one.toml > up3.out 2>&1 || { cat up3.out; fail "a second cluster beside the first"; }
+b1=$(sed -n 's/^bridge=//p' cl/state.env)
+b2=$(sed -n 's/^bridge=//p' cl2/state.env)
+[ -n "$b1" ] && [ -n "$b2" ] && [ "$b1" != "$b2" ] || fail "the two clusters share bridge '$b1'"
+[ "$(SLURM_CONF=cl2/etc/slurm.conf srun -N1 hostname)" = sn1 ] || fail "the second cluster's job"
+[ "$(sinfo -h -N -o '%N %T' | sort | tr '\n' ' ')" = "sn1 idle sn2 idle sn3 idle " ] ||
+  { sinfo -N; fail "the first cluster after the second came up"; }
+"$root/scripts/slurm-down.sh" "$work/cl2" || fail "slurm-down of the second cluster"
+ip link show "$b1" > /dev/null 2>&1 || fail "the second cluster's slurm-down removed the first's bridge"
+echo "beside: a second cluster came up on $b2 (the first on $b1), ran a job, went down"
+
 # A batch job over two nodes; each task names its node.
 id=$(sbatch --parsable --requeue -N2 -o job.out --wrap 'srun -N2 hostname')
 for _ in $(seq 120); do [ -z "$(squeue -h -j "$id" 2> /dev/null)" ] && break; sleep 0.25; done
@@ -73,10 +90,12 @@ for _ in $(seq 120); do [ -z "$(squeue -h -j "$id" 2> /dev/null)" ] && break; sl
 [ "$(sort wide.out | tr '\n' ' ')" = "sn1 sn2 sn3 " ] || { cat wide.out; fail "the 3-node job after resume"; }
 echo "health: sn3 drained in Slurm for xid 79, a 3-node job waited, ran once it was resumed"
 
+bridge=$(sed -n 's/^bridge=//p' cl/state.env)
+[ -n "$bridge" ] || fail "state.env names no bridge"
 "$root/scripts/slurm-down.sh" "$work/cl" || fail "slurm-down reported leftovers"
 pgrep -f "$work/cl" > /dev/null && fail "processes of the cluster are left"
-ip netns list | grep -q '^fmsl-' && fail "namespaces are left"
-ip link show fmsl0 > /dev/null 2>&1 && fail "the bridge is left"
+ip netns list | grep -q "^$bridge-" && fail "namespaces are left"
+ip link show "$bridge" > /dev/null 2>&1 && fail "the bridge $bridge is left"
 "$root/scripts/slurm-down.sh" "$work/cl" > down2.out 2>&1 && fail "slurm-down of nothing succeeded"
 grep -q "has no cluster" down2.out || fail "no clear error for slurm-down of nothing"
 echo "PASS"

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
@@ -32,9 +33,11 @@ using testing::TargetsFor;
 class EngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = fs::temp_directory_path() /
-            fmt::format("fmstack-ckpt-{}-{}", ::getpid(),
-                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    // A parameterized test's name has a '/' ("Name/2to1"): one directory,
+    // not a parent that TearDown would leave behind.
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '_');
+    root_ = fs::temp_directory_path() / fmt::format("fmstack-ckpt-{}-{}", ::getpid(), name);
     fs::remove_all(root_);
   }
   void TearDown() override { fs::remove_all(root_); }

@@ -61,5 +61,21 @@ TEST(SlurmConfig, TestClusterAddressesAndBadOptions) {
   EXPECT_THROW(MakeSlurmConfig(P5(300, 0, 0), o), Error);  // 300 nodes do not fit a /24
 }
 
+TEST(SlurmConfig, PortsAreSlurmsDefaultsUnlessSet) {
+  SlurmConfigOptions o;
+  o.accounting_host = "10.77.3.1";
+  const SlurmConfig plain = MakeSlurmConfig(P5(2, 0, 0), o);
+  EXPECT_EQ(plain.slurm_conf.find("SlurmctldPort="), std::string::npos);
+  EXPECT_EQ(plain.slurm_conf.find("AccountingStoragePort="), std::string::npos);
+  o.slurmctld_port = 17006;
+  o.accounting_port = 17007;
+  const SlurmConfig c = MakeSlurmConfig(P5(2, 0, 0), o);
+  EXPECT_NE(c.slurm_conf.find("SlurmctldHost=ctl\nSlurmctldPort=17006\n"), std::string::npos)
+      << c.slurm_conf;
+  EXPECT_NE(c.slurm_conf.find("AccountingStorageHost=10.77.3.1\nAccountingStoragePort=17007\n"),
+            std::string::npos)
+      << c.slurm_conf;
+}
+
 }  // namespace
 }  // namespace fmstack::cluster
