@@ -33,19 +33,13 @@ NodeNetwork::NodeNetwork(int nodes) {
         "network namespaces for local nodes need root (CAP_NET_ADMIN); run without "
         "netns, or as root");
   }
-  // A /24 per supervisor, picked from its pid, so that concurrent jobs differ.
-  const int pid = static_cast<int>(::getpid());
-  const std::string net = fmt::format("10.{}.{}", 100 + (pid >> 8) % 100, pid % 256);
-  bridge_ = fmt::format("fmbr{}", pid % 10000000);
-  bridge_ip_ = net + ".1";
-  subnet_ = net + ".0/24";
+  ClaimBridge(static_cast<int>(::getpid()));
+  const std::string tag = bridge_.substr(4);  // the pid, and a letter for an alternative
+  const std::string net = subnet_.substr(0, subnet_.size() - 5);  // "10.x.y"
   try {
-    Ip(fmt::format("link add {} type bridge", bridge_));
-    Ip(fmt::format("addr add {}/24 dev {}", bridge_ip_, bridge_));
-    Ip(fmt::format("link set {} up", bridge_));
     for (int k = 0; k < nodes; ++k) {
-      const std::string ns = fmt::format("fmstack-{}-n{}", pid, k);
-      const std::string host_end = fmt::format("fmv{}n{}", pid % 10000000, k);
+      const std::string ns = fmt::format("fmstack-{}-n{}", tag, k);
+      const std::string host_end = fmt::format("fmv{}n{}", tag, k);
       const std::string ip = fmt::format("{}.{}", net, 10 + k);
       // A supervisor that exec'ed itself again (same pid) may find its
       // former namespaces' links still being torn down by the kernel.
@@ -70,6 +64,47 @@ NodeNetwork::NodeNetwork(int nodes) {
     Teardown();
     throw;
   }
+}
+
+// A bridge and a /24 per supervisor, picked from its pid so that concurrent
+// jobs differ. When that bridge or subnet is there already (left by a
+// killed run, or made by a process with the same pid in another pid
+// namespace on this network), the next of a few alternatives: creating the
+// bridge is what claims it, so a link that is not ours is never touched.
+void NodeNetwork::ClaimBridge(int pid) {
+  constexpr int kTries = 8;
+  std::string why;
+  for (int attempt = 0; attempt < kTries; ++attempt) {
+    const std::string net =
+        fmt::format("10.{}.{}", 100 + ((pid >> 8) + 37 * attempt) % 100, pid % 256);
+    const std::string name = fmt::format(
+        "fmbr{}{}", pid % 10000000,
+        attempt == 0 ? std::string() : std::string(1, static_cast<char>('a' + attempt)));
+    if (!Ip(fmt::format("route show {}.0/24", net)).empty()) {
+      why = net + ".0/24 has a route already";
+      continue;
+    }
+    try {
+      Ip(fmt::format("link add {} type bridge", name));
+    } catch (const Error& e) {
+      why = e.what();
+      continue;
+    }
+    bridge_ = name;
+    bridge_ip_ = net + ".1";
+    subnet_ = net + ".0/24";
+    try {
+      Ip(fmt::format("addr add {}/24 dev {}", bridge_ip_, bridge_));
+      Ip(fmt::format("link set {} up", bridge_));
+    } catch (...) {
+      Teardown();
+      throw;
+    }
+    return;
+  }
+  throw Error(fmt::format(
+      "network namespaces: no free bridge and /24 for supervisor pid {} in {} tries; the last: {}",
+      pid, kTries, why));
 }
 
 NodeNetwork::~NodeNetwork() {

@@ -29,6 +29,7 @@ class NodeNetwork {
   bool LinkUp(int node) const;
 
  private:
+  void ClaimBridge(int pid);
   void Teardown();
 
   std::string bridge_, bridge_ip_, subnet_;
