@@ -57,6 +57,35 @@ TEST(Kernels, MatmulBackwardMatchesFiniteDifferences) {
   EXPECT_LT(GradientError(loss, b, db), kTolerance);
 }
 
+// Column sums (LayerNorm's parameter gradients, the embeddings') split the
+// channels across threads, one range each: every channel still sums its rows
+// in order, so 1, 2 or 3 threads give the same bits. C is not a multiple of
+// the ranges' 16-channel rounding.
+TEST(Kernels, ColumnGradientsDoNotDependOnTheThreadCount) {
+  const int64_t B = 2, T = 37, N = B * T, C = 100, vocab = 11;
+  V x(N * C), w(C), b(C), r(N * C), out(N * C), mean(N), rstd(N);
+  FillNormal(x, 1), FillNormal(w, 2), FillNormal(b, 3), FillNormal(r, 4);
+  cpu::LayerNormForward(out, mean, rstd, x, w, b, N, C);
+  std::vector<int32_t> tokens(N);
+  for (int64_t n = 0; n < N; ++n) tokens[n] = static_cast<int32_t>((n * 7) % vocab);
+  const int threads = CpuThreads();
+  auto run = [&](int t) {
+    SetCpuThreads(t);
+    V dx(N * C, 0), dw(C, 0.25f), db(C, -0.5f), dwte(vocab * C, 0), dwpe(T * C, 0);
+    cpu::LayerNormBackwardAccumulate(dx, dw, db, r, x, w, mean, rstd, N, C);
+    cpu::EncoderBackward(dwte, dwpe, r, tokens, B, T, C);
+    for (const V* v : {&dw, &db, &dwte, &dwpe}) dx.insert(dx.end(), v->begin(), v->end());
+    return dx;
+  };
+  const V one = run(1), two = run(2), three = run(3);
+  SetCpuThreads(threads);
+  ASSERT_EQ(one.size(), two.size());
+  for (size_t i = 0; i < one.size(); ++i) {
+    ASSERT_EQ(one[i], two[i]) << i;
+    ASSERT_EQ(one[i], three[i]) << i;
+  }
+}
+
 // On two threads the input and weight gradients run side by side, each
 // single-threaded; the result must be the bits of running them in turn on
 // one thread.
