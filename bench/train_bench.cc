@@ -143,6 +143,8 @@ int main(int argc, char** argv) {
                         units::FormatCount(params), B, T, gpt::CpuThreads()),
             "", ""});
   t.AddRow({"BLAS", gpt::BlasConfig(), "", ""});
+  if (const std::string tuning = trainer.model().Tuning(); !tuning.empty())
+    t.AddRow({"tuned by timing", tuning, "", ""});
   // OpenBLAS takes its kernels from OPENBLAS_CORETYPE when the environment
   // sets it (the PyTorch peer inherits it): say so, since the choice moves
   // sgemm by up to 1.9x on this project's AVX-512 machines.

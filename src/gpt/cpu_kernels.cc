@@ -194,7 +194,7 @@ void MatmulResidualForward(Floats out, ConstFloats residual, ConstFloats inp, Co
 }
 
 void MatmulBackward(Floats dinp, Floats dweight, Floats dbias, ConstFloats dout, ConstFloats inp,
-                    ConstFloats weight, int64_t N, int64_t C, int64_t OC) {
+                    ConstFloats weight, int64_t N, int64_t C, int64_t OC, ProductOrder order) {
   const auto n = static_cast<blasint>(N), c = static_cast<blasint>(C);
   const auto oc = static_cast<blasint>(OC);
   const auto input_gradient = [&] {
@@ -205,14 +205,10 @@ void MatmulBackward(Floats dinp, Floats dweight, Floats dbias, ConstFloats dout,
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, oc, c, n, 1.0f, dout.data(), oc,
                 inp.data(), c, 1.0f, dweight.data(), c);
   };
-  // The two products are independent and cost the same FLOPs. On two
-  // threads, each on its own core single-threaded (OpenBLAS's OpenMP build
-  // runs single-threaded inside a parallel region) beats both in turn on
-  // two threads: OpenBLAS splitting matrices this small pays a sync per
-  // panel (gpt-mini's step, 9 interleaved pairs on the shared 2-core
-  // machine: -4.6% to +7.5% tokens/s, median +2.3%). With more threads,
-  // splitting each product uses the cores better.
-  if (omp_get_max_threads() == 2 && !omp_in_parallel()) {
+  // Side by side, each product runs single-threaded on its own core
+  // (OpenBLAS's OpenMP build runs single-threaded inside a parallel region).
+  // With more threads, splitting each product uses the cores better.
+  if (order == ProductOrder::kSideBySide && omp_get_max_threads() == 2 && !omp_in_parallel()) {
 #pragma omp parallel sections num_threads(2)
     {
 #pragma omp section

@@ -39,10 +39,17 @@ void MatmulForward(Floats out, ConstFloats inp, ConstFloats weight, ConstFloats 
 // out = residual + inp @ weight^T + bias: a projection back into the residual stream.
 void MatmulResidualForward(Floats out, ConstFloats residual, ConstFloats inp, ConstFloats weight,
                            ConstFloats bias, int64_t N, int64_t C, int64_t OC);
+// How MatmulBackward runs its two products on two threads: side by side,
+// one single-threaded product per thread, or in turn, each split over both.
+// The same bits either way; gpt/product_order.h says which is faster where.
+// On any other thread count they run in turn.
+enum class ProductOrder { kSideBySide, kInTurn };
+
 // dinp = dout @ weight; dweight += dout^T @ inp; dbias += column sums of dout
 // (skipped for an empty dbias).
 void MatmulBackward(Floats dinp, Floats dweight, Floats dbias, ConstFloats dout, ConstFloats inp,
-                    ConstFloats weight, int64_t N, int64_t C, int64_t OC);
+                    ConstFloats weight, int64_t N, int64_t C, int64_t OC,
+                    ProductOrder order = ProductOrder::kSideBySide);
 
 // Causal multi-head attention. qkv (N, 3C) holds Q | K | V; att keeps the
 // softmax probabilities (B, NH, T, T) for backward; out (N, C).

@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <vector>
 
 #include "gpt/cpu_kernels.h"
 #include "gpt/flush_denormals.h"
 #include "gpt/model.h"
+#include "gpt/product_order.h"
 #include "util/error.h"
 
 namespace fmstack::gpt {
@@ -42,6 +44,8 @@ class CpuModel final : public Model {
     return fmt::format("{} threads, OpenBLAS {} kernels", CpuThreads(), BlasCoreName());
   }
 
+  std::string Tuning() const override { return "gradient products " + orders_.Summary(); }
+
   float Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int64_t B,
                 int64_t T) override;
   using Model::Backward;
@@ -71,11 +75,22 @@ class CpuModel final : public Model {
   std::span<float> LayerInput(int64_t l) {
     return l == 0 ? A(a_.encoded, p_.C) : A(a_.residual3, p_.C, l - 1);
   }
+  // cpu::MatmulBackward in the order that its shape has run fastest in.
+  void LinearBackward(std::span<float> dinp, std::span<float> dweight, std::span<float> dbias,
+                      std::span<const float> dout, std::span<const float> inp,
+                      std::span<const float> weight, int64_t N, int64_t C, int64_t OC) {
+    const ProductOrder order = orders_.Next(N, C, OC);
+    const auto start = std::chrono::steady_clock::now();
+    cpu::MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, order);
+    orders_.Record(N, C, OC, order,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
 
   ParamLayout p_;
   ActivationLayout a_;
   std::vector<float> params_, grads_, acts_;
   std::vector<int32_t> tokens_, targets_;
+  ProductOrderTuner orders_;
   int64_t B_ = 0, T_ = 0;
   bool has_targets_ = false;
 };
@@ -129,7 +144,7 @@ void CpuModel::Backward(float scale, const std::function<void(int)>& ready) {
   cpu::SoftmaxCrossEntropyBackwardInPlace(dlogits, targets_, N, V, scale);
   std::span<float> dres = A(a_.dresidual, C);
   std::span<float> dln = A(a_.dln, C);
-  cpu::MatmulBackward(dln, G(p_.wte, V * C), {}, dlogits, A(a_.lnf, C), P(p_.wte, V * C), N, C, V);
+  LinearBackward(dln, G(p_.wte, V * C), {}, dlogits, A(a_.lnf, C), P(p_.wte, V * C), N, C, V);
   std::fill(dres.begin(), dres.end(), 0.0f);
   cpu::LayerNormBackwardAccumulate(dres, G(p_.lnfw, C), G(p_.lnfb, C), dln, LayerInput(L),
                                    P(p_.lnfw, C), A(a_.lnf_mean, 1), A(a_.lnf_rstd, 1), N, C);
@@ -139,21 +154,21 @@ void CpuModel::Backward(float scale, const std::function<void(int)>& ready) {
   std::span<float> datty = A(a_.datty, C);
   for (int64_t l = L - 1; l >= 0; --l) {
     // residual3 = residual2 + gelu(ln2 @ fc^T) @ fcproj^T
-    cpu::MatmulBackward(dfch, G(p_.fcprojw, C * F, l), G(p_.fcprojb, C, l), dres,
-                        A(a_.fch_gelu, F, l), P(p_.fcprojw, C * F, l), N, F, C);
+    LinearBackward(dfch, G(p_.fcprojw, C * F, l), G(p_.fcprojb, C, l), dres, A(a_.fch_gelu, F, l),
+                   P(p_.fcprojw, C * F, l), N, F, C);
     cpu::GeluBackwardInPlace(dfch, A(a_.fch, F, l));
-    cpu::MatmulBackward(dln, G(p_.fcw, F * C, l), G(p_.fcb, F, l), dfch, A(a_.ln2, C, l),
-                        P(p_.fcw, F * C, l), N, C, F);
+    LinearBackward(dln, G(p_.fcw, F * C, l), G(p_.fcb, F, l), dfch, A(a_.ln2, C, l),
+                   P(p_.fcw, F * C, l), N, C, F);
     cpu::LayerNormBackwardAccumulate(dres, G(p_.ln2w, C, l), G(p_.ln2b, C, l), dln,
                                      A(a_.residual2, C, l), P(p_.ln2w, C, l), A(a_.ln2_mean, 1, l),
                                      A(a_.ln2_rstd, 1, l), N, C);
     // residual2 = residual + attention(ln1 @ qkv^T) @ attproj^T
-    cpu::MatmulBackward(datty, G(p_.attprojw, C * C, l), G(p_.attprojb, C, l), dres,
-                        A(a_.atty, C, l), P(p_.attprojw, C * C, l), N, C, C);
+    LinearBackward(datty, G(p_.attprojw, C * C, l), G(p_.attprojb, C, l), dres, A(a_.atty, C, l),
+                   P(p_.attprojw, C * C, l), N, C, C);
     cpu::AttentionBackward(dqkv, Scores(a_.datt), datty, A(a_.qkv, 3 * C, l), Scores(a_.att, l), B_,
                            T_, C, NH);
-    cpu::MatmulBackward(dln, G(p_.qkvw, 3 * C * C, l), G(p_.qkvb, 3 * C, l), dqkv, A(a_.ln1, C, l),
-                        P(p_.qkvw, 3 * C * C, l), N, C, 3 * C);
+    LinearBackward(dln, G(p_.qkvw, 3 * C * C, l), G(p_.qkvb, 3 * C, l), dqkv, A(a_.ln1, C, l),
+                   P(p_.qkvw, 3 * C * C, l), N, C, 3 * C);
     cpu::LayerNormBackwardAccumulate(dres, G(p_.ln1w, C, l), G(p_.ln1b, C, l), dln, LayerInput(l),
                                      P(p_.ln1w, C, l), A(a_.ln1_mean, 1, l), A(a_.ln1_rstd, 1, l),
                                      N, C);

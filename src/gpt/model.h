@@ -103,6 +103,9 @@ class Model {
   // Where the model runs, for a run's banner: "2 threads, OpenBLAS Haswell
   // kernels" or "cuda:0 NVIDIA H200, TF32 matmuls".
   virtual std::string Hardware() const = 0;
+  // What the backend chose by timing its own calls so far, for benches and
+  // logs ("gradient products in turn for 4 of 5 shapes"); "" when nothing.
+  virtual std::string Tuning() const { return {}; }
   // Fault rehearsal: the next step's first gradient becomes NaN.
   virtual void PoisonGradient() { grads()[0] = std::numeric_limits<float>::quiet_NaN(); }
 };

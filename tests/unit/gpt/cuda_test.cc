@@ -341,7 +341,7 @@ TEST(CudaOptimizer, NormClipAndAdamWMatchTrain) {
 TEST(CudaModel, LossAndGradientsMatchTheCpuModel) {
   REQUIRE_DEVICE();
   const int64_t B = 3, T = 40;
-  for (const auto [vocab, blocks] :
+  for (const auto& [vocab, blocks] :
        {std::pair<int64_t, int64_t>{97, 1}, {97, 4}, {97, 7}, {297, 4}}) {
     SCOPED_TRACE(::testing::Message() << "V = " << vocab << ", attention blocks = " << blocks);
     workload::TransformerShape shape = Tiny();
