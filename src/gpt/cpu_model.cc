@@ -44,7 +44,10 @@ class CpuModel final : public Model {
     return fmt::format("{} threads, OpenBLAS {} kernels", CpuThreads(), BlasCoreName());
   }
 
-  std::string Tuning() const override { return "gradient products " + orders_.Summary(); }
+  std::string Tuning() const override {
+    const std::string orders = orders_.Summary();
+    return orders.empty() ? orders : "gradient products " + orders;
+  }
 
   float Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int64_t B,
                 int64_t T) override;
@@ -79,6 +82,10 @@ class CpuModel final : public Model {
   void LinearBackward(std::span<float> dinp, std::span<float> dweight, std::span<float> dbias,
                       std::span<const float> dout, std::span<const float> inp,
                       std::span<const float> weight, int64_t N, int64_t C, int64_t OC) {
+    if (CpuThreads() != 2) {  // the only count with a choice (cpu_kernels.h)
+      cpu::MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, ProductOrder::kInTurn);
+      return;
+    }
     const ProductOrder order = orders_.Next(N, C, OC);
     const auto start = std::chrono::steady_clock::now();
     cpu::MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, order);

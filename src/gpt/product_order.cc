@@ -37,6 +37,7 @@ void ProductOrderTuner::Record(int64_t N, int64_t C, int64_t OC, ProductOrder or
 }
 
 std::string ProductOrderTuner::Summary() const {
+  if (shapes_.empty()) return {};
   int in_turn = 0, timing = 0;
   for (const auto& [shape, t] : shapes_) {
     if (static_cast<int>(std::min(t.side_by_side.size(), t.in_turn.size())) < kTrials) {

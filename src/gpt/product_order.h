@@ -33,7 +33,8 @@ class ProductOrderTuner {
   ProductOrder Next(int64_t N, int64_t C, int64_t OC) const;
   // One call's time, for the order Next gave.
   void Record(int64_t N, int64_t C, int64_t OC, ProductOrder order, double seconds);
-  // "in turn for 4 of 5 shapes (2 still timing)", for logs and benches.
+  // "in turn for 4 of 5 shapes (2 still timing)", for logs and benches;
+  // "" before any call.
   std::string Summary() const;
 
  private:

@@ -23,6 +23,7 @@ std::vector<Order> Play(ProductOrderTuner& t, int calls, double side_by_side, do
 
 TEST(ProductOrder, AlternatesUntilBothHaveTheirTrialsThenKeepsTheFaster) {
   ProductOrderTuner t;
+  EXPECT_EQ(t.Summary(), "");
   const std::vector<Order> seen = Play(t, 10, 2.0, 1.0);
   const std::vector<Order> want = {
       Order::kSideBySide, Order::kInTurn, Order::kSideBySide, Order::kInTurn, Order::kSideBySide,
