@@ -23,6 +23,14 @@ for _ in $(seq 50); do
   sleep 0.1
 done
 for p in $alive; do kill -KILL "$p" 2> /dev/null; done
+# A process is gone only once the kernel has torn it down, which takes a
+# moment after SIGKILL: wait for that (5 s), rather than report it as left.
+for _ in $(seq 50); do
+  still=""
+  for p in $alive; do kill -0 "$p" 2> /dev/null && still="$still $p"; done
+  [ -z "$still" ] && break
+  sleep 0.1
+done
 left=0
 # The bridge goes last: while it is there, no other cluster takes its number
 # and finds this one's namespaces.
@@ -39,7 +47,8 @@ while IFS='=' read -r kind value; do
   ip link del "$value" 2> /dev/null || { ip link show "$value" > /dev/null 2>&1 && { echo "slurm-down: cannot remove bridge $value" >&2; left=1; }; }
 done < "$dir/state.env"
 for p in $pids; do
-  kill -0 "$p" 2> /dev/null && { echo "slurm-down: process $p still runs" >&2; left=1; }
+  kill -0 "$p" 2> /dev/null &&
+    { echo "slurm-down: process $p ($(ps -o comm= -p "$p" 2> /dev/null)) still runs after SIGKILL" >&2; left=1; }
 done
 rm -rf "$dir/state.env" "$dir/state" "$dir/spool" "$dir/munge" "$dir/db"
 exit $left

@@ -25,9 +25,14 @@ for tool in slurmctld slurmd slurmdbd mariadbd munged sbatch sacct; do
 done
 work=$(mktemp -d)
 cleanup() {
-  [ -f "$work/cl/state.env" ] && "$root/scripts/slurm-down.sh" "$work/cl" > /dev/null 2>&1
-  [ -n "${FMSTACK_KEEP_WORK:-}" ] && { echo "kept $work"; return; }
-  rm -rf "$work"
+  local rc=$?
+  # What slurm-down cannot remove fails the test, named.
+  if [ -f "$work/cl/state.env" ] && ! "$root/scripts/slurm-down.sh" "$work/cl" > "$work/down.out" 2>&1; then
+    echo "FAIL: the cluster's teardown: $(cat "$work/down.out")"
+    rc=1
+  fi
+  if [ -n "${FMSTACK_KEEP_WORK:-}" ]; then echo "kept $work"; else rm -rf "$work"; fi
+  exit "$rc"
 }
 trap cleanup EXIT
 cd "$work"

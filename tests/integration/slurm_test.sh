@@ -17,9 +17,16 @@ for tool in slurmctld slurmd munged sbatch; do
 done
 work=$(mktemp -d)
 cleanup() {
-  [ -f "$work/cl2/state.env" ] && "$root/scripts/slurm-down.sh" "$work/cl2" > /dev/null 2>&1
-  [ -f "$work/cl/state.env" ] && "$root/scripts/slurm-down.sh" "$work/cl" > /dev/null 2>&1
+  local rc=$?
+  # What slurm-down cannot remove fails the test, named.
+  for cl in cl2 cl; do
+    if [ -f "$work/$cl/state.env" ] && ! "$root/scripts/slurm-down.sh" "$work/$cl" > "$work/down.out" 2>&1; then
+      echo "FAIL: $cl's teardown: $(cat "$work/down.out")"
+      rc=1
+    fi
+  done
   rm -rf "$work"
+  exit "$rc"
 }
 trap cleanup EXIT
 cd "$work"
