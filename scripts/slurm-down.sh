@@ -16,21 +16,21 @@ while IFS='=' read -r kind value; do
     slurmctld|slurmd|slurmdbd|mariadbd|munged) pids="$pids $value"; kill -TERM "$value" 2> /dev/null ;;
   esac
 done < "$dir/state.env"
-for _ in $(seq 50); do
-  alive=""
-  for p in $pids; do kill -0 "$p" 2> /dev/null && alive="$alive $p"; done
-  [ -z "$alive" ] && break
-  sleep 0.1
-done
+# Those of the given pids still alive after up to 5 s. After SIGKILL too a
+# process is gone only once the kernel has torn it down, which takes a moment.
+survivors() {
+  local still=""
+  for _ in $(seq 50); do
+    still=""
+    for p in "$@"; do kill -0 "$p" 2> /dev/null && still="$still $p"; done
+    [ -z "$still" ] && break
+    sleep 0.1
+  done
+  echo $still
+}
+alive=$(survivors $pids)
 for p in $alive; do kill -KILL "$p" 2> /dev/null; done
-# A process is gone only once the kernel has torn it down, which takes a
-# moment after SIGKILL: wait for that (5 s), rather than report it as left.
-for _ in $(seq 50); do
-  still=""
-  for p in $alive; do kill -0 "$p" 2> /dev/null && still="$still $p"; done
-  [ -z "$still" ] && break
-  sleep 0.1
-done
+alive=$(survivors $alive)
 left=0
 # The bridge goes last: while it is there, no other cluster takes its number
 # and finds this one's namespaces.
@@ -46,9 +46,9 @@ while IFS='=' read -r kind value; do
   [ "$kind" = bridge ] || continue
   ip link del "$value" 2> /dev/null || { ip link show "$value" > /dev/null 2>&1 && { echo "slurm-down: cannot remove bridge $value" >&2; left=1; }; }
 done < "$dir/state.env"
-for p in $pids; do
-  kill -0 "$p" 2> /dev/null &&
-    { echo "slurm-down: process $p ($(ps -o comm= -p "$p" 2> /dev/null)) still runs after SIGKILL" >&2; left=1; }
+for p in $alive; do
+  echo "slurm-down: process $p ($(ps -o comm= -p "$p" 2> /dev/null)) still runs after SIGKILL" >&2
+  left=1
 done
 rm -rf "$dir/state.env" "$dir/state" "$dir/spool" "$dir/munge" "$dir/db"
 exit $left

@@ -5,9 +5,9 @@
 // independent products of the same FLOPs. On two threads they can run side
 // by side, one single-threaded product per core, or in turn, each split over
 // both cores by OpenBLAS. Which is faster depends on the CPU and the shape:
-// side by side was 2.3% faster on an AMD EPYC (Zen 1) VM, in turn 3-9%
-// faster on an Intel Xeon (AVX-512) VM, where OpenBLAS's two threads share
-// one packed copy of a panel. Both orders give the same bits, so the choice
+// side by side made a gpt-mini step 2.3% faster on an AMD EPYC (Zen 1) VM;
+// in turn ran those products 3-9% faster on an Intel Xeon (AVX-512) VM
+// (docs/trainer.md). Both orders give the same bits, so the choice
 // costs nothing in reproducibility: the first calls of each shape alternate
 // the two orders, and once each has kTrials timings the one with the lower
 // median is kept.
