@@ -108,6 +108,24 @@ TEST(Kernels, MatmulBackwardSideBySideEqualsInTurn) {
   for (size_t i = 0; i < in_turn.size(); ++i) ASSERT_EQ(in_turn[i], side_by_side[i]) << i;
 }
 
+// The weight gradient runs in blocks of rows (OpenBLAS's packing buffer
+// stays small for the LM head); every row, the last partial block's too,
+// must be the plain sum over tokens added to what the gradient held.
+TEST(Kernels, WeightGradientInBlocksOfRowsIsThePlainSum) {
+  const int64_t N = 24, C = 16, OC = 2 * 4096 + 37;
+  V x(N * C), w(OC * C), r(N * OC), dx(N * C), dw(OC * C), db;
+  FillNormal(x, 1), FillNormal(w, 2), FillNormal(r, 3), FillNormal(dw, 4);
+  const V seed = dw;
+  cpu::MatmulBackward(dx, dw, db, r, x, w, N, C, OC);
+  for (int64_t o = 0; o < OC; ++o) {
+    for (int64_t c = 0; c < C; ++c) {
+      double sum = seed[o * C + c];
+      for (int64_t n = 0; n < N; ++n) sum += double{r[n * OC + o]} * x[n * C + c];
+      ASSERT_NEAR(dw[o * C + c], sum, 1e-4 * (1 + std::abs(sum))) << "row " << o << " col " << c;
+    }
+  }
+}
+
 TEST(Kernels, MatmulResidualAddsTheResidual) {
   const int64_t N = 3, C = 4, OC = 5;
   V x(N * C), w(OC * C), b(OC), res(N * OC), plain(N * OC), with(N * OC);
