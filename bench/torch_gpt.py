@@ -4,8 +4,10 @@ model, batch and sequence length trained in PyTorch, on the CPU (Debian
 python3-torch) or, with --device cuda, on a GPU.
 
 Run as PyTorch's CPU performance guide recommends: threads set to the cores
-given (torch.set_num_threads and OMP_NUM_THREADS), gradients set to None
-rather than zeroed, one warm-up step, then --rounds rounds of --steps steps.
+given (torch.set_num_threads and OMP_NUM_THREADS), TCMalloc as the allocator
+(bench_train preloads it; the JSON says which allocator the process has),
+gradients set to None rather than zeroed, one warm-up step, then --rounds
+rounds of --steps steps.
 On the CPU denormal floats are flushed to zero (torch.set_flush_denormal), as
 fmstack's CPU passes do, and every step trains on a fresh random batch, as
 bench_train's do: trained over and over on one batch, the model fits it, its
@@ -13,8 +15,8 @@ gradients sink below 1.2e-38 within ten steps, and every instruction that
 touches one takes a microcode assist (a round of 5 steps fell from 934 to 311
 tokens/s on the Intel VM).
 Prints one JSON line: {"tokens_per_s": median round, "rounds": [...],
-"torch": version, "blas": the BLAS library libblas.so.3 resolves to,
-"threads": n}.
+"allocator": TCMalloc, jemalloc or glibc malloc, "torch": version, "blas":
+the BLAS library libblas.so.3 resolves to, "threads": n}.
 
 On a GPU (--device cuda) it runs as PyTorch's CUDA notes recommend for fp32
 training: fused AdamW, TF32 matmuls only with --tf32, rounds timed between
@@ -125,7 +127,11 @@ def main():
         pass
     if cuda:
         blas = "cuBLAS " + str(torch.backends.cuda.preferred_blas_library())
+    with open("/proc/self/maps") as maps:
+        allocator = next((name for lib, name in (("tcmalloc", "TCMalloc"), ("jemalloc", "jemalloc"))
+                          if lib in maps.read()), "glibc malloc")
     print(json.dumps({"tokens_per_s": statistics.median(rounds), "rounds": rounds,
+                      "allocator": allocator,
                       "torch": torch.__version__, "blas": blas,
                       "threads": torch.get_num_threads(), "device": a.device,
                       "tf32": a.tf32, "sdpa": a.sdpa}))

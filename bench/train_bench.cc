@@ -3,7 +3,8 @@
 //   - the trainer's achieved model FLOP/s (6 x matmul weights + attention per
 //     token), and the ratio of the two (target >= 0.75)
 //   - tokens/s of the same model, batch and sequence in PyTorch (CPU, the same
-//     threads and OpenBLAS), and the ratio (target >= 1.25)
+//     threads and OpenBLAS, TCMalloc preloaded as PyTorch's tuning guide
+//     recommends), and the ratio (target >= 1.25)
 //   Both sides warm, 3 rounds of N steps each, interleaved with each other and
 //   with the sgemm measurement; the median round of each is reported.
 //   - peak RSS against params + grads + 2 Adam moments + activations as
@@ -72,6 +73,13 @@ int main(int argc, char** argv) {
   app.add_flag("--no-torch", no_torch, "skip the PyTorch peer");
   CLI11_PARSE(app, argc, argv);
   if (steps == 0) steps = model == "gpt-mini" ? 10 : 4;
+  const std::string tcmalloc = no_torch ? "" : bench::TcmallocPath();
+  if (!no_torch && tcmalloc.empty()) {
+    std::cerr << "bench_train: the PyTorch peer runs with TCMalloc, as PyTorch's tuning guide "
+                 "recommends, and libtcmalloc_minimal.so.4 is not installed: "
+                 "scripts/bootstrap.sh --bench (or --no-torch)\n";
+    return 1;
+  }
 
   gpt::SetCpuThreads(threads);
   workload::TransformerShape shape = *workload::FindPreset(model);
@@ -113,8 +121,9 @@ int main(int argc, char** argv) {
                                kRounds, steps)
                 << std::flush;
       const int n = gpt::CpuThreads();
-      torch = bench::RunTorchPeer(fmt::format("OMP_NUM_THREADS={}", n), "/usr/bin/python3", script,
-                                  shape, B, T, steps, n, "--rounds 1", 1800);
+      torch = bench::RunTorchPeer(fmt::format("LD_PRELOAD={} OMP_NUM_THREADS={}", tcmalloc, n),
+                                  "/usr/bin/python3", script, shape, B, T, steps, n, "--rounds 1",
+                                  1800);
       if (torch.tokens_per_s <= 0) {
         std::cerr << "install python3-torch: scripts/bootstrap.sh --bench\n";
         return 1;

@@ -2,7 +2,8 @@
 # Installs every Debian package fmstack needs to build and test. Idempotent:
 # it runs `apt-get update` and `apt-get install` only when a package is missing.
 # PyTorch (~1 GB) is for the tests of PyTorch programs under `fmstack run`
-# and the golden tests; --bench adds the other peers (OpenMPI, fio).
+# and the golden tests; --bench adds the other peers (OpenMPI, fio) and
+# TCMalloc, which PyTorch's tuning guide recommends for its CPU peer.
 set -euo pipefail
 
 packages=(
@@ -17,7 +18,7 @@ packages=(
 )
 
 if [ "${1:-}" = "--bench" ]; then
-  packages+=(openmpi-bin libopenmpi-dev fio)
+  packages+=(openmpi-bin libopenmpi-dev fio libtcmalloc-minimal4)
 fi
 
 missing=()
