@@ -11,6 +11,7 @@
 #include "ckpt/engine_job.h"
 #include "ckpt/staging_pool.h"
 #include "util/error.h"
+#include "util/worker_pool.h"
 
 namespace fmstack::ckpt {
 namespace {
@@ -253,6 +254,7 @@ void Engine::WriteFirstTier(Job& job) {
   // Every slot is consumed even after an error, so that Save() never waits
   // for one; an abandoned save hands over no more, and what it handed over
   // goes back to the pool unwritten.
+  WorkerPool hasher(1);
   for (int64_t i = 0; i < job.slots_total; ++i) {
     Slot* slot = nullptr;
     {
@@ -267,8 +269,7 @@ void Engine::WriteFirstTier(Job& job) {
     // first, in turn, an 8 MiB slot's XXH3 (2 ms at Debian libxxhash's
     // 4.3 GB/s) held the disk idle for a third of its write (6.4 ms at
     // 1.31 GB/s), on the Intel VM.
-    auto checksum =
-        std::async(std::launch::async, [bytes] { return XXH3_64bits(bytes.data(), bytes.size()); });
+    auto checksum = hasher.Submit([bytes] { return XXH3_64bits(bytes.data(), bytes.size()); });
     if (error.empty()) {
       try {
         sink->Write(bytes);

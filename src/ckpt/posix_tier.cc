@@ -25,6 +25,7 @@
 #include "ckpt/tier.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/worker_pool.h"
 
 namespace fmstack::ckpt {
 namespace {
@@ -132,12 +133,12 @@ class PosixSink final : public Sink {
     const size_t blocks = data.size() / kBlock;
     const size_t pieces = std::clamp<size_t>(data.size() / kMinPiece, 1, kInFlight);
     const size_t per_piece = (blocks + pieces - 1) / pieces * kBlock;
+    if (pieces > 1 && !writers_) writers_ = std::make_unique<WorkerPool>(kInFlight - 1);
     std::vector<std::future<void>> others;
     for (size_t at = per_piece; at < data.size(); at += per_piece) {
       const auto piece = data.subspan(at, std::min(per_piece, data.size() - at));
       const int64_t offset = offset_ + static_cast<int64_t>(at);
-      others.push_back(
-          std::async(std::launch::async, [this, piece, offset] { PwriteAt(piece, offset); }));
+      others.push_back(writers_->Submit([this, piece, offset] { PwriteAt(piece, offset); }));
     }
     std::exception_ptr first_error;
     try {
@@ -195,6 +196,10 @@ class PosixSink final : public Sink {
   std::unique_ptr<char, FreeDeleter> bounce_;
   size_t pending_ = 0;
   bool finished_ = false;
+  // The other pieces' writers, started with the first run that has more
+  // than one piece. Every PwriteInFlight waits for its pieces, so none is
+  // in flight when the sink closes its file.
+  std::unique_ptr<WorkerPool> writers_;
 };
 
 class PosixTier final : public Tier {

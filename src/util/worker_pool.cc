@@ -1,0 +1,47 @@
+#include "util/worker_pool.h"
+
+#include <fmt/format.h>
+
+#include "util/error.h"
+
+namespace fmstack {
+
+WorkerPool::WorkerPool(int threads) {
+  if (threads < 1 || threads > 256)
+    throw Error(fmt::format("worker pool of {} threads: expected 1 to 256", threads));
+  threads_.reserve(static_cast<size_t>(threads));
+  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Work(); });
+}
+
+WorkerPool::~WorkerPool() {
+  {
+    const std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+void WorkerPool::Enqueue(std::function<void()> task) {
+  {
+    const std::lock_guard lock(mu_);
+    queue_.push_back(std::move(task));
+  }
+  cv_.notify_one();
+}
+
+void WorkerPool::Work() {
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and nothing left to run
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task();  // a packaged_task: an exception goes to its future
+  }
+}
+
+}  // namespace fmstack
