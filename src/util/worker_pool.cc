@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <system_error>
+
 #include "util/error.h"
 
 namespace fmstack {
@@ -10,16 +12,29 @@ WorkerPool::WorkerPool(int threads) {
   if (threads < 1 || threads > 256)
     throw Error(fmt::format("worker pool of {} threads: expected 1 to 256", threads));
   threads_.reserve(static_cast<size_t>(threads));
-  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Work(); });
+  try {
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Work(); });
+  } catch (const std::system_error& e) {
+    // No destructor runs for a constructor that throws: join those started.
+    const size_t started = threads_.size();
+    Stop();
+    throw Error(fmt::format("worker pool: cannot start thread {} of {}: {}", started + 1, threads,
+                            e.what()));
+  }
 }
 
 WorkerPool::~WorkerPool() {
+  Stop();
+}
+
+void WorkerPool::Stop() {
   {
     const std::lock_guard lock(mu_);
     stopping_ = true;
   }
   cv_.notify_all();
   for (std::thread& t : threads_) t.join();
+  threads_.clear();
 }
 
 void WorkerPool::Enqueue(std::function<void()> task) {

@@ -42,6 +42,7 @@ class WorkerPool {
  private:
   void Enqueue(std::function<void()> task);
   void Work();
+  void Stop();  // runs what is queued, then joins every thread
 
   std::mutex mu_;
   std::condition_variable cv_;
