@@ -75,40 +75,89 @@ std::vector<uint8_t> DecayMask(const gpt::ParamLayout& layout) {
   return decay;
 }
 
+namespace {
+
+// One AdamW step's constants, shared by the masked and the ranged forms.
+struct AdamWStep {
+  float b1, b2, correction1, correction2, rate, eps, wd;
+  AdamWStep(const OptimConfig& c, int64_t step, double lr)
+      : b1(static_cast<float>(c.beta1)),
+        b2(static_cast<float>(c.beta2)),
+        correction1(static_cast<float>(1.0 - std::pow(c.beta1, static_cast<double>(step)))),
+        correction2(static_cast<float>(1.0 - std::pow(c.beta2, static_cast<double>(step)))),
+        rate(static_cast<float>(lr)),
+        eps(static_cast<float>(c.eps)),
+        wd(static_cast<float>(c.weight_decay)) {}
+
+  // Element i; `keep` is all ones where weight decay applies, else zero.
+  // decay ? wd * p : 0.0f, as a bit mask: GCC 12 does not vectorize the
+  // loop with the choice written as one.
+  void Update(float& p, float g, float& m, float& v, uint32_t keep) const {
+    m = b1 * m + (1.0f - b1) * g;
+    v = b2 * v + (1.0f - b2) * g * g;
+    const float m_hat = m / correction1;
+    const float v_hat = v / correction2;
+    const float decay_term = std::bit_cast<float>(std::bit_cast<uint32_t>(wd * p) & keep);
+    p -= rate * (m_hat / (std::sqrt(v_hat) + eps) + decay_term);
+  }
+};
+
+}  // namespace
+
 void AdamWKernel(const OptimConfig& c, float* p, const float* g, float* m, float* v,
                  const uint8_t* decay, int64_t n, int64_t step, double lr, float grad_scale) {
-  const double t = static_cast<double>(step);
-  const auto b1 = static_cast<float>(c.beta1), b2 = static_cast<float>(c.beta2);
-  const auto correction1 = static_cast<float>(1.0 - std::pow(c.beta1, t));
-  const auto correction2 = static_cast<float>(1.0 - std::pow(c.beta2, t));
-  const auto rate = static_cast<float>(lr), eps = static_cast<float>(c.eps);
-  const auto wd = static_cast<float>(c.weight_decay);
+  const AdamWStep s(c, step, lr);
   // A moment whose gradient stays zero decays towards the denormal range,
   // where each vector touching it takes a microcode assist
   // (gpt/flush_denormals.h); flushed like the model's passes.
   const gpt::FlushDenormalsScope flush;
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i] * grad_scale;  // the value an in-place clip would have stored
-    m[i] = b1 * m[i] + (1.0f - b1) * gi;
-    v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-    const float m_hat = m[i] / correction1;
-    const float v_hat = v[i] / correction2;
-    // decay[i] ? wd * p[i] : 0.0f, as a bit mask: GCC 12 does not
-    // vectorize the loop with the choice written as one.
-    const uint32_t keep = 0u - static_cast<uint32_t>(decay[i] != 0);
-    const float decay_term = std::bit_cast<float>(std::bit_cast<uint32_t>(wd * p[i]) & keep);
-    p[i] -= rate * (m_hat / (std::sqrt(v_hat) + eps) + decay_term);
+    // g * grad_scale: the value an in-place clip would have stored
+    s.Update(p[i], g[i] * grad_scale, m[i], v[i], 0u - static_cast<uint32_t>(decay[i] != 0));
   }
 }
 
+void AdamWRanges(const OptimConfig& c, float* p, const float* g, float* m, float* v,
+                 std::span<const DecayRange> ranges, int64_t step, double lr, float grad_scale) {
+  const AdamWStep s(c, step, lr);
+  const gpt::FlushDenormalsScope flush;
+  // One parallel region for every range: each element's update depends on
+  // nothing but itself, so how ranges are split across threads never
+  // changes a bit.
+#pragma omp parallel
+  for (const DecayRange& r : ranges) {
+    const uint32_t keep = r.decay ? ~0u : 0u;
+    const int64_t end = r.begin + r.count;
+#pragma omp for simd schedule(static) nowait
+    for (int64_t i = r.begin; i < end; ++i) s.Update(p[i], g[i] * grad_scale, m[i], v[i], keep);
+  }
+}
+
+std::vector<DecayRange> DecayRanges(const gpt::ParamLayout& layout) {
+  std::vector<DecayRange> ranges;
+  for (const gpt::TensorInfo& t : layout.Tensors()) {
+    const bool decay = t.dims.size() >= 2;
+    if (!ranges.empty() && ranges.back().decay == decay &&
+        ranges.back().begin + ranges.back().count == t.offset) {
+      ranges.back().count += t.size();
+    } else {
+      ranges.push_back({t.offset, t.size(), decay});
+    }
+  }
+  return ranges;
+}
+
 AdamW::AdamW(const OptimConfig& config, const gpt::ParamLayout& layout)
-    : config_(config), m_(layout.total, 0.0f), v_(layout.total, 0.0f), decay_(DecayMask(layout)) {}
+    : config_(config),
+      m_(layout.total, 0.0f),
+      v_(layout.total, 0.0f),
+      decay_(DecayRanges(layout)) {}
 
 void AdamW::Update(std::span<float> params, std::span<const float> grads, int64_t step, double lr,
                    float grad_scale) {
-  AdamWKernel(config_, params.data(), grads.data(), m_.data(), v_.data(), decay_.data(),
-              static_cast<int64_t>(params.size()), step, lr, grad_scale);
+  AdamWRanges(config_, params.data(), grads.data(), m_.data(), v_.data(), decay_, step, lr,
+              grad_scale);
 }
 
 }  // namespace fmstack::train

@@ -46,6 +46,21 @@ void AdamWKernel(const OptimConfig& c, float* params, const float* grads, float*
 // never biases or LayerNorm gains).
 std::vector<uint8_t> DecayMask(const gpt::ParamLayout& layout);
 
+// The same choice as contiguous ranges of the flat parameter vector,
+// adjacent tensors with the same choice merged: what AdamW keeps, where a
+// byte per parameter was 124 MB for GPT-2 124M (4% of its training memory).
+struct DecayRange {
+  int64_t begin = 0, count = 0;
+  bool decay = false;
+};
+std::vector<DecayRange> DecayRanges(const gpt::ParamLayout& layout);
+
+// AdamWKernel over the whole parameter vector, one range at a time, with
+// the same bits as AdamWKernel given DecayMask.
+void AdamWRanges(const OptimConfig& c, float* params, const float* grads, float* m, float* v,
+                 std::span<const DecayRange> ranges, int64_t step, double lr,
+                 float grad_scale = 1.0f);
+
 class AdamW {
  public:
   // Decays every parameter tensor with two or more dimensions (matrices and
@@ -60,12 +75,11 @@ class AdamW {
   std::span<float> v() { return v_; }
   std::span<const float> m() const { return m_; }
   std::span<const float> v() const { return v_; }
-  std::span<const uint8_t> decay_mask() const { return decay_; }
 
  private:
   OptimConfig config_;
   std::vector<float> m_, v_;
-  std::vector<uint8_t> decay_;  // per parameter: 1 = apply weight decay
+  std::vector<DecayRange> decay_;
 };
 
 }  // namespace fmstack::train

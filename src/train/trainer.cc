@@ -49,14 +49,17 @@ Trainer::Trainer(const TrainConfig& config, const TokenFile& data, comm::Communi
   if (config.init_params) gpt::InitParams(model_->params_layout(), model_->params(), config.seed);
   // One process on a GPU: AdamW runs where the parameters live (data
   // parallelism reduces host gradients, so it keeps the host optimizer).
-  if (!dp_ && optimizer_) {
+  if (!dp_ && optimizer_ && config.backend != "cpu") {
     const OptimConfig& o = config.optim;
+    // A byte per parameter, for as long as the call copies it to the device
+    // (never on the CPU, where it would add to the peak).
+    const std::vector<uint8_t> decay_mask = DecayMask(model_->params_layout());
     optimizer_on_device_ = model_->EnableDeviceOptimizer({.beta1 = o.beta1,
                                                           .beta2 = o.beta2,
                                                           .eps = o.eps,
                                                           .weight_decay = o.weight_decay,
                                                           .grad_clip = o.grad_clip,
-                                                          .decay_mask = optimizer_->decay_mask()});
+                                                          .decay_mask = decay_mask});
   }
   counters_.seed = config.seed;
   counters_.rng = config.seed;

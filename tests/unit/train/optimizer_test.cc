@@ -163,5 +163,42 @@ TEST(AdamW, AnElementsUpdateDoesNotDependOnItsRange) {
   }
 }
 
+// AdamW keeps the decay choice as ranges of tensors; ZeRO's shards keep it
+// per element. The two forms must cover every parameter once, agree with
+// DecayMask, and give the same bits (resumed and re-sharded runs rely on it).
+TEST(AdamW, DecayRangesGiveTheBitsOfThePerParameterMask) {
+  workload::TransformerShape s;
+  s.name = "t", s.layers = 3, s.hidden = 16, s.heads = 2, s.kv_heads = 2, s.ffn_hidden = 64;
+  s.vocab = 37, s.seq_len = 8;
+  const gpt::ParamLayout layout = gpt::ParamLayout::For(s);
+  const std::vector<uint8_t> mask = DecayMask(layout);
+  const std::vector<DecayRange> ranges = DecayRanges(layout);
+  int64_t next = 0;
+  for (const DecayRange& r : ranges) {
+    ASSERT_EQ(r.begin, next);
+    for (int64_t i = r.begin; i < r.begin + r.count; ++i) ASSERT_EQ(mask[i] != 0, r.decay) << i;
+    next = r.begin + r.count;
+  }
+  ASSERT_EQ(next, layout.total);
+  ASSERT_GT(ranges.size(), 2u);  // matrices and vectors alternate
+
+  const int64_t n = layout.total;
+  OptimConfig c;
+  c.weight_decay = 0.1;
+  const std::vector<float> p0 = Sawtooth(n, 0.013f, 29, -0.2f);
+  std::vector<float> g(n);
+  for (int64_t i = 0; i < n; ++i) g[i] = std::cos(0.37f * static_cast<float>(i)) * 0.2f;
+  std::vector<float> masked = p0, mm(n, 0), vm(n, 0), ranged = p0, mr(n, 0), vr(n, 0);
+  for (int64_t step = 1; step <= 3; ++step) {
+    AdamWKernel(c, masked.data(), g.data(), mm.data(), vm.data(), mask.data(), n, step, 1e-3, 0.5f);
+    AdamWRanges(c, ranged.data(), g.data(), mr.data(), vr.data(), ranges, step, 1e-3, 0.5f);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(ranged[i], masked[i]) << i;
+    ASSERT_EQ(mr[i], mm[i]) << i;
+    ASSERT_EQ(vr[i], vm[i]) << i;
+  }
+}
+
 }  // namespace
 }  // namespace fmstack::train
