@@ -1,11 +1,14 @@
 #include "train/optimizer.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <numbers>
 
 #include "gpt/flush_denormals.h"
+#include "util/error.h"
 
 namespace fmstack::train {
 
@@ -149,10 +152,19 @@ std::vector<DecayRange> DecayRanges(const gpt::ParamLayout& layout) {
 }
 
 AdamW::AdamW(const OptimConfig& config, const gpt::ParamLayout& layout)
-    : config_(config),
-      m_(layout.total, 0.0f),
-      v_(layout.total, 0.0f),
-      decay_(DecayRanges(layout)) {}
+    : config_(config), m_(layout.total, 0.0f), v_(layout.total, 0.0f), decay_(DecayRanges(layout)) {
+  // A parameter outside every range would never be updated, silently.
+  int64_t covered = 0;
+  for (const DecayRange& r : decay_) {
+    if (r.begin != covered)
+      throw Error(fmt::format("AdamW: parameters [{}, {}) belong to no tensor of the layout",
+                              covered, r.begin));
+    covered += r.count;
+  }
+  if (covered != layout.total)
+    throw Error(fmt::format("AdamW: the layout's tensors cover {} of its {} parameters", covered,
+                            layout.total));
+}
 
 void AdamW::Update(std::span<float> params, std::span<const float> grads, int64_t step, double lr,
                    float grad_scale) {
