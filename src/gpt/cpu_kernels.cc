@@ -22,9 +22,13 @@ namespace {
 // gpt-mini step summing its bias gradient (perf).
 // Taken once, outside the parallel loop that uses it: inside, the thread
 // count reads as the nested one.
-int64_t ChannelChunk(int64_t C) {
+struct ChannelChunks {
+  int64_t width, count;
+};
+ChannelChunks ChannelChunksOf(int64_t C) {
   const int64_t threads = omp_get_max_threads();
-  return std::max<int64_t>(16, ((C + threads - 1) / threads + 15) / 16 * 16);
+  const int64_t width = std::max<int64_t>(16, ((C + threads - 1) / threads + 15) / 16 * 16);
+  return {width, (C + width - 1) / width};
 }
 
 // An empty bias means none: the rows start at zero.
@@ -101,7 +105,7 @@ void EncoderForward(Floats out, Tokens tokens, ConstFloats wte, ConstFloats wpe,
 
 void EncoderBackward(Floats dwte, Floats dwpe, ConstFloats dout, Tokens tokens, int64_t B,
                      int64_t T, int64_t C) {
-  const int64_t width = ChannelChunk(C), chunks = (C + width - 1) / width;
+  const auto [width, chunks] = ChannelChunksOf(C);
 #pragma omp parallel for schedule(static)
   for (int64_t chunk = 0; chunk < chunks; ++chunk) {
     const int64_t c0 = chunk * width, c1 = std::min(C, c0 + width);
@@ -160,7 +164,7 @@ void LayerNormBackwardAccumulate(Floats dinp, Floats dweight, Floats dbias, Cons
       di[c] += (w[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
     }
   }
-  const int64_t width = ChannelChunk(C), chunks = (C + width - 1) / width;
+  const auto [width, chunks] = ChannelChunksOf(C);
 #pragma omp parallel for schedule(static)
   for (int64_t chunk = 0; chunk < chunks; ++chunk) {
     const int64_t c0 = chunk * width, c1 = std::min(C, c0 + width);
@@ -193,6 +197,10 @@ void MatmulResidualForward(Floats out, ConstFloats residual, ConstFloats inp, Co
   GemmAccumulate(out.data(), inp.data(), weight.data(), N, C, OC);
 }
 
+bool ProductOrderHasAChoice() {
+  return omp_get_max_threads() == 2 && !omp_in_parallel();
+}
+
 // Rows of a weight gradient per sgemm call (see weight_gradient below).
 constexpr int64_t kWeightGradientRows = 4096;
 
@@ -220,7 +228,7 @@ void MatmulBackward(Floats dinp, Floats dweight, Floats dbias, ConstFloats dout,
   // Side by side, each product runs single-threaded on its own core
   // (OpenBLAS's OpenMP build runs single-threaded inside a parallel region).
   // With more threads, splitting each product uses the cores better.
-  if (order == ProductOrder::kSideBySide && omp_get_max_threads() == 2 && !omp_in_parallel()) {
+  if (order == ProductOrder::kSideBySide && ProductOrderHasAChoice()) {
 #pragma omp parallel sections num_threads(2)
     {
 #pragma omp section
@@ -233,7 +241,7 @@ void MatmulBackward(Floats dinp, Floats dweight, Floats dbias, ConstFloats dout,
     weight_gradient();
   }
   if (dbias.empty()) return;
-  const int64_t width = ChannelChunk(OC), chunks = (OC + width - 1) / width;
+  const auto [width, chunks] = ChannelChunksOf(OC);
 #pragma omp parallel for schedule(static)
   for (int64_t chunk = 0; chunk < chunks; ++chunk) {
     const int64_t c0 = chunk * width, c1 = std::min(OC, c0 + width);

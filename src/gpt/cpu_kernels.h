@@ -44,6 +44,8 @@ void MatmulResidualForward(Floats out, ConstFloats residual, ConstFloats inp, Co
 // The same bits either way; gpt/product_order.h says which is faster where.
 // On any other thread count they run in turn.
 enum class ProductOrder { kSideBySide, kInTurn };
+// Whether the order can matter here: two threads, outside a parallel region.
+bool ProductOrderHasAChoice();
 
 // dinp = dout @ weight; dweight += dout^T @ inp; dbias += column sums of dout
 // (skipped for an empty dbias).

@@ -138,33 +138,32 @@ void AdamWRanges(const OptimConfig& c, float* p, const float* g, float* m, float
 }
 
 std::vector<DecayRange> DecayRanges(const gpt::ParamLayout& layout) {
+  // A parameter outside every range would never be updated, silently.
   std::vector<DecayRange> ranges;
+  int64_t covered = 0;
   for (const gpt::TensorInfo& t : layout.Tensors()) {
+    if (t.offset != covered)
+      throw Error(fmt::format("AdamW: parameters [{}, {}) belong to no tensor of the layout",
+                              covered, t.offset));
     const bool decay = t.dims.size() >= 2;
-    if (!ranges.empty() && ranges.back().decay == decay &&
-        ranges.back().begin + ranges.back().count == t.offset) {
+    if (!ranges.empty() && ranges.back().decay == decay) {
       ranges.back().count += t.size();
     } else {
       ranges.push_back({t.offset, t.size(), decay});
     }
-  }
-  return ranges;
-}
-
-AdamW::AdamW(const OptimConfig& config, const gpt::ParamLayout& layout)
-    : config_(config), m_(layout.total, 0.0f), v_(layout.total, 0.0f), decay_(DecayRanges(layout)) {
-  // A parameter outside every range would never be updated, silently.
-  int64_t covered = 0;
-  for (const DecayRange& r : decay_) {
-    if (r.begin != covered)
-      throw Error(fmt::format("AdamW: parameters [{}, {}) belong to no tensor of the layout",
-                              covered, r.begin));
-    covered += r.count;
+    covered += t.size();
   }
   if (covered != layout.total)
     throw Error(fmt::format("AdamW: the layout's tensors cover {} of its {} parameters", covered,
                             layout.total));
+  return ranges;
 }
+
+AdamW::AdamW(const OptimConfig& config, const gpt::ParamLayout& layout)
+    : config_(config),
+      m_(layout.total, 0.0f),
+      v_(layout.total, 0.0f),
+      decay_(DecayRanges(layout)) {}
 
 void AdamW::Update(std::span<float> params, std::span<const float> grads, int64_t step, double lr,
                    float grad_scale) {

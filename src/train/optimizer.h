@@ -53,6 +53,7 @@ struct DecayRange {
   int64_t begin = 0, count = 0;
   bool decay = false;
 };
+// Throws Error naming the span when the tensors leave a parameter uncovered.
 std::vector<DecayRange> DecayRanges(const gpt::ParamLayout& layout);
 
 // AdamWKernel over the whole parameter vector, one range at a time, with
