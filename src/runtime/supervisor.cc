@@ -391,6 +391,22 @@ void Supervisor::Poll() {
   if (listener_) AcceptControl();
 }
 
+void Supervisor::DrainControl(int rank) {
+  char buf[65536];
+  for (Stream& s : streams_) {
+    if (s.kind != Stream::kControl || s.rank != rank || s.fd < 0) continue;
+    // A worker sends its report, then exits: what it sent is in the socket
+    // buffer when the exit is seen. Bounded: a rank cannot keep us here.
+    for (int reads = 0; reads < 64; ++reads) {
+      pollfd p{s.fd, POLLIN, 0};
+      if (::poll(&p, 1, 0) <= 0 || (p.revents & POLLIN) == 0) break;
+      const ssize_t n = ::read(s.fd, buf, sizeof buf);
+      if (n <= 0) break;  // the end, or an error: Poll closes it
+      Deliver(s, std::string_view(buf, static_cast<size_t>(n)));
+    }
+  }
+}
+
 void Supervisor::AcceptControl() {
   std::vector<std::string> refused;
   for (const ControlListener::Joined& j : listener_->Advance(&refused)) {

@@ -85,6 +85,9 @@ void Supervisor::Reap() {
     if (OnNodeProcessExit(pid, status)) continue;
     for (const auto& w : workers_) {
       if (w.pid != pid) continue;
+      // Its last report may still be unread: poll() saw the channel empty,
+      // then the worker sent why it stops and exited before waitpid ran.
+      DrainControl(w.rank);
       // A remote worker must not outlive its srun: close its lifeline.
       if (OnSlurm() && control_fd_[w.rank] >= 0) ::shutdown(control_fd_[w.rank], SHUT_RDWR);
       RankExit& x = result_.exits[w.rank];

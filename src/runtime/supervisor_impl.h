@@ -194,6 +194,8 @@ class Supervisor {
   void Poll();
   void PollAgents(std::span<const pollfd> fds);  // fds: the agents', in slot order
   void Deliver(Stream& s, std::string_view data);
+  // Reads what a rank's control channel holds now, without waiting.
+  void DrainControl(int rank);
   void OnControl(int rank, const nlohmann::json& m);
   void OnStepEvent(int rank, const nlohmann::json& e);
   void Reap();

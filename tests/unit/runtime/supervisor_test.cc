@@ -1,0 +1,63 @@
+// The supervisor with stand-in workers (shell scripts on the control channel).
+#include "runtime/supervisor.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+namespace fmstack::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string FreshDir(const std::string& tag) {
+  const fs::path p =
+      fs::temp_directory_path() / ("fmstack-supervisor-" + tag + "-" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+// A worker reports why it stops on its control channel, then exits. The
+// supervisor's poll() can see the channel empty just before the report lands
+// and reap the exit right after: the report must still be what it believes.
+// The stand-in writes a line to stderr first; the line callback holds the
+// supervisor there, between its poll() and its waitpid(), while the worker
+// reports and exits.
+TEST(Supervisor, AReportSentJustBeforeTheExitIsBelieved) {
+  const std::string dir = FreshDir("report");
+  SuperviseOptions o;
+  o.layout = {.nodes = 1, .procs_per_node = 1};
+  o.argv = {"/bin/bash", "-c",
+            "echo about to report >&2; sleep 0.2; "
+            "printf '%s\\n' '{\"ev\":\"fault\",\"kind\":\"peer-restore-failed\",\"rank\":0,"
+            "\"step\":0,\"what\":\"no peer copy could serve\"}' >&\"$FMSTACK_CONTROL_FD\"; "
+            "exit 75"};
+  o.run_dir = dir;
+  o.job_name = "report";
+  o.job_id = "1";
+  o.grace_seconds = 1;
+  o.metrics_listen = "off";
+  o.policy = {.max_restarts = 0};
+  const RunResult r = Supervise(
+      o, nullptr,
+      [](int, bool is_stderr, const std::string& line) {
+        if (is_stderr && line == "about to report")
+          std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      },
+      nullptr);
+  EXPECT_FALSE(r.ok());
+  ASSERT_EQ(r.exits.size(), 1u);
+  EXPECT_EQ(r.exits[0].exit_code, kFaultExitCode);
+  ASSERT_FALSE(r.ledger.incidents().empty());
+  EXPECT_EQ(r.ledger.incidents().front().kind, "peer-restore-failed");
+  EXPECT_EQ(r.ledger.incidents().front().what, "no peer copy could serve");
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace fmstack::runtime
