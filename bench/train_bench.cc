@@ -30,6 +30,7 @@
 #include "bench/torch_peer.h"
 #include "gpt/sgemm_peak.h"
 #include "train/trainer.h"
+#include "util/huge_pages.h"
 #include "util/random.h"
 #include "util/text_table.h"
 #include "util/units.h"
@@ -152,6 +153,14 @@ int main(int argc, char** argv) {
                         units::FormatCount(params), B, T, gpt::CpuThreads()),
             "", ""});
   t.AddRow({"BLAS", gpt::BlasConfig(), "", ""});
+  // fmstack's buffers and the sgemm limit ask for huge pages (util/huge_pages.h);
+  // the kernel grants them unless THP is "never".
+  const std::string thp = HugePagesMode();
+  t.AddRow({"transparent huge pages",
+            thp == "madvise" || thp == "always"
+                ? thp + ": fmstack's buffers ask for 2 MiB pages and get them"
+                : thp + ": fmstack's buffers get 4 KiB pages",
+            "", ""});
   if (const std::string tuning = trainer.model().Tuning(); !tuning.empty())
     t.AddRow({"tuned by timing", tuning, "", ""});
   // OpenBLAS takes its kernels from OPENBLAS_CORETYPE when the environment

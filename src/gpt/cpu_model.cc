@@ -11,6 +11,7 @@
 #include "gpt/model.h"
 #include "gpt/product_order.h"
 #include "util/error.h"
+#include "util/huge_pages.h"
 
 namespace fmstack::gpt {
 namespace {
@@ -95,7 +96,7 @@ class CpuModel final : public Model {
 
   ParamLayout p_;
   ActivationLayout a_;
-  std::vector<float> params_, grads_, acts_;
+  HugeFloats params_, grads_, acts_;  // util/huge_pages.h: sgemm packs faster
   std::vector<int32_t> tokens_, targets_;
   ProductOrderTuner orders_;
   int64_t B_ = 0, T_ = 0;

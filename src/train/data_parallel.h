@@ -118,7 +118,7 @@ class DataParallel {
   OptimConfig optim_;
   DpConfig config_;
   std::vector<Bucket> buckets_;
-  std::vector<float> shard_grads_, shard_params_, shard_m_, shard_v_;
+  HugeFloats shard_grads_, shard_params_, shard_m_, shard_v_;
   std::vector<uint8_t> shard_decay_;
 
   std::mutex mu_;

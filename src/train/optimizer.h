@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gpt/layout.h"
+#include "util/huge_pages.h"
 
 namespace fmstack::train {
 
@@ -79,7 +80,7 @@ class AdamW {
 
  private:
   OptimConfig config_;
-  std::vector<float> m_, v_;
+  HugeFloats m_, v_;
   std::vector<DecayRange> decay_;
 };
 

@@ -1,0 +1,50 @@
+#include "util/huge_pages.h"
+
+#include <sys/mman.h>
+
+#include <cstdint>
+#include <fstream>
+#include <new>
+
+namespace fmstack {
+namespace {
+
+size_t RoundUp(size_t bytes) {
+  return (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+}
+
+}  // namespace
+
+// mmap aligns to 4 KiB only: map one huge page more than asked, then return
+// the unaligned head and the tail, so that every 2 MiB of the region can be
+// one huge page.
+void* MapHugePages(size_t bytes) {
+  const size_t size = RoundUp(bytes);
+  void* raw = ::mmap(nullptr, size + kHugePageBytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) throw std::bad_alloc();
+  const auto start = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (start + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  if (aligned > start) ::munmap(raw, aligned - start);
+  const uintptr_t end = start + size + kHugePageBytes;
+  if (end > aligned + size) ::munmap(reinterpret_cast<void*>(aligned + size), end - aligned - size);
+  void* p = reinterpret_cast<void*>(aligned);
+  // A hint: EINVAL on a kernel without THP leaves ordinary pages, which work.
+  (void)::madvise(p, size, MADV_HUGEPAGE);
+  return p;
+}
+
+void UnmapHugePages(void* p, size_t bytes) noexcept {
+  ::munmap(p, RoundUp(bytes));
+}
+
+std::string HugePagesMode() {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  if (!std::getline(in, line)) return "unavailable";
+  const size_t open = line.find('['), close = line.find(']');
+  if (open == std::string::npos || close == std::string::npos || close < open) return "unavailable";
+  return line.substr(open + 1, close - open - 1);
+}
+
+}  // namespace fmstack

@@ -1,0 +1,46 @@
+#include "util/huge_pages.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <numeric>
+
+namespace fmstack {
+namespace {
+
+uintptr_t Address(const float* p) {
+  return reinterpret_cast<uintptr_t>(p);
+}
+
+// A large buffer starts on a 2 MiB boundary (else no 2 MiB page could back
+// its first bytes), holds what is written across its whole length, and
+// survives growing and copying like any vector.
+TEST(HugePages, ALargeBufferIsAlignedToAHugePageAndBehavesAsAVector) {
+  const size_t n = (size_t{5} << 20) / sizeof(float) + 3;  // 5 MiB and a bit: a partial last page
+  HugeFloats v(n, 1.5f);
+  EXPECT_EQ(Address(v.data()) % kHugePageBytes, 0u);
+  std::iota(v.begin(), v.end(), 0.0f);
+  EXPECT_EQ(v.front(), 0.0f);
+  EXPECT_EQ(v.back(), static_cast<float>(n - 1));
+  v.resize(2 * n, -1.0f);
+  EXPECT_EQ(Address(v.data()) % kHugePageBytes, 0u);
+  EXPECT_EQ(v[n - 1], static_cast<float>(n - 1));
+  EXPECT_EQ(v[2 * n - 1], -1.0f);
+  const HugeFloats copy = v;
+  EXPECT_EQ(copy, v);
+}
+
+TEST(HugePages, ASmallBufferComesFromTheHeapCacheLineAligned) {
+  HugeFloats v(1000, 2.0f);
+  EXPECT_EQ(Address(v.data()) % 64, 0u);
+  EXPECT_EQ(v[999], 2.0f);
+}
+
+TEST(HugePages, TheModeIsTheKernelsBracketedWord) {
+  const std::string mode = HugePagesMode();
+  EXPECT_TRUE(mode == "always" || mode == "madvise" || mode == "never" || mode == "unavailable")
+      << mode;
+}
+
+}  // namespace
+}  // namespace fmstack
