@@ -362,18 +362,43 @@ void GeluForward(Floats out, ConstFloats inp) {
   }
 }
 
+namespace {
 // With s = sigmoid(2u): 0.5 (1 + tanh u) = s and sech^2 u = 4 s (1 - s).
+inline float GeluGradient(float x) {
+  const float u = kGeluScale * (x + 0.044715f * x * x * x);
+  const float s = 1.0f / (1.0f + ExpFast(-2.0f * u));
+  return s + 2.0f * x * s * (1.0f - s) * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+}
+}  // namespace
+
 void GeluBackwardInPlace(Floats dinout, ConstFloats inp) {
   const auto n = static_cast<int64_t>(inp.size());
   const float* x = inp.data();
   float* d = dinout.data();
 #pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const float u = kGeluScale * (x[i] + 0.044715f * x[i] * x[i] * x[i]);
-    const float s = 1.0f / (1.0f + ExpFast(-2.0f * u));
-    const float grad =
-        s + 2.0f * x[i] * s * (1.0f - s) * kGeluScale * (1.0f + 3.0f * 0.044715f * x[i] * x[i]);
-    d[i] *= grad;
+  for (int64_t i = 0; i < n; ++i) d[i] *= GeluGradient(x[i]);
+}
+
+// The bias gradient of the product that fed GELU is the column sums of
+// GELU's input gradient: summed here while each row is in registers, instead
+// of a second pass over N x F floats (6 MB a gpt-mini layer). Channels are
+// split across threads, so each sum runs over rows in order.
+void GeluBackwardWithBiasGradient(Floats dinout, Floats dbias, ConstFloats inp, int64_t N,
+                                  int64_t F) {
+  const auto [width, chunks] = ChannelChunksOf(F);
+#pragma omp parallel for schedule(static)
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+    const int64_t c0 = chunk * width, c1 = std::min(F, c0 + width);
+    float* db = dbias.data();
+    for (int64_t r = 0; r < N; ++r) {
+      float* d = dinout.data() + r * F;
+      const float* x = inp.data() + r * F;
+#pragma omp simd
+      for (int64_t k = c0; k < c1; ++k) {
+        d[k] *= GeluGradient(x[k]);
+        db[k] += d[k];
+      }
+    }
   }
 }
 

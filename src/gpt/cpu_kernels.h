@@ -65,6 +65,10 @@ void AttentionBackward(Floats dqkv, Floats dscores, ConstFloats dout, ConstFloat
 void GeluForward(Floats out, ConstFloats inp);
 // dinout: gradient wrt GELU's output in, wrt its input out.
 void GeluBackwardInPlace(Floats dinout, ConstFloats inp);
+// The same over N rows of F channels, and dbias (F) += the column sums of
+// the result: the bias gradient of the product that fed GELU, in one pass.
+void GeluBackwardWithBiasGradient(Floats dinout, Floats dbias, ConstFloats inp, int64_t N,
+                                  int64_t F);
 
 // Rows of logits (N, V) become probabilities; losses[n] = -log p[target[n]].
 void SoftmaxCrossEntropyForward(Floats probs_inout, Floats losses, Tokens targets, int64_t N,

@@ -164,9 +164,9 @@ void CpuModel::Backward(float scale, const std::function<void(int)>& ready) {
     // residual3 = residual2 + gelu(ln2 @ fc^T) @ fcproj^T
     LinearBackward(dfch, G(p_.fcprojw, C * F, l), G(p_.fcprojb, C, l), dres, A(a_.fch_gelu, F, l),
                    P(p_.fcprojw, C * F, l), N, F, C);
-    cpu::GeluBackwardInPlace(dfch, A(a_.fch, F, l));
-    LinearBackward(dln, G(p_.fcw, F * C, l), G(p_.fcb, F, l), dfch, A(a_.ln2, C, l),
-                   P(p_.fcw, F * C, l), N, C, F);
+    cpu::GeluBackwardWithBiasGradient(dfch, G(p_.fcb, F, l), A(a_.fch, F, l), N, F);
+    LinearBackward(dln, G(p_.fcw, F * C, l), {}, dfch, A(a_.ln2, C, l), P(p_.fcw, F * C, l), N, C,
+                   F);
     cpu::LayerNormBackwardAccumulate(dres, G(p_.ln2w, C, l), G(p_.ln2b, C, l), dln,
                                      A(a_.residual2, C, l), P(p_.ln2w, C, l), A(a_.ln2_mean, 1, l),
                                      A(a_.ln2_rstd, 1, l), N, C);

@@ -177,6 +177,33 @@ TEST(Kernels, GeluBackwardMatchesFiniteDifferences) {
   EXPECT_LT(GradientError(loss, x, d, 1e-3f), kTolerance);
 }
 
+// The fused pass gives GELU's input gradient of the plain pass (to rounding:
+// where a value falls in a vector or in a loop's scalar remainder moves its
+// last bit under -ffast-math), and the bias gradient as the sum of those
+// values over rows in order, bit for bit, on 1, 2 or 3 threads. F is not a
+// multiple of the channel ranges' 16-channel rounding.
+TEST(Kernels, GeluBackwardWithBiasGradientIsThePlainPassThenColumnSums) {
+  const int64_t N = 67, F = 150;
+  V x(N * F), r(N * F), seed(F);
+  FillNormal(x, 1, 2.0f), FillNormal(r, 2), FillNormal(seed, 3);
+  V plain = r;
+  cpu::GeluBackwardInPlace(plain, x);
+  const int threads = CpuThreads();
+  for (const int t : {1, 2, 3}) {
+    SetCpuThreads(t);
+    V d = r, bias = seed;
+    cpu::GeluBackwardWithBiasGradient(d, bias, x, N, F);
+    V sums = seed;
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t k = 0; k < F; ++k) sums[k] += d[n * F + k];
+    }
+    for (size_t i = 0; i < d.size(); ++i)
+      ASSERT_NEAR(d[i], plain[i], 1e-6f * (1.0f + std::abs(plain[i]))) << t << " threads, " << i;
+    for (int64_t k = 0; k < F; ++k) ASSERT_EQ(bias[k], sums[k]) << t << " threads, " << k;
+  }
+  SetCpuThreads(threads);
+}
+
 TEST(Kernels, SoftmaxCrossEntropyBackwardMatchesFiniteDifferences) {
   const int64_t N = 4, Vocab = 11;
   V logits(N * Vocab), probs(N * Vocab), losses(N);
