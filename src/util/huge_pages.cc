@@ -9,8 +9,9 @@
 namespace fmstack {
 namespace {
 
-size_t RoundUp(size_t bytes) {
-  return (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+// To a whole number of huge pages (an address: to the next boundary).
+uintptr_t RoundUp(uintptr_t x) {
+  return (x + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
 }
 
 }  // namespace
@@ -24,7 +25,7 @@ void* MapHugePages(size_t bytes) {
                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) throw std::bad_alloc();
   const auto start = reinterpret_cast<uintptr_t>(raw);
-  const uintptr_t aligned = (start + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  const uintptr_t aligned = RoundUp(start);
   if (aligned > start) ::munmap(raw, aligned - start);
   const uintptr_t end = start + size + kHugePageBytes;
   if (end > aligned + size) ::munmap(reinterpret_cast<void*>(aligned + size), end - aligned - size);

@@ -32,8 +32,8 @@ struct HugePageAllocator {
   using value_type = T;
   HugePageAllocator() = default;
   template <class U>
-  HugePageAllocator(const HugePageAllocator<U>& /*other*/) noexcept {
-  }  // NOLINT: allocators convert implicitly
+  // Implicit: allocator rebinding converts between element types.
+  HugePageAllocator(const HugePageAllocator<U>& /*other*/) noexcept {}  // NOLINT
 
   T* allocate(size_t n) {
     const size_t bytes = n * sizeof(T);
