@@ -18,13 +18,20 @@ Prints one JSON line: {"tokens_per_s": median round, "rounds": [...],
 "allocator": TCMalloc, jemalloc or glibc malloc, "torch": version, "blas":
 the BLAS library libblas.so.3 resolves to, "threads": n}.
 
+With --serve it stays up after the warm-up step instead, so that the bench
+can alternate short rounds of both sides many times (bench/torch_server.h):
+it prints that JSON line without the rounds, with "ready": true, then for
+each line "N" it reads on stdin trains N steps on N fresh batches (drawn
+before the clock starts) and prints {"seconds": s, "steps": N}; it exits at
+end of input.
+
 On a GPU (--device cuda) it runs as PyTorch's CUDA notes recommend for fp32
 training: fused AdamW, TF32 matmuls only with --tf32, rounds timed between
 torch.cuda.synchronize() calls; --sdpa swaps the explicit attention for
 F.scaled_dot_product_attention (PyTorch's fused attention kernels), which is
 PyTorch at its best rather than the same algorithm as ours.
 """
-import argparse, ctypes, json, math, os, statistics, time
+import argparse, ctypes, json, math, os, statistics, sys, time
 
 import torch
 import torch.nn as nn
@@ -79,6 +86,7 @@ def main():
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--tf32", action="store_true", help="cuda: fp32 matmuls on TF32 tensor cores")
     p.add_argument("--sdpa", action="store_true", help="F.scaled_dot_product_attention")
+    p.add_argument("--serve", action="store_true", help="rounds on request, read from stdin")
     a = p.parse_args()
     if a.sdpa and not hasattr(F, "scaled_dot_product_attention"):
         p.error(f"--sdpa: torch {torch.__version__} has no F.scaled_dot_product_attention (2.0+)")
@@ -96,9 +104,12 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1,
                             **({"fused": True} if cuda else {}))
     # Every step's batch drawn before the clock starts: warm-up plus the rounds.
-    batches = [(torch.randint(0, a.vocab, (a.batch, a.seq), device=a.device),
-                torch.randint(0, a.vocab, (a.batch, a.seq), device=a.device))
-               for _ in range(1 + a.rounds * a.steps)]
+    def draw(n):
+        return [(torch.randint(0, a.vocab, (a.batch, a.seq), device=a.device),
+                 torch.randint(0, a.vocab, (a.batch, a.seq), device=a.device))
+                for _ in range(n)]
+
+    batches = draw(1 if a.serve else 1 + a.rounds * a.steps)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
 
     def step():
@@ -110,6 +121,20 @@ def main():
 
     step()  # warm-up
     sync()
+    about = describe(a, cuda)
+    if a.serve:
+        print(json.dumps({"ready": True, **about}), flush=True)
+        for line in sys.stdin:
+            n = int(line)
+            if not 1 <= n <= 1000:
+                raise SystemExit(f"torch_gpt.py --serve: steps per round must be 1-1000, got {n}")
+            batches = draw(n)
+            start = time.perf_counter()
+            for _ in range(n):
+                step()
+            sync()
+            print(json.dumps({"seconds": time.perf_counter() - start, "steps": n}), flush=True)
+        return
     rounds = []
     for _ in range(a.rounds):
         start = time.perf_counter()
@@ -117,6 +142,11 @@ def main():
             step()
         sync()
         rounds.append(round(a.steps * a.batch * a.seq / (time.perf_counter() - start)))
+    print(json.dumps({"tokens_per_s": statistics.median(rounds), "rounds": rounds, **about}))
+
+
+def describe(a, cuda):
+    """What the comparison needs to name: versions, BLAS, threads, allocator."""
     lib = os.path.realpath("/lib/x86_64-linux-gnu/libblas.so.3")
     blas = lib.split("/")[-2]
     try:  # the kernels OpenBLAS picked in this process (OPENBLAS_CORETYPE, inherited)
@@ -130,11 +160,9 @@ def main():
     with open("/proc/self/maps") as maps:
         allocator = next((name for lib, name in (("tcmalloc", "TCMalloc"), ("jemalloc", "jemalloc"))
                           if lib in maps.read()), "glibc malloc")
-    print(json.dumps({"tokens_per_s": statistics.median(rounds), "rounds": rounds,
-                      "allocator": allocator,
-                      "torch": torch.__version__, "blas": blas,
-                      "threads": torch.get_num_threads(), "device": a.device,
-                      "tf32": a.tf32, "sdpa": a.sdpa}))
+    return {"allocator": allocator, "torch": torch.__version__, "blas": blas,
+            "threads": torch.get_num_threads(), "device": a.device, "tf32": a.tf32,
+            "sdpa": a.sdpa}
 
 
 if __name__ == "__main__":

@@ -5,13 +5,16 @@
 //   - tokens/s of the same model, batch and sequence in PyTorch (CPU, the same
 //     threads and OpenBLAS, TCMalloc preloaded as PyTorch's tuning guide
 //     recommends), and the ratio (target >= 1.25)
-//   Both sides warm, 3 rounds of N steps each, interleaved with each other and
-//   with the sgemm measurement; the median round of each is reported.
+//   Both sides warm and kept up (the peer serves rounds on request,
+//   bench/torch_server.h); R short rounds of each, alternated with each other
+//   and with the sgemm measurement. The ratios are the medians of the R
+//   round-by-round ratios: neighbouring rounds share the machine's state.
 //   - peak RSS against params + grads + 2 Adam moments + activations as
 //     workload/ counts them (target: within 10%)
 // Usage: bench_train [--model gpt-mini|gpt2-124m] [--batch 4] [--seq 256] [--steps N]
-//        [--threads N] [--no-torch]
+//        [--rounds R] [--threads N] [--no-torch]
 #include <fmt/format.h>
+#include <signal.h>
 #include <stdio.h>
 #include <sys/resource.h>
 
@@ -28,6 +31,7 @@
 
 #include "bench/random_tokens.h"
 #include "bench/torch_peer.h"
+#include "bench/torch_server.h"
 #include "gpt/sgemm_peak.h"
 #include "train/trainer.h"
 #include "util/huge_pages.h"
@@ -50,11 +54,24 @@ double PeakRssBytes() {  // VmHWM: the high-water mark of resident memory
   return 0;
 }
 
-constexpr int kRounds = 3;
-
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// "0.80 (0.72-0.83 over 9 rounds)"
+std::string MedianAndRange(const std::vector<double>& v, int digits) {
+  const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  return fmt::format("{:.{}f} ({:.{}f}-{:.{}f} over {} rounds)", Median(v), digits, *lo, digits,
+                     *hi, digits, v.size());
+}
+
+// x[r] * scale / y[r], round by round.
+std::vector<double> Ratios(const std::vector<double>& x, const std::vector<double>& y,
+                           double scale) {
+  std::vector<double> out;
+  for (size_t r = 0; r < x.size() && r < y.size(); ++r) out.push_back(x[r] * scale / y[r]);
+  return out;
 }
 
 }  // namespace
@@ -63,17 +80,20 @@ int main(int argc, char** argv) {
   CLI::App app{"bench_train: the CPU GPT trainer vs measured sgemm and PyTorch"};
   std::string model = "gpt-mini";
   int64_t B = 4, T = 256, steps = 0;
-  int threads = 0;
+  int rounds_wanted = 9, threads = 0;
   bool no_torch = false;
   std::string script = std::string(FMSTACK_SOURCE_DIR) + "/bench/torch_gpt.py";
   app.add_option("--model", model, "model preset")->check(CLI::IsMember({"gpt-mini", "gpt2-124m"}));
   app.add_option("--batch", B)->check(CLI::PositiveNumber);
   app.add_option("--seq", T)->check(CLI::PositiveNumber);
-  app.add_option("--steps", steps, "timed steps (default: 10 for gpt-mini, 4 for gpt2-124m)");
+  app.add_option("--steps", steps, "steps per round (default: 3 for gpt-mini, 1 for gpt2-124m)")
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--rounds", rounds_wanted, "rounds of each side, alternated")
+      ->check(CLI::Range(3, 99));
   app.add_option("--threads", threads, "0 = all cores");
   app.add_flag("--no-torch", no_torch, "skip the PyTorch peer");
   CLI11_PARSE(app, argc, argv);
-  if (steps == 0) steps = model == "gpt-mini" ? 10 : 4;
+  if (steps == 0) steps = model == "gpt-mini" ? 3 : 1;
   const std::string tcmalloc = no_torch ? "" : bench::TcmallocPath();
   if (!no_torch && tcmalloc.empty()) {
     std::cerr << "bench_train: the PyTorch peer runs with TCMalloc, as PyTorch's tuning guide "
@@ -81,76 +101,98 @@ int main(int argc, char** argv) {
                  "scripts/bootstrap.sh --bench (or --no-torch)\n";
     return 1;
   }
+  ::signal(SIGPIPE, SIG_IGN);  // a peer that died is an error from write(), said there
 
   gpt::SetCpuThreads(threads);
   workload::TransformerShape shape = *workload::FindPreset(model);
   shape.seq_len = T;
+  const int n_threads = gpt::CpuThreads();
+  // The peer first: it starts while this process holds no model yet.
+  std::optional<bench::TorchServer> torch;
+  if (!no_torch) {
+    std::cerr << "starting the PyTorch peer...\n";
+    std::vector<std::string> args = {"/usr/bin/python3", script, "--serve"};
+    for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"--layers", shape.layers},
+                                      {"--hidden", shape.hidden},
+                                      {"--heads", shape.heads},
+                                      {"--ffn", shape.ffn_hidden},
+                                      {"--vocab", shape.vocab},
+                                      {"--batch", B},
+                                      {"--seq", T},
+                                      {"--steps", steps},
+                                      {"--threads", n_threads}}) {
+      args.emplace_back(flag);
+      args.push_back(std::to_string(value));
+    }
+    torch = bench::TorchServer::Start(
+        args, {"LD_PRELOAD=" + tcmalloc, fmt::format("OMP_NUM_THREADS={}", n_threads)}, 1800);
+    if (!torch) {
+      std::cerr << "bench_train: the PyTorch peer did not start (python3-torch: "
+                   "scripts/bootstrap.sh --bench)\n";
+      return 1;
+    }
+  }
   const train::TokenFile data = bench::RandomTokenFile("/tmp/bench_train_tokens.bin", shape.vocab);
   train::TrainConfig config;
   config.shape = shape;
   config.micro_batch = B;
-  config.steps = kRounds * steps + 1;
+  config.steps = rounds_wanted * steps + 1;
   config.optim.lr = 1e-4;
   train::Trainer trainer(config, data);
   trainer.Step();  // warm-up: first touch of every buffer
-  // Rounds interleave the machine limit, fmstack and the peer, so that a
-  // noisy neighbour slows all three alike; each is the median of its rounds.
+  // Rounds alternate the machine limit, fmstack and the peer, which side goes
+  // first swapping every round, so that a noisy neighbour slows all three
+  // alike; each ratio is the median of its round-by-round ratios.
   std::vector<double> rounds, torch_rounds, sgemm_rounds;
   double rss = 0;
-  bench::TorchResult torch;
   const auto gemms = gpt::TrainingGemms(B * T, shape.hidden, shape.ffn_hidden, shape.vocab);
   const auto start = std::chrono::steady_clock::now();
-  for (int r = 0; r < kRounds; ++r) {
+  const auto progress = [&](int r, const char* what) {
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::cerr << fmt::format("\rround {}/{}: {:<10} ETA {:.0f} s   ", r + 1, rounds_wanted, what,
+                             r == 0 ? 0.0 : elapsed / r * (rounds_wanted - r))
+              << std::flush;
+  };
+  const auto fmstack_round = [&](int r) {
+    progress(r, "fmstack");
     double seconds = 0;
-    for (int64_t i = 0; i < steps; ++i) {
-      seconds += trainer.Step().seconds;
-      const int64_t done = r * steps + i + 1, total = kRounds * steps;
-      const double elapsed =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      std::cerr << fmt::format(
-                       "\rround {}/{}: fmstack step {}/{}  ETA {:.0f} s", r + 1, kRounds, done,
-                       total,
-                       elapsed / static_cast<double>(done) * static_cast<double>(total - done))
-                << std::flush;
-    }
+    for (int64_t i = 0; i < steps; ++i) seconds += trainer.Step().seconds;
     rounds.push_back(static_cast<double>(steps * B * T) / seconds);
     // The trainer's peak, read before the sgemm measurement's buffers exist.
     if (r == 0) rss = PeakRssBytes();
+  };
+  const auto torch_round = [&](int r) {
+    if (!torch) return true;
+    progress(r, "PyTorch");
+    const std::optional<double> seconds = torch->Round(static_cast<int>(steps), 1800);
+    if (!seconds) return false;
+    torch_rounds.push_back(static_cast<double>(steps * B * T) / *seconds);
+    return true;
+  };
+  for (int r = 0; r < rounds_wanted; ++r) {
+    const bool fmstack_first = r % 2 == 0;
+    if (fmstack_first) fmstack_round(r);
+    if (!fmstack_first && !torch_round(r)) return 1;
+    progress(r, "sgemm");
     sgemm_rounds.push_back(gpt::MeasureSgemmGflops(gemms));
-    if (!no_torch) {
-      std::cerr << fmt::format("\rround {}/{}: PyTorch {} steps                    ", r + 1,
-                               kRounds, steps)
-                << std::flush;
-      const int n = gpt::CpuThreads();
-      torch = bench::RunTorchPeer(fmt::format("LD_PRELOAD={} OMP_NUM_THREADS={}", tcmalloc, n),
-                                  "/usr/bin/python3", script, shape, B, T, steps, n, "--rounds 1",
-                                  1800);
-      if (torch.tokens_per_s <= 0) {
-        std::cerr << "install python3-torch: scripts/bootstrap.sh --bench\n";
-        return 1;
-      }
-      torch_rounds.push_back(torch.tokens_per_s);
-    }
+    if (fmstack_first && !torch_round(r)) return 1;
+    if (!fmstack_first) fmstack_round(r);
   }
   std::cerr << "\n";
+
   const double tok_s = Median(rounds);
   const double flops_per_token = workload::TrainingFlopsPerToken(shape).detailed;
-  const double model_gflops = tok_s * flops_per_token / 1e9;
   const double sgemm = Median(sgemm_rounds);
-  const double torch_tok_s = torch_rounds.empty() ? 0 : Median(torch_rounds);
-  auto listed = [](const std::vector<double>& v, int digits = 0) {
-    std::string out;
-    for (const double x : v) out += fmt::format("{}{:.{}f}", out.empty() ? "" : ", ", x, digits);
-    return out;
-  };
+  const std::vector<double> vs_sgemm = Ratios(rounds, sgemm_rounds, flops_per_token / 1e9);
 
   const double params = static_cast<double>(workload::CountParams(shape).total);
   const double state = 4 * 4 * params;  // fp32 params, grads, m, v
   const double acts = workload::ReferenceTrainerActivationBytes(shape, B, T);
   TextTable t({"metric", "value", "ratio", "target"});
   t.AddRow({"model",
-            fmt::format("{} ({} params), batch {} x {}, {} threads", model,
-                        units::FormatCount(params), B, T, gpt::CpuThreads()),
+            fmt::format("{} ({} params), batch {} x {}, {} threads, {} step{} a round", model,
+                        units::FormatCount(params), B, T, n_threads, steps, steps == 1 ? "" : "s"),
             "", ""});
   t.AddRow({"BLAS", gpt::BlasConfig(), "", ""});
   // fmstack's buffers and the sgemm limit ask for huge pages (util/huge_pages.h);
@@ -169,26 +211,29 @@ int main(int argc, char** argv) {
   if (const char* pinned = std::getenv("OPENBLAS_CORETYPE"); pinned != nullptr)
     t.AddRow({"BLAS kernels", fmt::format("pinned by OPENBLAS_CORETYPE={}", pinned), "", ""});
   t.AddRow({"sgemm on the model's shapes", fmt::format("{:.1f} GFLOP/s", sgemm),
-            "median of " + listed(sgemm_rounds), ""});
-  t.AddRow({"trainer model FLOP/s", fmt::format("{:.1f} GFLOP/s", model_gflops),
-            fmt::format("{:.2f} of sgemm", model_gflops / sgemm), ">= 0.75"});
-  t.AddRow({"fmstack tokens/s", fmt::format("{:.0f}", tok_s), "median of " + listed(rounds), ""});
-  // A round's three measurements run back to back, so their ratios share
-  // the machine's state; on a VM whose sgemm rate jumps between states, the
-  // ratio of medians above can pair rounds from different states.
-  const auto round_by_round = [&](const std::vector<double>& over, double scale) {
-    std::vector<double> ratios;
-    for (size_t r = 0; r < rounds.size() && r < over.size(); ++r)
-      ratios.push_back(rounds[r] * scale / over[r]);
-    return fmt::format("{:.2f} (median of {})", Median(ratios), listed(ratios, 2));
-  };
-  t.AddRow({"  trainer / sgemm, round by round",
-            round_by_round(sgemm_rounds, flops_per_token / 1e9), "", ""});
-  if (torch_tok_s > 0) {
-    t.AddRow({"PyTorch tokens/s", fmt::format("{:.0f}", torch_tok_s),
-              fmt::format("{:.2f}x PyTorch", tok_s / torch_tok_s), ">= 1.25x"});
-    t.AddRow({"PyTorch peer", torch.about, "median of " + listed(torch_rounds), ""});
-    t.AddRow({"  fmstack / PyTorch, round by round", round_by_round(torch_rounds, 1.0), "", ""});
+            "median " + MedianAndRange(sgemm_rounds, 0), ""});
+  t.AddRow({"fmstack tokens/s", fmt::format("{:.0f}", tok_s), "median " + MedianAndRange(rounds, 0),
+            ""});
+  // Each ratio pairs rounds that ran next to each other, so the two share the
+  // machine's state; a ratio of the two medians could pair a round from a
+  // fast patch with one from a slow patch.
+  t.AddRow({"trainer model FLOP/s / sgemm",
+            fmt::format("{:.1f} GFLOP/s", tok_s * flops_per_token / 1e9),
+            fmt::format("{:.2f} of sgemm", Median(vs_sgemm)), ">= 0.75"});
+  t.AddRow({"  round by round", "", MedianAndRange(vs_sgemm, 2), ""});
+  if (torch) {
+    const std::vector<double> vs_torch = Ratios(rounds, torch_rounds, 1.0);
+    const nlohmann::json& about = torch->about();
+    t.AddRow({"PyTorch tokens/s", fmt::format("{:.0f}", Median(torch_rounds)),
+              "median " + MedianAndRange(torch_rounds, 0), ""});
+    t.AddRow({"PyTorch peer",
+              fmt::format("PyTorch {}, BLAS {}, {} threads, {}", about.value("torch", "?"),
+                          about.value("blas", "?"), about.value("threads", 0),
+                          about.value("allocator", "allocator not reported")),
+              "", ""});
+    t.AddRow(
+        {"fmstack / PyTorch", "", fmt::format("{:.2f}x PyTorch", Median(vs_torch)), ">= 1.25x"});
+    t.AddRow({"  round by round", "", MedianAndRange(vs_torch, 2), ""});
   }
   t.AddRow({"state (params+grads+m+v)", units::FormatBytes(state), "", ""});
   t.AddRow({"activations (workload/)", units::FormatBytes(acts), "", ""});
