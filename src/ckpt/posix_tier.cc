@@ -37,6 +37,44 @@ constexpr int64_t kWindow = 32 << 20;
   throw Error(fmt::format("{}: {}: {}", path, what, std::strerror(errno)));
 }
 
+// Reads exactly out.size() bytes of `fd` at `offset`.
+void ReadExactly(int fd, const std::string& path, int64_t offset, std::span<char> out) {
+  size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n =
+        ::pread(fd, out.data() + done, out.size() - done, offset + static_cast<int64_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) Fail(fmt::format("read at offset {} failed", offset + done), path);
+    if (n == 0) {
+      throw Error(fmt::format("{}: truncated: {} bytes wanted at offset {}, the file ends at {}",
+                              path, out.size(), offset, offset + static_cast<int64_t>(done)));
+    }
+    done += static_cast<size_t>(n);
+  }
+}
+
+// A descriptor advised for sequential reading (the kernel doubles its
+// read-ahead window).
+int OpenForReading(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) Fail("cannot open", path);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  return fd;
+}
+
+class PosixFileReader final : public FileReader {
+ public:
+  explicit PosixFileReader(std::string path) : path_(std::move(path)), fd_(OpenForReading(path_)) {}
+  ~PosixFileReader() override { ::close(fd_); }
+  PosixFileReader(const PosixFileReader&) = delete;
+  PosixFileReader& operator=(const PosixFileReader&) = delete;
+  void Read(int64_t offset, std::span<char> out) override { ReadExactly(fd_, path_, offset, out); }
+
+ private:
+  const std::string path_;
+  const int fd_;
+};
+
 void FsyncDir(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
   if (fd < 0) Fail("cannot open directory to fsync it", dir);
@@ -287,19 +325,11 @@ class PosixTier final : public Tier {
 
   void Read(int64_t step, const std::string& file, int64_t offset, std::span<char> out) override {
     const std::string path = Where(step, file);
-    const int fd = Reader(path);
-    size_t done = 0;
-    while (done < out.size()) {
-      const ssize_t n =
-          ::pread(fd, out.data() + done, out.size() - done, offset + static_cast<int64_t>(done));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) Fail(fmt::format("read at offset {} failed", offset + done), path);
-      if (n == 0) {
-        throw Error(fmt::format("{}: truncated: {} bytes wanted at offset {}, the file ends at {}",
-                                path, out.size(), offset, offset + static_cast<int64_t>(done)));
-      }
-      done += static_cast<size_t>(n);
-    }
+    ReadExactly(Reader(path), path, offset, out);
+  }
+
+  std::unique_ptr<FileReader> OpenReader(int64_t step, const std::string& file) override {
+    return std::make_unique<PosixFileReader>(Where(step, file));
   }
 
   bool local_reads() const override { return true; }
@@ -347,9 +377,7 @@ class PosixTier final : public Tier {
   int Reader(const std::string& path) {
     const std::lock_guard lock(mu_);
     if (const auto it = readers_.find(path); it != readers_.end()) return it->second;
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) Fail("cannot open", path);
-    ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    const int fd = OpenForReading(path);
     readers_[path] = fd;
     return fd;
   }
@@ -372,6 +400,23 @@ class PosixTier final : public Tier {
 };
 
 }  // namespace
+
+std::unique_ptr<FileReader> Tier::OpenReader(int64_t step, const std::string& file) {
+  class ViaTier final : public FileReader {
+   public:
+    ViaTier(Tier& tier, int64_t step, std::string file)
+        : tier_(tier), step_(step), file_(std::move(file)) {}
+    void Read(int64_t offset, std::span<char> out) override {
+      tier_.Read(step_, file_, offset, out);
+    }
+
+   private:
+    Tier& tier_;
+    const int64_t step_;
+    const std::string file_;
+  };
+  return std::make_unique<ViaTier>(*this, step, file);
+}
 
 std::unique_ptr<Tier> MakePosixTier(std::string name, std::string root) {
   return std::make_unique<PosixTier>(std::move(name), std::move(root));

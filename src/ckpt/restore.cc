@@ -100,18 +100,35 @@ struct NeedIndex {
     int64_t m = 0;
     for (const Need& x : needs) max_hi.push_back(m = std::max(m, x.hi));
   }
-  // Copies into each need what the bytes at data offset `pos` hold of it.
+  size_t First(int64_t pos) const {  // the first need that may reach past pos
+    return static_cast<size_t>(std::upper_bound(max_hi.begin(), max_hi.end(), pos) -
+                               max_hi.begin());
+  }
+  // Copies into each need what the bytes at data offset `pos` hold of it;
+  // bytes already read into place (see Place) stay where they are.
   void Scatter(int64_t pos, std::span<const char> bytes) const {
     const int64_t end = pos + static_cast<int64_t>(bytes.size());
-    const size_t first =
-        static_cast<size_t>(std::upper_bound(max_hi.begin(), max_hi.end(), pos) - max_hi.begin());
-    for (size_t k = first; k < needs.size() && needs[k].lo < end; ++k) {
+    for (size_t k = First(pos); k < needs.size() && needs[k].lo < end; ++k) {
       const int64_t lo = std::max(needs[k].lo, pos), hi = std::min(needs[k].hi, end);
-      if (hi > lo && needs[k].dest != nullptr) {
-        std::memcpy(needs[k].dest + (lo - needs[k].lo), bytes.data() + (lo - pos),
-                    static_cast<size_t>(hi - lo));
-      }
+      if (hi <= lo || needs[k].dest == nullptr) continue;
+      std::byte* const to = needs[k].dest + (lo - needs[k].lo);
+      const char* const from = bytes.data() + (lo - pos);
+      if (static_cast<const void*>(to) != from) std::memcpy(to, from, static_cast<size_t>(hi - lo));
     }
+  }
+  // Where bytes [pos, pos + n) can be read straight to: the one need that
+  // holds all of them and that no other need touches (a byte wanted twice
+  // goes through the buffer and is copied to both); else an empty span.
+  std::span<char> Place(int64_t pos, int64_t n) const {
+    const int64_t end = pos + n;
+    Need const* only = nullptr;
+    for (size_t k = First(pos); k < needs.size() && needs[k].lo < end; ++k) {
+      if (needs[k].hi <= pos) continue;
+      if (only != nullptr) return {};
+      only = &needs[k];
+    }
+    if (only == nullptr || only->dest == nullptr || only->lo > pos || only->hi < end) return {};
+    return {reinterpret_cast<char*>(only->dest + (pos - only->lo)), static_cast<size_t>(n)};
   }
 };
 
@@ -169,11 +186,13 @@ int64_t ReadFile(Tier& tier, int64_t step, const Manifest& m, const std::string&
   if (tier.local_reads()) {
     std::vector<HashState> hashes;
     for (int w = 0; w < kLocalRestoreReaders; ++w) hashes.push_back(NewHash());
-    ReadChunksInParallel(tier, step, file, f.data_offset, SplitChunks(spans, f.chunk_bytes),
-                         kLocalRestoreReaders, kLocalPieceBytes,
-                         [&](int worker, int64_t pos, std::span<const char> bytes) {
-                           take(hashes[static_cast<size_t>(worker)].get(), pos, bytes);
-                         });
+    ReadChunksInParallel(
+        tier, step, file, f.data_offset, SplitChunks(spans, f.chunk_bytes), kLocalRestoreReaders,
+        kLocalPieceBytes,
+        [&](int worker, int64_t pos, std::span<const char> bytes) {
+          take(hashes[static_cast<size_t>(worker)].get(), pos, bytes);
+        },
+        [&](int64_t pos, int64_t n) { return index.Place(pos, n); });
   } else {
     const HashState hash = NewHash();
     StreamSpans(

@@ -101,13 +101,15 @@ void StreamSpans(Tier& tier, int64_t step, const std::string& file, int64_t base
 void ReadChunksInParallel(Tier& tier, int64_t step, const std::string& file, int64_t base,
                           std::span<const std::pair<int64_t, int64_t>> chunks, int workers,
                           int64_t piece_bytes,
-                          const std::function<void(int, int64_t, std::span<const char>)>& fn) {
+                          const std::function<void(int, int64_t, std::span<const char>)>& fn,
+                          const std::function<std::span<char>(int64_t, int64_t)>& place) {
   std::atomic<size_t> next{0};
   std::mutex mu;
   size_t failed_chunk = chunks.size();  // the earliest chunk that failed
   std::exception_ptr error;
   auto work = [&](int worker) {
     std::vector<char> buffer;
+    std::unique_ptr<FileReader> reader;  // opened in the first chunk: a failure is that chunk's
     for (size_t c; (c = next.fetch_add(1)) < chunks.size();) {
       {
         const std::lock_guard lock(mu);
@@ -117,9 +119,12 @@ void ReadChunksInParallel(Tier& tier, int64_t step, const std::string& file, int
         buffer.resize(static_cast<size_t>(piece_bytes));
         const auto [lo, hi] = chunks[c];
         for (int64_t p = lo; p < hi;) {
-          const std::span<char> piece(buffer.data(),
-                                      static_cast<size_t>(std::min(hi - p, piece_bytes)));
-          tier.Read(step, file, base + p, piece);
+          const int64_t n = std::min(hi - p, piece_bytes);
+          std::span<char> piece = place ? place(p, n) : std::span<char>();
+          if (static_cast<int64_t>(piece.size()) != n)
+            piece = std::span(buffer.data(), static_cast<size_t>(n));
+          if (!reader) reader = tier.OpenReader(step, file);
+          reader->Read(base + p, piece);
           fn(worker, p, piece);
           p += static_cast<int64_t>(piece.size());
         }

@@ -2,9 +2,10 @@
 // order through a ring of buffers that a reader thread fills while the
 // caller checks and scatters the previous ones: each read is a request with
 // latency. From a local file, several chunks at once, one per worker, each
-// read in order through the worker's own small buffer, which stays in cache
-// for the hash and the scatter: a drive wants several reads in flight, and
-// the hashing and scattering of one chunk overlaps the reads of others.
+// read in order through the worker's own reader (its own read-ahead) and
+// its own small buffer, which stays in cache for the hash and the scatter:
+// a drive wants several reads in flight, and the hashing and scattering of
+// one chunk overlaps the reads of others.
 #pragma once
 
 #include <cstdint>
@@ -34,9 +35,14 @@ void StreamSpans(Tier& tier, int64_t step, const std::string& file, int64_t base
 // worker's thread. After an error (a read, or thrown by fn) no later chunk
 // starts; the error of the earliest failed chunk is rethrown once every
 // worker has stopped, so the message does not depend on timing.
+// `place`, when given, may name where a piece should be read to instead of
+// the worker's buffer: a span of exactly `bytes` bytes (fn then gets that
+// span), or an empty one. It lets a piece that lands whole in one tensor be
+// read straight into it, saving a copy of every byte.
 void ReadChunksInParallel(
     Tier& tier, int64_t step, const std::string& file, int64_t base,
     std::span<const std::pair<int64_t, int64_t>> chunks, int workers, int64_t piece_bytes,
-    const std::function<void(int worker, int64_t offset, std::span<const char> bytes)>& fn);
+    const std::function<void(int worker, int64_t offset, std::span<const char> bytes)>& fn,
+    const std::function<std::span<char>(int64_t offset, int64_t bytes)>& place = {});
 
 }  // namespace fmstack::ckpt

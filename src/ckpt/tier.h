@@ -24,6 +24,18 @@ class Sink {
   virtual void Finish() = 0;
 };
 
+// One reader of one file. Several readers of the same file, each going
+// through its own region in order, each look sequential to the kernel: with
+// one shared descriptor their reads interleave into one stream that looks
+// random, and read-ahead gives up (a cold 1 GB restore on four readers took
+// 0.80-1.25 s that way, 0.69-0.98 s with a descriptor each, dd 0.70-1.04).
+class FileReader {
+ public:
+  virtual ~FileReader() = default;
+  // Reads exactly out.size() bytes at `offset`, as Tier::Read does.
+  virtual void Read(int64_t offset, std::span<char> out) = 0;
+};
+
 struct StepListing {
   int64_t step = 0;
   bool committed = false;
@@ -51,6 +63,9 @@ class Tier {
   // Reads exactly out.size() bytes at `offset`; throws Error naming the file
   // and what it got when the file is shorter.
   virtual void Read(int64_t step, const std::string& file, int64_t offset, std::span<char> out) = 0;
+  // A reader of its own for one file, for a thread that reads a region of it
+  // in order; by default, Read by another name.
+  virtual std::unique_ptr<FileReader> OpenReader(int64_t step, const std::string& file);
   // True for files on this machine: restore then reads several chunks at
   // once in small pieces. An object store wants few large ranged reads,
   // overlapped with the work, instead.

@@ -14,6 +14,7 @@
 
 #include "ckpt/restore.h"
 #include "ckpt/staging_copy.h"
+#include "ckpt/stream_reader.h"
 #include "synthetic.h"
 #include "util/error.h"
 #include "util/random.h"
@@ -256,6 +257,42 @@ TEST_F(EngineTest, ParallelAndStreamedReadsAgree) {
   EXPECT_NE(error_a.find("checksum mismatch in chunk"), std::string::npos) << error_a;
   EXPECT_EQ(error_a, error_b);
   EXPECT_EQ(VerifyCopy(local, 3), VerifyCopy(remote, 3));
+}
+
+// A piece that `place` names is read straight into that span and handed to
+// fn as that span; the others go through the worker's buffer. Either way fn
+// sees the file's bytes, in order within each chunk.
+TEST_F(EngineTest, PlacedPiecesAreReadStraightIntoTheirSpan) {
+  const SyntheticState state = MakeState(3, 900);
+  SaveAsWorld(state, 2, 1);
+  std::vector<std::unique_ptr<Tier>> tiers = Tiers();
+  const std::string file = RankFileName(0);
+  const int64_t size = *tiers[0]->Size(2, file);
+  std::vector<char> whole(static_cast<size_t>(size));
+  tiers[0]->Read(2, file, 0, whole);
+  // Chunks of 5000 bytes, pieces of 1024: pieces whose offset is a multiple
+  // of 2048 are placed, the rest, and every chunk's short last piece, not.
+  std::vector<std::pair<int64_t, int64_t>> chunks;
+  for (int64_t p = 0; p < size; p += 5000) chunks.emplace_back(p, std::min(size, p + 5000));
+  std::vector<char> placed(whole.size()), seen(whole.size());
+  std::mutex mu;
+  int64_t straight = 0, buffered = 0;
+  ReadChunksInParallel(
+      *tiers[0], 2, file, 0, chunks, 3, 1024,
+      [&](int, int64_t pos, std::span<const char> bytes) {
+        const std::lock_guard lock(mu);
+        const bool in_place = bytes.data() == placed.data() + pos;
+        EXPECT_EQ(in_place, pos % 2048 == 0 && bytes.size() == 1024) << "piece at " << pos;
+        (in_place ? straight : buffered) += 1;
+        std::memcpy(seen.data() + pos, bytes.data(), bytes.size());
+      },
+      [&](int64_t pos, int64_t n) {
+        if (pos % 2048 != 0 || n != 1024) return std::span<char>();
+        return std::span(placed.data() + pos, static_cast<size_t>(n));
+      });
+  EXPECT_EQ(seen, whole);
+  EXPECT_GT(straight, 10);
+  EXPECT_GT(buffered, 10);
 }
 
 TEST(StagingCopy, EveryThreadCountFillsTheSlotsWithTheConcatenation) {
