@@ -84,12 +84,13 @@ void ReadAndCheckHeader(Tier& tier, int64_t step, const Manifest& m, const std::
 
 // Remote tiers: pieces of 8 MiB, a ranged read each, in order. Local files:
 // four chunks in flight, each through its worker's own reader, in 1 MiB
-// pieces that stay in cache for their hash (and scatter, for a piece that
-// does not land whole in one tensor and so is not read into place;
-// docs/ckpt.md, "A reader of its own per restore worker"). AMD EPYC VM (2 vCPUs, virtio disk),
-// restore GB/s at 0.5 / 4 GB: 1.2-2.2 / 1.8-1.9; one thread reading 8 MiB pieces through a ring
-// (before): 1.7 / 1.4; O_DIRECT, four readers: 0.8-1.9 / 1.1-2.1 (erratic on this disk, so not
-// used).
+// pieces that stay in cache for their hash. A piece that lands whole in one
+// tensor is read straight into it; the others are scattered from the
+// worker's buffer (docs/ckpt.md, "A reader of its own per restore worker").
+// AMD EPYC VM (2 vCPUs, virtio disk), restore GB/s at 0.5 / 4 GB: 1.2-2.2 /
+// 1.8-1.9; one thread reading 8 MiB pieces through a ring (before): 1.7 /
+// 1.4; O_DIRECT, four readers: 0.8-1.9 / 1.1-2.1 (erratic on this disk, so
+// not used).
 constexpr int64_t kRemotePieceBytes = int64_t{8} << 20;
 constexpr int64_t kLocalPieceBytes = int64_t{1} << 20;
 
