@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "workload/shape.h"
 
@@ -60,10 +62,27 @@ inline std::string TcmallocPath() {
   return "";
 }
 
-// The model arguments bench/torch_gpt.py and bench/torch_ckpt_gpu.py take.
+// The model arguments bench/torch_gpt.py and bench/torch_ckpt_gpu.py take,
+// as words (for exec) and as one string (for a shell command line).
+inline std::vector<std::string> ModelArgv(const workload::TransformerShape& s, int64_t B,
+                                          int64_t T) {
+  std::vector<std::string> words;
+  for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"--layers", s.layers},
+                                    {"--hidden", s.hidden},
+                                    {"--heads", s.heads},
+                                    {"--ffn", s.ffn_hidden},
+                                    {"--vocab", s.vocab},
+                                    {"--batch", B},
+                                    {"--seq", T}}) {
+    words.emplace_back(flag);
+    words.push_back(std::to_string(value));
+  }
+  return words;
+}
 inline std::string ModelArgs(const workload::TransformerShape& s, int64_t B, int64_t T) {
-  return fmt::format("--layers {} --hidden {} --heads {} --ffn {} --vocab {} --batch {} --seq {}",
-                     s.layers, s.hidden, s.heads, s.ffn_hidden, s.vocab, B, T);
+  std::string line;
+  for (const std::string& word : ModelArgv(s, B, T)) line += (line.empty() ? "" : " ") + word;
+  return line;
 }
 
 // Runs `python script` on model s with B x T tokens, `steps` steps a round,

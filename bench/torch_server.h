@@ -52,16 +52,7 @@ class TorchServer {
         pending_(std::move(o.pending_)),
         log_(std::move(o.log_)),
         about_(std::move(o.about_)) {}
-  TorchServer& operator=(TorchServer&& o) noexcept {
-    TorchServer gone(std::move(*this));  // this one's peer, ended at the end of scope
-    pid_ = std::exchange(o.pid_, -1);
-    to_ = std::exchange(o.to_, -1);
-    from_ = std::exchange(o.from_, -1);
-    pending_ = std::move(o.pending_);
-    log_ = std::move(o.log_);
-    about_ = std::move(o.about_);
-    return *this;
-  }
+  TorchServer& operator=(TorchServer&&) = delete;
   TorchServer(const TorchServer&) = delete;
   TorchServer& operator=(const TorchServer&) = delete;
 

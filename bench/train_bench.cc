@@ -108,29 +108,20 @@ int main(int argc, char** argv) {
   shape.seq_len = T;
   const int n_threads = gpt::CpuThreads();
   // The peer first: it starts while this process holds no model yet.
-  std::optional<bench::TorchServer> torch;
-  if (!no_torch) {
+  const auto start_peer = [&]() -> std::optional<bench::TorchServer> {
     std::cerr << "starting the PyTorch peer...\n";
-    std::vector<std::string> args = {"/usr/bin/python3", script, "--serve"};
-    for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"--layers", shape.layers},
-                                      {"--hidden", shape.hidden},
-                                      {"--heads", shape.heads},
-                                      {"--ffn", shape.ffn_hidden},
-                                      {"--vocab", shape.vocab},
-                                      {"--batch", B},
-                                      {"--seq", T},
-                                      {"--steps", steps},
-                                      {"--threads", n_threads}}) {
-      args.emplace_back(flag);
-      args.push_back(std::to_string(value));
-    }
-    torch = bench::TorchServer::Start(
+    std::vector<std::string> args = {
+        "/usr/bin/python3",       script, "--serve", "--steps", std::to_string(steps), "--threads",
+        std::to_string(n_threads)};
+    for (std::string& word : bench::ModelArgv(shape, B, T)) args.push_back(std::move(word));
+    return bench::TorchServer::Start(
         args, {"LD_PRELOAD=" + tcmalloc, fmt::format("OMP_NUM_THREADS={}", n_threads)}, 1800);
-    if (!torch) {
-      std::cerr << "bench_train: the PyTorch peer did not start (python3-torch: "
-                   "scripts/bootstrap.sh --bench)\n";
-      return 1;
-    }
+  };
+  std::optional<bench::TorchServer> torch = no_torch ? std::nullopt : start_peer();
+  if (!no_torch && !torch) {
+    std::cerr << "bench_train: the PyTorch peer did not start (python3-torch: "
+                 "scripts/bootstrap.sh --bench)\n";
+    return 1;
   }
   const train::TokenFile data = bench::RandomTokenFile("/tmp/bench_train_tokens.bin", shape.vocab);
   train::TrainConfig config;

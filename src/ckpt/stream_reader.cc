@@ -118,12 +118,12 @@ void ReadChunksInParallel(Tier& tier, int64_t step, const std::string& file, int
       try {
         buffer.resize(static_cast<size_t>(piece_bytes));
         const auto [lo, hi] = chunks[c];
+        if (!reader) reader = tier.OpenReader(step, file);
         for (int64_t p = lo; p < hi;) {
           const int64_t n = std::min(hi - p, piece_bytes);
           std::span<char> piece = place ? place(p, n) : std::span<char>();
           if (static_cast<int64_t>(piece.size()) != n)
             piece = std::span(buffer.data(), static_cast<size_t>(n));
-          if (!reader) reader = tier.OpenReader(step, file);
           reader->Read(base + p, piece);
           fn(worker, p, piece);
           p += static_cast<int64_t>(piece.size());
