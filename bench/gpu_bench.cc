@@ -8,7 +8,10 @@
 //   - cuBLAS sgemm on the model's MLP shape in the same math mode, and the
 //     model's FLOP/s as a fraction of it
 // Without a device it prints what was looked for and exits 2.
-// Usage: bench_gpu [--model gpt2-124m] [--batch 8] [--seq 1024] [--steps 10] [--tf32]
+//   - in fp32 and TF32, cuBLAS on the same shape with bf16 operands too
+//     (what --matmul bf16's linear layers run on)
+// Usage: bench_gpu [--model gpt2-124m] [--batch 8] [--seq 1024] [--steps 10]
+//        [--matmul fp32|tf32|bf16]
 //        [--python python3] [--torch-script bench/torch_gpt.py] [--no-torch]
 //        bench_gpu --checkpoint ...: issue 23's checkpoint figure instead: the
 //        blocking part of a save from device memory (the trainer's own path,
@@ -103,13 +106,13 @@ void AddTorchCheckpointRows(TextTable& t, const std::string& python, const std::
   }
 }
 
-int CheckpointBench(const workload::TransformerShape& shape, int64_t batch, bool tf32,
+int CheckpointBench(const workload::TransformerShape& shape, int64_t batch, gpt::Matmul matmul,
                     const std::string& python, const std::string& torch_script) {
   const train::TokenFile data = bench::RandomTokenFile("/tmp/bench_gpu_tokens.bin", shape.vocab);
   train::TrainConfig config;
   config.shape = shape;
   config.backend = "cuda";
-  config.tf32 = tf32;
+  config.matmul = matmul;
   config.micro_batch = batch;
   config.steps = 100;
   config.optim.lr = 1e-4;
@@ -164,7 +167,8 @@ int Run(int argc, char** argv) {
   std::string model = "gpt2-124m";
   int64_t batch = 8, seq = 1024, steps = 10,
           attention_blocks = gpt::ModelOptions{}.attention_blocks;
-  bool tf32 = false, profile = false, no_torch = false, checkpoint = false;
+  std::string matmul_name = "fp32";
+  bool profile = false, no_torch = false, checkpoint = false;
   std::string python = "python3";  // GPU machines' python3 is the one with CUDA PyTorch
   std::string torch_script = std::string(FMSTACK_SOURCE_DIR) + "/bench/torch_gpt.py";
   app.add_option("--model", model, "a preset (fmstack catalog list models)");
@@ -172,7 +176,9 @@ int Run(int argc, char** argv) {
   app.add_option("--seq", seq, "tokens per sequence")->check(CLI::Range(1, 1 << 16));
   app.add_option("--steps", steps, "forward + backward passes per round")
       ->check(CLI::Range(1, 100000));
-  app.add_flag("--tf32", tf32, "fp32 matmuls on TF32 tensor cores");
+  app.add_option("--matmul", matmul_name,
+                 "fp32, or fp32 values on tensor cores with operands rounded to tf32 or bf16")
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
   app.add_option("--attention-blocks", attention_blocks,
                  "causal blocks per sequence in attention's matmuls (1 = full T x T products)")
       ->check(CLI::Range(1, 64));
@@ -183,6 +189,7 @@ int Run(int argc, char** argv) {
   app.add_flag("--checkpoint", checkpoint,
                "time a save's blocking part against the device-to-host copy alone");
   CLI11_PARSE(app, argc, argv);
+  const gpt::Matmul matmul = *gpt::ParseMatmul(matmul_name);
 
   const gpt::cuda::DeviceProbe probe = gpt::cuda::ProbeDevices();
   if (probe.devices.empty()) {
@@ -200,7 +207,7 @@ int Run(int argc, char** argv) {
   int cublas_version = 0;
   {
     gpt::cuda::Stream s("bench");
-    gpt::cuda::Blas blas(s.get(), false);
+    gpt::cuda::Blas blas(s.get(), gpt::Matmul::kFp32);
     gpt::cuda::Cublas().get_version(blas.get(), &cublas_version);
   }
   std::cout << fmt::format(
@@ -209,16 +216,19 @@ int Run(int argc, char** argv) {
       static_cast<double>(dev.total_bytes) / (1 << 30), runtime, driver, cublas_version);
   std::cout << fmt::format(
       "model {} ({} layers, hidden {}), batch {} x {} tokens, {}, {}{}\n", shape.name, shape.layers,
-      shape.hidden, batch, seq, tf32 ? "fp32 with TF32 matmuls" : "fp32",
+      shape.hidden, batch, seq,
+      matmul == gpt::Matmul::kFp32 ? std::string("fp32")
+                                   : fmt::format("fp32 with {} matmuls", matmul_name),
       checkpoint ? "" : fmt::format("attention in {} causal blocks, ", attention_blocks),
       checkpoint ? "a warm-up save, then 3 saves, one step apart"
                  : fmt::format("{} steps x 3", steps));
   if (checkpoint) {
-    return CheckpointBench(shape, batch, tf32, python, no_torch ? std::string() : torch_script);
+    return CheckpointBench(shape, batch, matmul, python, no_torch ? std::string() : torch_script);
   }
-  auto m = gpt::CreateModel(
-      shape,
-      {.backend = "cuda", .tf32 = tf32, .max_batch = batch, .attention_blocks = attention_blocks});
+  auto m = gpt::CreateModel(shape, {.backend = "cuda",
+                                    .matmul = matmul,
+                                    .max_batch = batch,
+                                    .attention_blocks = attention_blocks});
   gpt::InitParams(m->params_layout(), m->params(), 1);
   // As `fmstack train` runs one process: AdamW on the device, no host copies.
   const std::vector<uint8_t> decay = train::DecayMask(m->params_layout());
@@ -258,12 +268,16 @@ int Run(int argc, char** argv) {
   const workload::TrainingFlops flops = workload::TrainingFlopsPerToken(shape);
   const double model_flops = tokens_per_s * flops.detailed;
   // The MLP's up-projection: (batch x seq, hidden) @ (hidden, ffn).
-  const double gemm = [&] {
+  const std::vector<gpt::GemmShape> mlp = {{batch * seq, shape.ffn_hidden, shape.hidden}};
+  double gemm = 0, bf16_gemm = 0;
+  {
     gpt::cuda::Stream stream("bench stream");
-    gpt::cuda::Blas blas(stream.get(), tf32);
-    return 1e9 *
-           gpt::cuda::SgemmGflops(blas, stream, {{batch * seq, shape.ffn_hidden, shape.hidden}});
-  }();
+    gpt::cuda::Blas blas(stream.get(), matmul);
+    bf16_gemm = 1e9 * gpt::cuda::Bf16GemmGflops(blas, stream, mlp);
+    // The linear layers' own mode: bf16 operands in bf16 mode, else sgemm.
+    gemm =
+        matmul == gpt::Matmul::kBf16 ? bf16_gemm : 1e9 * gpt::cuda::SgemmGflops(blas, stream, mlp);
+  }
 
   const catalog::Catalog cat = catalog::Catalog::LoadEmbedded();
   const catalog::Accelerator* acc = Match(cat, dev.name);
@@ -271,8 +285,13 @@ int Run(int argc, char** argv) {
   t.AddRow({"step (median of 3)", fmt::format("{:.1f} ms", step_s * 1e3), "", ""});
   t.AddRow({"tokens/s", fmt::format("{:.0f}", tokens_per_s), "", ""});
   t.AddRow({"model FLOP/s", fmt::format("{:.1f} TFLOP/s", model_flops / 1e12), "", ""});
-  t.AddRow({"cuBLAS sgemm, MLP shape", fmt::format("{:.1f} TFLOP/s", gemm / 1e12),
+  t.AddRow({fmt::format("cuBLAS {}, MLP shape", matmul_name),
+            fmt::format("{:.1f} TFLOP/s", gemm / 1e12),
             fmt::format("{:.2f} of it", model_flops / gemm), ""});
+  if (matmul != gpt::Matmul::kBf16) {
+    t.AddRow({"cuBLAS bf16, MLP shape", fmt::format("{:.1f} TFLOP/s", bf16_gemm / 1e12),
+              fmt::format("{:.2f} of it", model_flops / bf16_gemm), ""});
+  }
   if (acc != nullptr) {
     t.AddRow({fmt::format("MFU of {} bf16 peak", acc->name),
               fmt::format("{:.1f} TFLOP/s peak", acc->bf16_flops / 1e12),
@@ -285,7 +304,7 @@ int Run(int argc, char** argv) {
   }
   int rc = 0;
   if (!no_torch) {
-    const std::string mode = tf32 ? "--device cuda --rounds 3 --tf32" : "--device cuda --rounds 3";
+    const std::string mode = "--device cuda --rounds 3 --matmul " + matmul_name;
     for (const bool sdpa : {false, true}) {
       const bench::TorchResult peer =
           bench::RunTorchPeer("", python, torch_script, shape, batch, seq, steps, 1,

@@ -26,12 +26,13 @@ before the clock starts) and prints {"seconds": s, "steps": N}; it exits at
 end of input.
 
 On a GPU (--device cuda) it runs as PyTorch's CUDA notes recommend for fp32
-training: fused AdamW, TF32 matmuls only with --tf32, rounds timed between
+training: fused AdamW, TF32 matmuls only with --matmul tf32, bf16 autocast
+(PyTorch's AMP recipe for bf16, no gradient scaler) with --matmul bf16, rounds timed between
 torch.cuda.synchronize() calls; --sdpa swaps the explicit attention for
 F.scaled_dot_product_attention (PyTorch's fused attention kernels), which is
 PyTorch at its best rather than the same algorithm as ours.
 """
-import argparse, ctypes, json, math, os, statistics, sys, time
+import argparse, contextlib, ctypes, json, math, os, statistics, sys, time
 
 import torch
 import torch.nn as nn
@@ -84,7 +85,8 @@ def main():
         p.add_argument("--" + name, type=int, required=True)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    p.add_argument("--tf32", action="store_true", help="cuda: fp32 matmuls on TF32 tensor cores")
+    p.add_argument("--matmul", choices=("fp32", "tf32", "bf16"), default="fp32",
+                   help="cuda: fp32; TF32 tensor cores; bf16 autocast (PyTorch's AMP recipe)")
     p.add_argument("--sdpa", action="store_true", help="F.scaled_dot_product_attention")
     p.add_argument("--serve", action="store_true", help="rounds on request, read from stdin")
     a = p.parse_args()
@@ -98,8 +100,12 @@ def main():
     torch.manual_seed(0)
     torch.set_num_threads(a.threads)
     if cuda:
-        torch.backends.cuda.matmul.allow_tf32 = a.tf32
-        torch.backends.cudnn.allow_tf32 = a.tf32
+        torch.backends.cuda.matmul.allow_tf32 = a.matmul == "tf32"
+        torch.backends.cudnn.allow_tf32 = a.matmul == "tf32"
+    # bf16 as PyTorch's AMP recipe has it: autocast around the forward pass
+    # and the loss (no gradient scaler: bf16 has fp32's exponent range).
+    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if a.matmul == "bf16" \
+        else contextlib.nullcontext
     model = GPT(a.layers, a.hidden, a.heads, a.ffn, a.vocab, a.seq, a.sdpa).to(a.device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1,
                             **({"fused": True} if cuda else {}))
@@ -115,7 +121,9 @@ def main():
     def step():
         idx, targets = batches.pop()
         opt.zero_grad(set_to_none=True)
-        model(idx, targets).backward()
+        with autocast():
+            loss = model(idx, targets)
+        loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
 
@@ -161,7 +169,7 @@ def describe(a, cuda):
         allocator = next((name for lib, name in (("tcmalloc", "TCMalloc"), ("jemalloc", "jemalloc"))
                           if lib in maps.read()), "glibc malloc")
     return {"allocator": allocator, "torch": torch.__version__, "blas": blas,
-            "threads": torch.get_num_threads(), "device": a.device, "tf32": a.tf32,
+            "threads": torch.get_num_threads(), "device": a.device, "matmul": a.matmul,
             "sdpa": a.sdpa}
 
 

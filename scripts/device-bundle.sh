@@ -42,14 +42,15 @@ cat > "$out/run.sh" <<'SH'
 # $OUT/run.log (or .device/out/run.log), the runs' directories in a temporary one:
 #   1. the CUDA twins of the CPU kernels, the whole model against the CPU model
 #   2. NCCL on the devices present
-#   3. bench_gpu on GPT-2 124M (fp32, TF32), PyTorch beside it on the same
+#   3. bench_gpu on GPT-2 124M (fp32, TF32, bf16), PyTorch beside it on the same
 #      model, batch and sequence (same attention, and its fused attention),
 #      and a save's blocking part against the device-to-host copy alone and
 #      against PyTorch's torch.save and DCP async_save of the same state
 #   4. fmstack train on the device: 20 steps, then resumed from its own
 #      checkpoint to 40, against one run of 40: the parameter hashes must agree
-#   5. with --profile, where Nsight Compute (ncu) is installed: one TF32
-#      training step's kernels, by time (ncu_table.py), the CSV beside run.log
+#   5. with --profile, where Nsight Compute (ncu) is installed: one TF32 and
+#      one bf16 training step's kernels, by time (ncu_table.py), the CSVs
+#      beside run.log
 # STEPS='cuda_test|train_.*' (a regular expression) runs only the steps it
 # names, to spend a short device lease on what changed.
 set -uo pipefail
@@ -97,7 +98,8 @@ step cuda_test 300 "$here/gpt_cuda_test"
 step nccl_test 120 "$here/nccl_test"
 gpt2=(--model gpt2-124m --batch 8 --seq 1024 --torch-script "$here/torch_gpt.py")
 step bench_gpu_fp32 300 "$here/bench_gpu" "${gpt2[@]}"
-step bench_gpu_tf32 300 "$here/bench_gpu" "${gpt2[@]}" --tf32
+step bench_gpu_tf32 300 "$here/bench_gpu" "${gpt2[@]}" --matmul tf32
+step bench_gpu_bf16 300 "$here/bench_gpu" "${gpt2[@]}" --matmul bf16
 step bench_gpu_checkpoint 300 "$here/bench_gpu" --checkpoint "${gpt2[@]}"
 job="$here/examples/gpt-mini-cuda.toml"
 rm -rf "$log/split" "$log/straight"
@@ -114,10 +116,12 @@ fi
 if [ "$profile" = 1 ]; then
   ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
   if [ -n "$ncu_bin" ]; then
-    step profile_tf32 300 "$ncu_bin" --profile-from-start off --metrics gpu__time_duration.sum \
-      --csv --print-units base --log-file "$out/ncu_tf32.csv" \
-      "$here/bench_gpu" --profile --tf32 --model gpt2-124m --batch 8 --seq 1024
-    step kernels_tf32 60 python3 "$here/ncu_table.py" "$out/ncu_tf32.csv" --top 30
+    for mode in tf32 bf16; do
+      step "profile_$mode" 300 "$ncu_bin" --profile-from-start off --metrics gpu__time_duration.sum \
+        --csv --print-units base --log-file "$out/ncu_$mode.csv" \
+        "$here/bench_gpu" --profile --matmul "$mode" --model gpt2-124m --batch 8 --seq 1024
+      step "kernels_$mode" 60 python3 "$here/ncu_table.py" "$out/ncu_$mode.csv" --top 30
+    done
   else
     echo "=== profile: no ncu on this machine"
     failed+=("profile")

@@ -46,7 +46,7 @@ train::TrainConfig ConfigFromSpec(const spec::JobSpec& job, int64_t steps_overri
   c.shape = job.model;
   c.backend = job.train.device;
   c.device_index = static_cast<int>(job.train.device_index);
-  c.tf32 = job.train.tf32;
+  c.matmul = *gpt::ParseMatmul(job.train.matmul);  // the spec accepts only the three names
   c.micro_batch = job.train.micro_batch;
   const int64_t global = job.train.global_batch > 0 ? job.train.global_batch : c.micro_batch;
   if (global % c.micro_batch != 0) {

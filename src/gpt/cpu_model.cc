@@ -191,7 +191,13 @@ void CpuModel::Backward(float scale, const std::function<void(int)>& ready) {
 
 std::unique_ptr<Model> CreateModel(const workload::TransformerShape& shape,
                                    const ModelOptions& options) {
-  if (options.backend == "cpu") return std::make_unique<CpuModel>(shape, options);
+  if (options.backend == "cpu") {
+    if (options.matmul != Matmul::kFp32) {
+      throw Error(fmt::format("matmul \"{}\" is for device \"cuda\"; the CPU computes in fp32",
+                              MatmulName(options.matmul)));
+    }
+    return std::make_unique<CpuModel>(shape, options);
+  }
 #if FMSTACK_HAVE_CUDA
   if (options.backend == "cuda") return CreateCudaModel(shape, options);
   throw Error(

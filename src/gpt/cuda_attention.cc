@@ -39,7 +39,6 @@ void CausalAttention::Batched(const Call& c, const HeadsOperands& ops, const Gem
   float** const a = ptrs_.data();
   float** const b = a + blocks * BH;
   float** const out = b + blocks * BH;
-  const float zero = 0.0f;
   for (int64_t k = 0; k < blocks; ++k) {
     const int64_t r0 = k * c.T / blocks, r1 = (k + 1) * c.T / blocks;
     int64_t m = hs, n = r1 - r0, inner = hs;
@@ -54,11 +53,10 @@ void CausalAttention::Batched(const Call& c, const HeadsOperands& ops, const Gem
         inner = c.T - r0;
         break;
     }
-    Check(Cublas().sgemm_batched(
-              c.blas, g.ta, g.tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(inner),
-              &g.alpha, a + k * BH, static_cast<int>(g.lda), b + k * BH, static_cast<int>(g.ldb),
-              &zero, out + k * BH, static_cast<int>(g.ldc), static_cast<int>(BH)),
-          what);
+    c.blas->GemmBatched(g.ta, g.tb, static_cast<int>(m), static_cast<int>(n),
+                        static_cast<int>(inner), g.alpha, a + k * BH, static_cast<int>(g.lda),
+                        b + k * BH, static_cast<int>(g.ldb), 0.0f, out + k * BH,
+                        static_cast<int>(g.ldc), static_cast<int>(BH), what);
   }
 }
 

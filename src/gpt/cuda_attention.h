@@ -33,7 +33,7 @@ class CausalAttention {
   // qkv rows are 3C wide (Q, K, V, head after head), the scores T x T per
   // (b, h), (b, h) after (b, h).
   struct Call {
-    cublasHandle_t blas;
+    const Blas* blas;
     cudaStream_t stream;
     int64_t B, T, C, NH;
   };

@@ -4,6 +4,7 @@
 // Every reduction runs in a fixed order, so results are deterministic; they
 // differ from the CPU's in the last bits only because the summation order
 // differs.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -276,6 +277,16 @@ __global__ void GeluBackwardKernel(float* dinout, const float* inp, int64_t n) {
   dinout[i] *= grad;
 }
 
+// A grid-stride loop: the casts run over whole activations (up to N x Vp
+// logits, 412 million values for GPT-2 at B = 8).
+__global__ void CastToBf16Kernel(__nv_bfloat16* out, const float* in, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += stride) {
+    out[i] = __float2bfloat16_rn(in[i]);
+  }
+}
+
 // ---- softmax cross-entropy: a block per row ----
 
 // Two passes over each row instead of three: each thread keeps a running
@@ -452,6 +463,12 @@ void FillHeadsPointers(float** ptrs, const HeadsOperands& ops, int64_t B, int64_
   if (n == 0) return;
   FillHeadsPointersKernel<<<Blocks(n, kThreads), kThreads, 0, stream>>>(ptrs, ops, B, NH, T,
                                                                         blocks);
+}
+
+void CastToBf16(uint16_t* out, const float* in, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  const int blocks = std::min(Blocks(n, kThreads), 132 * 16);  // enough to fill an H100/H200
+  CastToBf16Kernel<<<blocks, kThreads, 0, stream>>>(reinterpret_cast<__nv_bfloat16*>(out), in, n);
 }
 
 void GeluForward(float* out, const float* inp, int64_t n, cudaStream_t stream) {

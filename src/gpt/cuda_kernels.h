@@ -13,6 +13,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstring>
 
 namespace fmstack::gpt::cuda {
 
@@ -84,6 +85,20 @@ void SoftmaxCrossEntropyForward(float* probs_inout, float* losses, const int32_t
 void SoftmaxCrossEntropyBackwardInPlace(float* probs_inout, const int32_t* targets, int64_t N,
                                         int64_t V, int64_t stride, float scale,
                                         cudaStream_t stream);
+
+// out[i] = in[i] rounded to the nearest bf16 (ties to even), stored as its
+// 16 bits: the operands of bf16 matmuls (cuda_model.cc). The CPU twin is
+// RoundToBf16 below.
+void CastToBf16(uint16_t* out, const float* in, int64_t n, cudaStream_t stream);
+
+// The bits of x rounded to the nearest bf16, ties to even (NaN stays NaN).
+inline uint16_t RoundToBf16(float x) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, &x, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
 
 // ---- the optimizer, twins of train/optimizer.h (not yet driven by train/) ----
 

@@ -44,14 +44,28 @@ int64_t WidestColumnSum(const ParamLayout& p) {
   return std::max(3 * p.C, p.F);
 }
 
+// bf16 mode's 16-bit copies: every parameter; the input of every linear
+// layer (ln1, atty, ln2 and fch_gelu per layer, then lnf), which Forward
+// writes and Backward reads again; and one output gradient at a time, the
+// widest being the logits'.
+struct Bf16Sizes {
+  int64_t params = 0, inputs = 0, dout = 0;
+  int64_t bytes() const { return 2 * (params + inputs + dout); }
+};
+Bf16Sizes Bf16SizesFor(const ParamLayout& p, const ActivationLayout& a) {
+  const int64_t N = a.B * a.T;
+  return {p.total, (p.L * (3 * p.C + p.F) + p.C) * N,
+          N * std::max({a.logits_stride, p.F, 3 * p.C})};
+}
+
 // The device bytes a model of layout p with activations a takes: the
-// parameters, their gradients, the activations, the column-sum scratch and
-// the token ids.
-int64_t DeviceBytes(const ParamLayout& p, const ActivationLayout& a) {
+// parameters, their gradients, the activations, the column-sum scratch,
+// the token ids, and in bf16 mode the 16-bit copies.
+int64_t DeviceBytes(const ParamLayout& p, const ActivationLayout& a, bool bf16) {
   const int64_t ids = 5 * a.B * a.T + p.V + 1;  // tokens, targets, token rows
   const int64_t scratch = cuda::ColumnSumScratch(a.B * a.T, WidestColumnSum(p));
   return (2 * p.total + a.total + scratch) * int64_t{sizeof(float)} +
-         ids * int64_t{sizeof(int32_t)};
+         ids * int64_t{sizeof(int32_t)} + (bf16 ? Bf16SizesFor(p, a).bytes() : 0);
 }
 
 class CudaModel final : public Model {
@@ -64,20 +78,21 @@ class CudaModel final : public Model {
                                  RoundUp(p_.V, kLogitsAlign))),
         device_(device),
         stream_("creating the model's stream"),
-        blas_(stream_.get(), options.tf32),
-        tf32_(options.tf32),
+        blas_(stream_.get(), options.matmul),
+        bf16_(options.matmul == Matmul::kBf16),
         attention_(a_.B, p_.NH, options.attention_blocks) {
     if (a_.T > p_.maxT) {
       throw Error(fmt::format("max_seq {} exceeds the model's seq_len {}", a_.T, p_.maxT));
     }
-    const int64_t need = DeviceBytes(p_, a_);
+    const int64_t need = DeviceBytes(p_, a_, bf16_);
     if (need > device_.free_bytes) {
       throw Error(fmt::format(
           "device \"cuda\": model \"{}\" needs {} of device memory ({} parameters, {} gradients, "
-          "{} activations for {} x {} tokens) but device {} ({}) has {} free of {}; lower "
+          "{} activations for {} x {} tokens{}) but device {} ({}) has {} free of {}; lower "
           "train.micro_batch or the model",
           shape.name, Gib(need), Gib(p_.total * 4), Gib(p_.total * 4), Gib(a_.total * 4), a_.B,
-          a_.T, device_.index, device_.name, Gib(device_.free_bytes), Gib(device_.total_bytes)));
+          a_.T, bf16_ ? ", " + Gib(Bf16SizesFor(p_, a_).bytes()) + " of bf16 copies" : "",
+          device_.index, device_.name, Gib(device_.free_bytes), Gib(device_.total_bytes)));
     }
     const auto P = static_cast<size_t>(p_.total);
     const auto N = static_cast<size_t>(a_.B * a_.T);
@@ -87,6 +102,15 @@ class CudaModel final : public Model {
     d_params_ = cuda::DeviceBuffer<float>(P, "allocating the parameters");
     d_grads_ = cuda::DeviceBuffer<float>(P, "allocating the gradients");
     d_acts_ = cuda::DeviceBuffer<float>(static_cast<size_t>(a_.total), "allocating activations");
+    if (bf16_) {
+      const Bf16Sizes sizes = Bf16SizesFor(p_, a_);
+      d_params16_ = cuda::DeviceBuffer<uint16_t>(static_cast<size_t>(sizes.params),
+                                                 "allocating the bf16 parameters");
+      d_inputs16_ = cuda::DeviceBuffer<uint16_t>(static_cast<size_t>(sizes.inputs),
+                                                 "allocating the bf16 layer inputs");
+      d_dout16_ = cuda::DeviceBuffer<uint16_t>(static_cast<size_t>(sizes.dout),
+                                               "allocating the bf16 output gradient");
+    }
     d_tokens_ = cuda::DeviceBuffer<int32_t>(N, "allocating token ids");
     d_targets_ = cuda::DeviceBuffer<int32_t>(N, "allocating target ids");
     d_token_rows_ = cuda::DeviceBuffer<int32_t>(3 * N + 1, "allocating token rows");
@@ -118,12 +142,16 @@ class CudaModel final : public Model {
       std::fill(grads_.data(), grads_.data() + grads_.size(), 0.0f);
     }
   }
+  // The linear layers' matmuls, as the model runs them.
   double MatmulGflops(const std::vector<GemmShape>& shapes) const override {
-    return cuda::SgemmGflops(blas_, stream_, shapes);
+    return bf16_ ? cuda::Bf16GemmGflops(blas_, stream_, shapes)
+                 : cuda::SgemmGflops(blas_, stream_, shapes);
   }
   std::string Hardware() const override {
-    return fmt::format("cuda:{} {}, {} matmuls", device_.index, device_.name,
-                       tf32_ ? "TF32" : "fp32");
+    return fmt::format("cuda:{} {}, {}", device_.index, device_.name,
+                       blas_.matmul() == Matmul::kFp32   ? "fp32 matmuls"
+                       : blas_.matmul() == Matmul::kTf32 ? "TF32 matmuls"
+                                                         : "bf16 matmuls (attention's in TF32)");
   }
 
   float Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int64_t B,
@@ -167,32 +195,49 @@ class CudaModel final : public Model {
   // waits for it.
   void DownloadGroup(int g);
 
+  // A linear layer's input: its values and, in bf16 mode, where Forward
+  // leaves their bf16 copy for Backward (In16).
+  struct Input {
+    const float* values;
+    uint16_t* bf16;
+  };
+  // bf16 mode: the copy of layer l's input that starts `offset` values into
+  // its row (ln1 0, atty C, ln2 2C, fch_gelu 3C; lnf is layer L's 0), and a
+  // parameter's twin in d_params16_.
+  uint16_t* In16(int64_t l, int64_t offset) const {
+    if (!bf16_) return nullptr;
+    return d_inputs16_.data() + (l * (3 * p_.C + p_.F) + offset) * a_.B * a_.T;
+  }
+  const uint16_t* W16(const float* param) const {
+    return d_params16_.data() + (param - d_params_.data());
+  }
+
   // out (N, OC) = inp (N, C) @ weight (OC, C)^T + beta * out, row-major,
   // rows of out `out_stride` floats apart (0 = OC): column-major cuBLAS
-  // computes out^T = weight^T' inp^T'.
-  void Gemm(float* out, const float* inp, const float* weight, int64_t N, int64_t C, int64_t OC,
+  // computes out^T = weight^T' inp^T'. In bf16 mode it first writes the
+  // input's bf16 copy.
+  void Gemm(float* out, Input inp, const float* weight, int64_t N, int64_t C, int64_t OC,
             float beta, int64_t out_stride = 0) const;
-  void MatmulForward(float* out, const float* inp, const float* weight, const float* bias,
-                     int64_t N, int64_t C, int64_t OC) const;
-  void MatmulResidualForward(float* out, const float* residual, const float* inp,
-                             const float* weight, const float* bias, int64_t N, int64_t C,
-                             int64_t OC) const;
-  void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout,
-                      const float* inp, const float* weight, int64_t N, int64_t C, int64_t OC,
+  void MatmulForward(float* out, Input inp, const float* weight, const float* bias, int64_t N,
+                     int64_t C, int64_t OC) const;
+  void MatmulResidualForward(float* out, const float* residual, Input inp, const float* weight,
+                             const float* bias, int64_t N, int64_t C, int64_t OC) const;
+  // In bf16 mode it reads the input's bf16 copy that Forward wrote.
+  void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, Input inp,
+                      const float* weight, int64_t N, int64_t C, int64_t OC,
                       int64_t dout_stride = 0) const;
-  cuda::CausalAttention::Call AttentionCall() const {
-    return {blas_.get(), s(), B_, T_, p_.C, p_.NH};
-  }
+  cuda::CausalAttention::Call AttentionCall() const { return {&blas_, s(), B_, T_, p_.C, p_.NH}; }
 
   ParamLayout p_;
   ActivationLayout a_;
   cuda::DeviceInfo device_;
   cuda::Stream stream_;
   cuda::Blas blas_;
-  bool tf32_;
+  bool bf16_;
   cuda::CausalAttention attention_;
   cuda::PinnedBuffer<float> params_, grads_, losses_;
   cuda::DeviceBuffer<float> d_params_, d_grads_, d_acts_;
+  cuda::DeviceBuffer<uint16_t> d_params16_, d_inputs16_, d_dout16_;  // bf16 mode only
   cuda::DeviceBuffer<int32_t> d_tokens_, d_targets_, d_token_rows_;
   cuda::DeviceBuffer<float> d_column_scratch_;
   std::vector<std::vector<std::pair<int64_t, int64_t>>> groups_;  // (offset, floats) per tensor
@@ -248,6 +293,7 @@ float CudaModel::Forward(std::span<const int32_t> tokens, std::span<const int32_
   if (!device_optimizer_) {
     Copy(d_params_.data(), params_.data(), d_params_.bytes(), cudaMemcpyHostToDevice, "parameters");
   }
+  if (bf16_) cuda::CastToBf16(d_params16_.data(), d_params_.data(), p_.total, s());
   UploadTokens(tokens, targets);
 
   cuda::EncoderForward(A(a_.encoded, C), d_tokens_.data(), P(p_.wte, V * C), P(p_.wpe, p_.maxT * C),
@@ -255,22 +301,24 @@ float CudaModel::Forward(std::span<const int32_t> tokens, std::span<const int32_
   for (int64_t l = 0; l < L; ++l) {
     cuda::LayerNormForward(A(a_.ln1, C, l), A(a_.ln1_mean, 1, l), A(a_.ln1_rstd, 1, l),
                            LayerInput(l), P(p_.ln1w, C, l), P(p_.ln1b, C, l), N, C, s());
-    MatmulForward(A(a_.qkv, 3 * C, l), A(a_.ln1, C, l), P(p_.qkvw, 3 * C * C, l),
+    MatmulForward(A(a_.qkv, 3 * C, l), {A(a_.ln1, C, l), In16(l, 0)}, P(p_.qkvw, 3 * C * C, l),
                   P(p_.qkvb, 3 * C, l), N, C, 3 * C);
     attention_.Forward(AttentionCall(), A(a_.atty, C, l), Scores(a_.att, l), A(a_.qkv, 3 * C, l));
-    MatmulResidualForward(A(a_.residual2, C, l), LayerInput(l), A(a_.atty, C, l),
+    MatmulResidualForward(A(a_.residual2, C, l), LayerInput(l), {A(a_.atty, C, l), In16(l, C)},
                           P(p_.attprojw, C * C, l), P(p_.attprojb, C, l), N, C, C);
     cuda::LayerNormForward(A(a_.ln2, C, l), A(a_.ln2_mean, 1, l), A(a_.ln2_rstd, 1, l),
                            A(a_.residual2, C, l), P(p_.ln2w, C, l), P(p_.ln2b, C, l), N, C, s());
-    MatmulForward(A(a_.fch, F, l), A(a_.ln2, C, l), P(p_.fcw, F * C, l), P(p_.fcb, F, l), N, C, F);
+    MatmulForward(A(a_.fch, F, l), {A(a_.ln2, C, l), In16(l, 2 * C)}, P(p_.fcw, F * C, l),
+                  P(p_.fcb, F, l), N, C, F);
     cuda::GeluForward(A(a_.fch_gelu, F, l), A(a_.fch, F, l), N * F, s());
-    MatmulResidualForward(A(a_.residual3, C, l), A(a_.residual2, C, l), A(a_.fch_gelu, F, l),
-                          P(p_.fcprojw, C * F, l), P(p_.fcprojb, C, l), N, F, C);
+    MatmulResidualForward(A(a_.residual3, C, l), A(a_.residual2, C, l),
+                          {A(a_.fch_gelu, F, l), In16(l, 3 * C)}, P(p_.fcprojw, C * F, l),
+                          P(p_.fcprojb, C, l), N, F, C);
   }
   cuda::LayerNormForward(A(a_.lnf, C), A(a_.lnf_mean, 1), A(a_.lnf_rstd, 1), LayerInput(L),
                          P(p_.lnfw, C), P(p_.lnfb, C), N, C, s());
   const int64_t Vp = a_.logits_stride;
-  Gemm(A(a_.logits, Vp), A(a_.lnf, C), P(p_.wte, V * C), N, C, V, 0.0f, Vp);
+  Gemm(A(a_.logits, Vp), {A(a_.lnf, C), In16(L, 0)}, P(p_.wte, V * C), N, C, V, 0.0f, Vp);
   cuda::CheckLaunch("the forward pass");
   if (!has_targets_) {
     stream_.Synchronize("the forward pass");
@@ -298,8 +346,8 @@ void CudaModel::Backward(float scale, const std::function<void(int)>& ready) {
   cuda::SoftmaxCrossEntropyBackwardInPlace(dlogits, d_targets_.data(), N, V, Vp, scale, s());
   float* dres = A(a_.dresidual, C);
   float* dln = A(a_.dln, C);
-  MatmulBackward(dln, G(p_.wte, V * C), nullptr, dlogits, A(a_.lnf, C), P(p_.wte, V * C), N, C, V,
-                 Vp);
+  MatmulBackward(dln, G(p_.wte, V * C), nullptr, dlogits, {A(a_.lnf, C), In16(L, 0)},
+                 P(p_.wte, V * C), N, C, V, Vp);
   cuda::Check(cudaMemsetAsync(dres, 0, static_cast<size_t>(N * C) * sizeof(float), s()),
               "clearing the residual gradient");
   cuda::LayerNormBackwardAccumulate(dres, G(p_.lnfw, C), G(p_.lnfb, C), dln, LayerInput(L),
@@ -313,20 +361,20 @@ void CudaModel::Backward(float scale, const std::function<void(int)>& ready) {
   float* dqkv = A(a_.dqkv, 3 * C);
   float* datty = A(a_.datty, C);
   for (int64_t l = L - 1; l >= 0; --l) {
-    MatmulBackward(dfch, G(p_.fcprojw, C * F, l), G(p_.fcprojb, C, l), dres, A(a_.fch_gelu, F, l),
-                   P(p_.fcprojw, C * F, l), N, F, C);
+    MatmulBackward(dfch, G(p_.fcprojw, C * F, l), G(p_.fcprojb, C, l), dres,
+                   {A(a_.fch_gelu, F, l), In16(l, 3 * C)}, P(p_.fcprojw, C * F, l), N, F, C);
     cuda::GeluBackwardInPlace(dfch, A(a_.fch, F, l), N * F, s());
-    MatmulBackward(dln, G(p_.fcw, F * C, l), G(p_.fcb, F, l), dfch, A(a_.ln2, C, l),
-                   P(p_.fcw, F * C, l), N, C, F);
+    MatmulBackward(dln, G(p_.fcw, F * C, l), G(p_.fcb, F, l), dfch,
+                   {A(a_.ln2, C, l), In16(l, 2 * C)}, P(p_.fcw, F * C, l), N, C, F);
     cuda::LayerNormBackwardAccumulate(dres, G(p_.ln2w, C, l), G(p_.ln2b, C, l), dln,
                                       A(a_.residual2, C, l), P(p_.ln2w, C, l), A(a_.ln2_mean, 1, l),
                                       A(a_.ln2_rstd, 1, l), N, C, cs(), s());
-    MatmulBackward(datty, G(p_.attprojw, C * C, l), G(p_.attprojb, C, l), dres, A(a_.atty, C, l),
-                   P(p_.attprojw, C * C, l), N, C, C);
+    MatmulBackward(datty, G(p_.attprojw, C * C, l), G(p_.attprojb, C, l), dres,
+                   {A(a_.atty, C, l), In16(l, C)}, P(p_.attprojw, C * C, l), N, C, C);
     attention_.Backward(AttentionCall(), dqkv, Scores(a_.datt), datty, A(a_.qkv, 3 * C, l),
                         Scores(a_.att, l));
-    MatmulBackward(dln, G(p_.qkvw, 3 * C * C, l), G(p_.qkvb, 3 * C, l), dqkv, A(a_.ln1, C, l),
-                   P(p_.qkvw, 3 * C * C, l), N, C, 3 * C);
+    MatmulBackward(dln, G(p_.qkvw, 3 * C * C, l), G(p_.qkvb, 3 * C, l), dqkv,
+                   {A(a_.ln1, C, l), In16(l, 0)}, P(p_.qkvw, 3 * C * C, l), N, C, 3 * C);
     cuda::LayerNormBackwardAccumulate(dres, G(p_.ln1w, C, l), G(p_.ln1b, C, l), dln, LayerInput(l),
                                       P(p_.ln1w, C, l), A(a_.ln1_mean, 1, l), A(a_.ln1_rstd, 1, l),
                                       N, C, cs(), s());
@@ -487,26 +535,30 @@ std::vector<std::pair<int64_t, int64_t>> AlignedParts(int64_t OC) {
   return {{0, head}, {head, OC - head}};
 }
 
-void CudaModel::Gemm(float* out, const float* inp, const float* weight, int64_t N, int64_t C,
-                     int64_t OC, float beta, int64_t out_stride) const {
-  const float one = 1.0f;
+void CudaModel::Gemm(float* out, Input inp, const float* weight, int64_t N, int64_t C, int64_t OC,
+                     float beta, int64_t out_stride) const {
   const auto n = static_cast<int>(N), c = static_cast<int>(C);
   const auto ldo = static_cast<int>(out_stride != 0 ? out_stride : OC);
+  if (bf16_) cuda::CastToBf16(inp.bf16, inp.values, N * C, s());
   for (const auto& [first, count] : AlignedParts(OC)) {
-    cuda::Check(
-        cuda::Cublas().sgemm(blas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(count), n, c,
-                             &one, weight + first * C, c, inp, c, &beta, out + first, ldo),
-        "a forward matmul");
+    const auto oc = static_cast<int>(count);
+    if (bf16_) {
+      blas_.GemmBf16(CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c, 1.0f, W16(weight) + first * C, c, inp.bf16,
+                     c, beta, out + first, ldo, "a forward matmul");
+    } else {
+      blas_.Gemm(CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c, 1.0f, weight + first * C, c, inp.values, c,
+                 beta, out + first, ldo, "a forward matmul");
+    }
   }
 }
 
-void CudaModel::MatmulForward(float* out, const float* inp, const float* weight, const float* bias,
+void CudaModel::MatmulForward(float* out, Input inp, const float* weight, const float* bias,
                               int64_t N, int64_t C, int64_t OC) const {
   cuda::FillRows(out, bias, N, OC, s());
   Gemm(out, inp, weight, N, C, OC, 1.0f);
 }
 
-void CudaModel::MatmulResidualForward(float* out, const float* residual, const float* inp,
+void CudaModel::MatmulResidualForward(float* out, const float* residual, Input inp,
                                       const float* weight, const float* bias, int64_t N, int64_t C,
                                       int64_t OC) const {
   cuda::FillRowsResidual(out, residual, bias, N, OC, s());
@@ -514,22 +566,29 @@ void CudaModel::MatmulResidualForward(float* out, const float* residual, const f
 }
 
 void CudaModel::MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout,
-                               const float* inp, const float* weight, int64_t N, int64_t C,
-                               int64_t OC, int64_t dout_stride) const {
-  const float one = 1.0f, zero = 0.0f;
+                               Input inp, const float* weight, int64_t N, int64_t C, int64_t OC,
+                               int64_t dout_stride) const {
   const auto n = static_cast<int>(N), c = static_cast<int>(C);
-  const auto ldd = static_cast<int>(dout_stride != 0 ? dout_stride : OC);
+  const int64_t ld = dout_stride != 0 ? dout_stride : OC;
+  const auto ldd = static_cast<int>(ld);
+  uint16_t* const dout16 = d_dout16_.data();
+  if (bf16_) cuda::CastToBf16(dout16, dout, N * ld, s());  // a padded row's tail too: never read
   for (const auto& [first, count] : AlignedParts(OC)) {
     const auto oc = static_cast<int>(count);
+    const float dinp_beta = first == 0 ? 0.0f : 1.0f;
     // dinp (N, C) (+)= dout[:, part] (N, oc) @ weight[part] (oc, C)
-    cuda::Check(cuda::Cublas().sgemm(blas_.get(), CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, &one,
-                                     weight + first * C, c, dout + first, ldd,
-                                     first == 0 ? &zero : &one, dinp, c),
-                "a backward matmul (input gradient)");
     // dweight[part] (oc, C) += dout[:, part]^T (oc, N) @ inp (N, C)
-    cuda::Check(cuda::Cublas().sgemm(blas_.get(), CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, &one, inp, c,
-                                     dout + first, ldd, &one, dweight + first * C, c),
-                "a backward matmul (weight gradient)");
+    if (bf16_) {
+      blas_.GemmBf16(CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, 1.0f, W16(weight) + first * C, c,
+                     dout16 + first, ldd, dinp_beta, dinp, c, "a backward matmul (input gradient)");
+      blas_.GemmBf16(CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, 1.0f, inp.bf16, c, dout16 + first, ldd,
+                     1.0f, dweight + first * C, c, "a backward matmul (weight gradient)");
+    } else {
+      blas_.Gemm(CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, 1.0f, weight + first * C, c, dout + first, ldd,
+                 dinp_beta, dinp, c, "a backward matmul (input gradient)");
+      blas_.Gemm(CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, 1.0f, inp.values, c, dout + first, ldd, 1.0f,
+                 dweight + first * C, c, "a backward matmul (weight gradient)");
+    }
   }
   if (dbias != nullptr) cuda::BiasBackwardAccumulate(dbias, dout, N, OC, cs(), s());
 }

@@ -57,6 +57,7 @@ CublasApi LoadCublas() {
   Bind(library, "cublasSgemm_v2", api.sgemm);
   Bind(library, "cublasSgemmStridedBatched", api.sgemm_strided_batched);
   Bind(library, "cublasSgemmBatched", api.sgemm_batched);
+  Bind(library, "cublasGemmEx", api.gemm_ex);
   return api;  // the library stays loaded for the life of the process
 }
 
@@ -138,10 +139,11 @@ void Stream::Synchronize(std::string_view what) const {
   Check(cudaStreamSynchronize(stream_), what);
 }
 
-Blas::Blas(cudaStream_t stream, bool tf32) {
+Blas::Blas(cudaStream_t stream, Matmul matmul) : matmul_(matmul) {
   Check(Cublas().create(&handle_), "creating the cuBLAS handle");
   Check(Cublas().set_stream(handle_, stream), "binding cuBLAS to the model's stream");
-  Check(Cublas().set_math_mode(handle_, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+  Check(Cublas().set_math_mode(
+            handle_, matmul == Matmul::kFp32 ? CUBLAS_DEFAULT_MATH : CUBLAS_TF32_TENSOR_OP_MATH),
         "setting cuBLAS's math mode");
 }
 
@@ -149,34 +151,61 @@ Blas::~Blas() {
   if (handle_ != nullptr) Cublas().destroy(handle_);
 }
 
-// Operands are filled with bytes 0x3c (0.0115 as floats): all-zero operands
-// run faster than real data on tensor cores.
-double SgemmGflops(const Blas& blas, const Stream& stream, const std::vector<GemmShape>& shapes) {
-  int64_t biggest = 0;
+void Blas::Gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+                const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc,
+                std::string_view what) const {
+  Check(Cublas().sgemm(handle_, ta, tb, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc), what);
+}
+
+void Blas::GemmBf16(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+                    const uint16_t* a, int lda, const uint16_t* b, int ldb, float beta, float* c,
+                    int ldc, std::string_view what) const {
+  Check(Cublas().gemm_ex(handle_, ta, tb, m, n, k, &alpha, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb,
+                         &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        what);
+}
+
+void Blas::GemmBatched(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+                       const float* const* a, int lda, const float* const* b, int ldb, float beta,
+                       float* const* c, int ldc, int count, std::string_view what) const {
+  Check(Cublas().sgemm_batched(handle_, ta, tb, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc,
+                               count),
+        what);
+}
+
+namespace {
+
+struct GemmWork {
+  size_t biggest = 0;  // elements of the largest operand
   double flops = 0;
+};
+
+GemmWork WorkOf(const std::vector<GemmShape>& shapes) {
+  GemmWork w;
   for (const GemmShape& g : shapes) {
-    biggest = std::max({biggest, g.m * g.k, g.k * g.n, g.m * g.n});
-    flops += 2.0 * static_cast<double>(g.m * g.n * g.k);
+    w.biggest = std::max<size_t>({w.biggest, static_cast<size_t>(g.m * g.k),
+                                  static_cast<size_t>(g.k * g.n), static_cast<size_t>(g.m * g.n)});
+    w.flops += 2.0 * static_cast<double>(g.m * g.n * g.k);
   }
-  if (biggest == 0) return 0;
-  const auto count = static_cast<size_t>(biggest);
+  return w;
+}
+
+bool Fits(size_t bytes) {
   size_t free_bytes = 0, total_bytes = 0;
   Check(cudaMemGetInfo(&free_bytes, &total_bytes), "reading free device memory");
-  if (3 * count * sizeof(float) > free_bytes) return 0;
-  DeviceBuffer<float> a(count, "matmul benchmark operand A");
-  DeviceBuffer<float> b(count, "matmul benchmark operand B");
-  DeviceBuffer<float> c(count, "matmul benchmark result");
-  Check(cudaMemsetAsync(a.data(), 0x3c, a.bytes(), stream.get()), "filling matmul operands");
-  Check(cudaMemsetAsync(b.data(), 0x3c, b.bytes(), stream.get()), "filling matmul operands");
-  const float one = 1.0f, zero = 0.0f;
+  return bytes <= free_bytes;
+}
+
+// Best of three timed rounds after a warm-up; `enqueue(m, n, k)` queues one
+// row-major (m x k) @ (k x n) product, as sgemm_peak.cc times them.
+template <typename Enqueue>
+double BestGflops(const Stream& stream, const std::vector<GemmShape>& shapes, double flops,
+                  const Enqueue& enqueue) {
   double best = 0;
-  for (int round = 0; round < 4; ++round) {  // the first warms up
+  for (int round = 0; round < 4; ++round) {
     const auto start = std::chrono::steady_clock::now();
-    for (const GemmShape& g : shapes) {  // row-major (m x k) @ (k x n), as sgemm_peak.cc
-      const auto m = static_cast<int>(g.m), n = static_cast<int>(g.n), k = static_cast<int>(g.k);
-      Check(Cublas().sgemm(blas.get(), CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, b.data(), n,
-                           a.data(), k, &zero, c.data(), n),
-            "a benchmark matmul");
+    for (const GemmShape& g : shapes) {
+      enqueue(static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k));
     }
     stream.Synchronize("the matmul benchmark");
     const double seconds =
@@ -184,6 +213,39 @@ double SgemmGflops(const Blas& blas, const Stream& stream, const std::vector<Gem
     if (round > 0) best = std::max(best, flops / seconds / 1e9);
   }
   return best;
+}
+
+}  // namespace
+
+// Operands are filled with bytes 0x3c (0.0115 as floats, 0.0115 as bf16):
+// all-zero operands run faster than real data on tensor cores.
+double SgemmGflops(const Blas& blas, const Stream& stream, const std::vector<GemmShape>& shapes) {
+  const GemmWork w = WorkOf(shapes);
+  if (w.biggest == 0 || !Fits(3 * w.biggest * sizeof(float))) return 0;
+  DeviceBuffer<float> a(w.biggest, "matmul benchmark operand A");
+  DeviceBuffer<float> b(w.biggest, "matmul benchmark operand B");
+  DeviceBuffer<float> c(w.biggest, "matmul benchmark result");
+  Check(cudaMemsetAsync(a.data(), 0x3c, a.bytes(), stream.get()), "filling matmul operands");
+  Check(cudaMemsetAsync(b.data(), 0x3c, b.bytes(), stream.get()), "filling matmul operands");
+  return BestGflops(stream, shapes, w.flops, [&](int m, int n, int k) {
+    blas.Gemm(CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, 1.0f, b.data(), n, a.data(), k, 0.0f, c.data(), n,
+              "a benchmark matmul");
+  });
+}
+
+double Bf16GemmGflops(const Blas& blas, const Stream& stream,
+                      const std::vector<GemmShape>& shapes) {
+  const GemmWork w = WorkOf(shapes);
+  if (w.biggest == 0 || !Fits(w.biggest * (2 + 2 + sizeof(float)))) return 0;
+  DeviceBuffer<uint16_t> a(w.biggest, "bf16 matmul benchmark operand A");
+  DeviceBuffer<uint16_t> b(w.biggest, "bf16 matmul benchmark operand B");
+  DeviceBuffer<float> c(w.biggest, "bf16 matmul benchmark result");
+  Check(cudaMemsetAsync(a.data(), 0x3c, a.bytes(), stream.get()), "filling matmul operands");
+  Check(cudaMemsetAsync(b.data(), 0x3c, b.bytes(), stream.get()), "filling matmul operands");
+  return BestGflops(stream, shapes, w.flops, [&](int m, int n, int k) {
+    blas.GemmBf16(CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, 1.0f, b.data(), n, a.data(), k, 0.0f, c.data(),
+                  n, "a bf16 benchmark matmul");
+  });
 }
 
 }  // namespace fmstack::gpt::cuda

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "gpt/model.h"
 #include "gpt/sgemm_peak.h"
 
 namespace fmstack::gpt::cuda {
@@ -33,6 +34,11 @@ struct CublasApi {
   decltype(&cublasSgemm_v2) sgemm = nullptr;
   decltype(&cublasSgemmStridedBatched) sgemm_strided_batched = nullptr;
   decltype(&cublasSgemmBatched) sgemm_batched = nullptr;
+  // Named by type: C++ callers see an inline overload beside the library's.
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                            const void*, const void*, cudaDataType, int, const void*, cudaDataType,
+                            int, const void*, void*, cudaDataType, int, cublasComputeType_t,
+                            cublasGemmAlgo_t) = nullptr;
 };
 const CublasApi& Cublas();
 
@@ -126,22 +132,46 @@ class Stream {
   cudaStream_t stream_ = nullptr;
 };
 
+// A cuBLAS handle on one stream. Gemm multiplies fp32 operands: sgemm, on
+// TF32 tensor cores in the tf32 and bf16 modes. GemmBf16 multiplies bf16
+// operands (16-bit words, as CastToBf16 writes them) into an fp32 result,
+// accumulating in fp32. cuBLAS's CUBLAS_COMPUTE_32F_FAST_16BF, which would
+// round fp32 operands to bf16 inside the multiply, ran TF32 kernels on an
+// H200 (cuBLAS 13.1) at TF32's speed: bf16's throughput needs the operands
+// stored as bf16. Arguments are sgemm's, column-major; `what` names the
+// call in errors.
 class Blas {
  public:
-  explicit Blas(cudaStream_t stream, bool tf32);
+  Blas(cudaStream_t stream, Matmul matmul);
   Blas(const Blas&) = delete;
   Blas& operator=(const Blas&) = delete;
   ~Blas();
   cublasHandle_t get() const { return handle_; }
+  Matmul matmul() const { return matmul_; }
+
+  void Gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+            const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc,
+            std::string_view what) const;
+  void GemmBf16(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+                const uint16_t* a, int lda, const uint16_t* b, int ldb, float beta, float* c,
+                int ldc, std::string_view what) const;
+  // `count` fp32 products whose operands' addresses are in device arrays.
+  void GemmBatched(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+                   const float* const* a, int lda, const float* const* b, int ldb, float beta,
+                   float* const* c, int ldc, int count, std::string_view what) const;
 
  private:
   cublasHandle_t handle_ = nullptr;
+  Matmul matmul_;
 };
 
-// cuBLAS sgemm GFLOP/s over `shapes` on `blas` (in its math mode, so TF32
-// when the handle allows it) and `stream`, FLOP-weighted, best of three
-// rounds after a warm-up: the GPU's twin of MeasureSgemmGflops. 0 when the
-// device has no room for the operands.
+// cuBLAS GFLOP/s over `shapes` through blas.Gemm (fp32 operands, in the
+// handle's math mode) on `stream`, FLOP-weighted, best of three rounds after a warm-up: the
+// GPU's twin of MeasureSgemmGflops. 0 when the device has no room for the
+// operands.
 double SgemmGflops(const Blas& blas, const Stream& stream, const std::vector<GemmShape>& shapes);
+
+// The same through GemmBf16: the bf16 mode's linear layers.
+double Bf16GemmGflops(const Blas& blas, const Stream& stream, const std::vector<GemmShape>& shapes);
 
 }  // namespace fmstack::gpt::cuda

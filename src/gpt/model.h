@@ -8,8 +8,10 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "gpt/layout.h"
 #include "gpt/sgemm_peak.h"
@@ -18,12 +20,30 @@
 
 namespace fmstack::gpt {
 
+// cuda: how matmuls multiply the model's fp32 values. kTf32 and kBf16 round
+// each operand inside the tensor cores (to 10 and 7 stored mantissa bits)
+// and accumulate in fp32; parameters, activations, gradients and AdamW's
+// moments stay fp32 in memory either way, so the master weights are fp32.
+enum class Matmul { kFp32, kTf32, kBf16 };
+
+// The names a job file and bench_gpu use: "fp32", "tf32", "bf16".
+inline constexpr std::string_view kMatmulNames[] = {"fp32", "tf32", "bf16"};
+inline std::string_view MatmulName(Matmul m) {
+  return kMatmulNames[static_cast<int>(m)];
+}
+inline std::optional<Matmul> ParseMatmul(std::string_view name) {
+  for (int i = 0; i < 3; ++i) {
+    if (kMatmulNames[i] == name) return static_cast<Matmul>(i);
+  }
+  return std::nullopt;
+}
+
 struct ModelOptions {
-  std::string backend = "cpu";  // "cpu" or "cuda"
-  int device = 0;               // cuda: the device index
-  bool tf32 = false;            // cuda: fp32 matmuls on TF32 tensor cores (10-bit mantissa)
-  int64_t max_batch = 1;        // sequences per forward, at most
-  int64_t max_seq = 0;          // tokens per sequence, at most; 0 = the shape's seq_len
+  std::string backend = "cpu";    // "cpu" or "cuda"
+  int device = 0;                 // cuda: the device index
+  Matmul matmul = Matmul::kFp32;  // cuda only: the CPU backend computes in fp32
+  int64_t max_batch = 1;          // sequences per forward, at most
+  int64_t max_seq = 0;            // tokens per sequence, at most; 0 = the shape's seq_len
   // cuda: causal blocks per sequence in attention's matmuls (1 = the full
   // T x T products; see gpt/cuda_attention.h).
   int64_t attention_blocks = 4;

@@ -56,7 +56,15 @@ TrainSpec ReadTrain(StrictTable& root, KeyPositions& positions) {
   }
   s.device = t->Choice("device", std::vector<std::string>{"cpu", "cuda"}).value_or("cpu");
   s.device_index = t->Int("device_index", 0, 1023).value_or(0);
-  s.tf32 = t->Bool("tf32").value_or(false);
+  if (t->Has("tf32")) {
+    t->Fail("tf32",
+            "is now train.matmul (\"fp32\", \"tf32\" or \"bf16\"); write matmul = \"tf32\"");
+  }
+  s.matmul = t->Choice("matmul", std::vector<std::string>{"fp32", "tf32", "bf16"}).value_or("fp32");
+  if (s.matmul != "fp32" && s.device != "cuda") {
+    t->Fail("matmul",
+            fmt::format("\"{}\" is for device = \"cuda\"; the CPU computes in fp32", s.matmul));
+  }
   RecordPositions(*t, "train", {"global_batch", "device"}, positions);
   t->Finish();
   return s;

@@ -35,7 +35,9 @@ struct TrainSpec {
   int64_t threads = 0;         // CPU threads; 0 = all cores
   std::string device = "cpu";  // where the trainer computes: "cpu" or "cuda"
   int64_t device_index = 0;    // cuda: which device this process uses
-  bool tf32 = false;           // cuda: fp32 matmuls on TF32 tensor cores
+  // cuda: "fp32", or "tf32"/"bf16": fp32 values multiplied on tensor cores
+  // with operands rounded to TF32 or bf16, fp32 accumulation (gpt::Matmul)
+  std::string matmul = "fp32";
 };
 
 // AdamW and its schedule: warm-up, cosine decay to min_lr, gradient clipping.

@@ -18,7 +18,7 @@ Trainer::Trainer(const TrainConfig& config, const TokenFile& data, comm::Communi
     : config_(config),
       model_(gpt::CreateModel(config.shape, {.backend = config.backend,
                                              .device = config.device_index,
-                                             .tf32 = config.tf32,
+                                             .matmul = config.matmul,
                                              .max_batch = config.micro_batch,
                                              .max_seq = config.shape.seq_len})),
       sampler_(data, config.micro_batch, config.shape.seq_len, config.seed),

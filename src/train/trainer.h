@@ -25,7 +25,7 @@ struct TrainConfig {
   workload::TransformerShape shape;
   std::string backend = "cpu";  // gpt::ModelOptions::backend: "cpu" or "cuda"
   int device_index = 0;
-  bool tf32 = false;
+  gpt::Matmul matmul = gpt::Matmul::kFp32;
   int64_t micro_batch = 4;  // B
   int64_t grad_accum = 1;   // micro-batches per optimizer step, over all ranks together
   int64_t steps = 100;      // optimizer steps in the whole run

@@ -4,11 +4,14 @@
 // skipped, never passed), and the one that needs none checks the error a
 // user gets for device = "cuda" on such a machine.
 #include <cuda_runtime_api.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <iostream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -107,6 +110,20 @@ TEST(CudaRuntime, CublasLoadsOnFirstUseWithoutADevice) {
   EXPECT_NE(api.sgemm_strided_batched, nullptr);
   EXPECT_STREQ(api.status_name(CUBLAS_STATUS_NOT_INITIALIZED), "CUBLAS_STATUS_NOT_INITIALIZED");
   EXPECT_EQ(&api, &cuda::Cublas());  // loaded once
+}
+
+// The host twin of the bf16 cast needs no device: ties go to the even
+// neighbour, and a NaN stays a NaN rather than rounding into infinity.
+TEST(CudaRuntime, HostBf16RoundingTiesToEven) {
+  EXPECT_EQ(cuda::RoundToBf16(1.0f), 0x3f80);
+  EXPECT_EQ(cuda::RoundToBf16(1.00390625f), 0x3f80);  // halfway to 0x3f81: even 0x3f80
+  EXPECT_EQ(cuda::RoundToBf16(1.01171875f), 0x3f82);  // halfway to 0x3f82: even 0x3f82
+  EXPECT_EQ(cuda::RoundToBf16(std::nextafter(1.00390625f, 2.0f)), 0x3f81);  // past halfway
+  EXPECT_EQ(cuda::RoundToBf16(-2.0f), 0xc000);
+  EXPECT_EQ(cuda::RoundToBf16(std::numeric_limits<float>::infinity()), 0x7f80);
+  const uint16_t nan = cuda::RoundToBf16(std::numeric_limits<float>::quiet_NaN());
+  EXPECT_EQ(nan & 0x7f80, 0x7f80);
+  EXPECT_NE(nan & 0x7f, 0);
 }
 
 TEST(CudaKernels, EncoderForwardAndBackwardMatchCpu) {
@@ -292,6 +309,35 @@ TEST(CudaKernels, SoftmaxCrossEntropyMatchesCpu) {
 // The optimizer's kernels against train/'s: the squared-norm partials summed
 // in order give GlobalNorm, clipping scales alike, and AdamW moves params and
 // moments alike (decay only where the mask says).
+// The cast that feeds bf16 matmuls, against its host twin: ties to even,
+// values that round up into the next binade, infinities and NaN.
+TEST(CudaKernels, CastToBf16MatchesTheHostRounding) {
+  REQUIRE_DEVICE();
+  std::vector<float> x = RandomFloats(100003, 31, 3.0f);  // odd: the loop's tail
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            1.0f,
+                            1.00390625f /* a tie, rounds to even 1.0 */,
+                            1.01171875f /* a tie, rounds up */,
+                            3.3895e38f /* near the largest bf16 */,
+                            std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(),
+                            1e-40f /* denormal */};
+  std::ranges::copy(specials, x.begin());
+  const cuda::DeviceBuffer<float> d_x = Up(x);
+  cuda::DeviceBuffer<uint16_t> d_y(x.size(), "test bf16");
+  cuda::CastToBf16(d_y.data(), d_x.data(), static_cast<int64_t>(x.size()), nullptr);
+  const std::vector<uint16_t> y = Down(d_y);
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i])) {
+      EXPECT_EQ(y[i] & 0x7f80, 0x7f80) << i;
+      EXPECT_NE(y[i] & 0x7f, 0) << i;
+      continue;
+    }
+    ASSERT_EQ(y[i], cuda::RoundToBf16(x[i])) << "at " << i << ": " << x[i];
+  }
+}
+
 TEST(CudaOptimizer, NormClipAndAdamWMatchTrain) {
   REQUIRE_DEVICE();
   const int64_t n = 3 * cuda::kNormBlock + 12345;
@@ -409,6 +455,47 @@ TEST(CudaModel, TrainingStepsTrackTheCpuModel) {
   }
 }
 
+// bf16 matmuls store each linear layer's operands with 8 significant bits
+// (u = 2^-8, about 3.9e-3) and accumulate in fp32, so the model tracks the
+// CPU's fp32 to a few u, not to float rounding: the loss to 5e-3 relative
+// and every gradient to 3e-2 of the largest (docs/gpu.md). Wrong operands,
+// transposes or a stale bf16 copy would miss by the size of the values.
+TEST(CudaModel, Bf16MatmulsTrackTheCpuModelWithinBf16Rounding) {
+  REQUIRE_DEVICE();
+  const int64_t B = 3, T = 40;
+  for (const int64_t vocab : {int64_t{97}, int64_t{297}}) {
+    SCOPED_TRACE(::testing::Message() << "V = " << vocab);
+    workload::TransformerShape shape = Tiny();
+    shape.vocab = vocab;
+    auto cpu_model = CreateModel(shape, {.backend = "cpu", .max_batch = B, .max_seq = T});
+    auto bf16_model = CreateModel(
+        shape, {.backend = "cuda", .matmul = Matmul::kBf16, .max_batch = B, .max_seq = T});
+    InitParams(cpu_model->params_layout(), cpu_model->params(), 7);
+    std::ranges::copy(cpu_model->params(), bf16_model->params().begin());
+    const auto tokens = RandomTokens(B * T, vocab, 8);
+    const auto targets = RandomTokens(B * T, vocab, 9);
+    cpu_model->ZeroGrad();
+    bf16_model->ZeroGrad();
+    const float cpu_loss = cpu_model->Forward(tokens, targets, B, T);
+    const float bf16_loss = bf16_model->Forward(tokens, targets, B, T);
+    cpu_model->Backward(1.0f);
+    bf16_model->Backward(1.0f);
+    const std::span<const float> cg = std::as_const(*cpu_model).grads();
+    const std::span<const float> gg = std::as_const(*bf16_model).grads();
+    float scale = 0, worst = 0;
+    for (size_t i = 0; i < cg.size(); ++i) {
+      scale = std::max(scale, std::fabs(cg[i]));
+      worst = std::max(worst, std::fabs(gg[i] - cg[i]));
+    }
+    std::cout << fmt::format(
+        "V = {}: bf16 loss off by {:.2e} relative, gradients by {:.2e} of "
+        "the largest\n",
+        vocab, std::fabs(bf16_loss - cpu_loss) / cpu_loss, worst / scale);
+    EXPECT_NEAR(bf16_loss, cpu_loss, 5e-3f * cpu_loss);
+    EXPECT_LE(worst, 3e-2f * scale);
+  }
+}
+
 train::TokenFile LearnableTokens(const std::string& name) {
   Rng rng(5);
   std::vector<int32_t> tokens(20000);
@@ -443,6 +530,29 @@ TEST(CudaTrainer, LossCurveFollowsTheCpuTrainer) {
     EXPECT_NEAR(b.loss, a.loss, 1e-3 * a.loss) << "step " << i + 1;
     EXPECT_NEAR(b.grad_norm, a.grad_norm, 1e-3 * a.grad_norm) << "step " << i + 1;
   }
+}
+
+// The same run with bf16 matmuls: ten AdamW steps stay within bf16's
+// rounding of the CPU's curve (loss 2e-2, gradient norm 5e-2 relative),
+// and the loss falls as the CPU's does.
+TEST(CudaTrainer, Bf16LossCurveFollowsTheCpuTrainer) {
+  REQUIRE_DEVICE();
+  const train::TokenFile data = LearnableTokens("cuda_bf16_curve.bin");
+  train::TrainConfig bf16_run = TinyRun("cuda");
+  bf16_run.matmul = Matmul::kBf16;
+  train::Trainer cpu(TinyRun("cpu"), data), gpu(bf16_run, data);
+  double worst_loss = 0, worst_norm = 0, first = 0, last = 0;
+  for (int i = 0; i < 10; ++i) {
+    const train::StepStats a = cpu.Step(), b = gpu.Step();
+    worst_loss = std::max(worst_loss, std::fabs(b.loss - a.loss) / a.loss);
+    worst_norm = std::max(worst_norm, std::fabs(b.grad_norm - a.grad_norm) / a.grad_norm);
+    EXPECT_NEAR(b.loss, a.loss, 2e-2 * a.loss) << "step " << i + 1;
+    EXPECT_NEAR(b.grad_norm, a.grad_norm, 5e-2 * a.grad_norm) << "step " << i + 1;
+    (i == 0 ? first : last) = b.loss;
+  }
+  std::cout << fmt::format("bf16 curve: loss off by at most {:.2e}, gradient norm by {:.2e}\n",
+                           worst_loss, worst_norm);
+  EXPECT_LT(last, first);
 }
 
 // The host copies the checkpoint engine reads and restores through: a second
@@ -506,13 +616,19 @@ TEST(CudaModel, MatmulThroughputIsTheDevicesInItsMathMode) {
   REQUIRE_DEVICE();
   const std::vector<GemmShape> shapes = TrainingGemms(4096, 1024, 4096, 8192);
   const auto fp32 = CreateModel(Tiny(), {.backend = "cuda"});
-  const auto tf32 = CreateModel(Tiny(), {.backend = "cuda", .tf32 = true});
+  const auto tf32 = CreateModel(Tiny(), {.backend = "cuda", .matmul = Matmul::kTf32});
+  const auto bf16 = CreateModel(Tiny(), {.backend = "cuda", .matmul = Matmul::kBf16});
   const double fp32_gflops = fp32->MatmulGflops(shapes), tf32_gflops = tf32->MatmulGflops(shapes);
+  const double bf16_gflops = bf16->MatmulGflops(shapes);
+  std::cout << fmt::format("GFLOP/s on these shapes: fp32 {:.0f}, tf32 {:.0f}, bf16 {:.0f}\n",
+                           fp32_gflops, tf32_gflops, bf16_gflops);
   EXPECT_GT(fp32_gflops, 0);
   EXPECT_GT(tf32_gflops, fp32_gflops);
+  EXPECT_GT(bf16_gflops, fp32_gflops);
   const std::string name = cuda::ProbeDevices().devices.front().name;
   EXPECT_EQ(fp32->Hardware(), "cuda:0 " + name + ", fp32 matmuls");
   EXPECT_EQ(tf32->Hardware(), "cuda:0 " + name + ", TF32 matmuls");
+  EXPECT_EQ(bf16->Hardware(), "cuda:0 " + name + ", bf16 matmuls (attention's in TF32)");
 }
 
 TEST(CudaModel, AModelLargerThanTheDeviceIsAClearError) {

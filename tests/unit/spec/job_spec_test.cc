@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
+
 #include "util/units.h"
 #include "workload/presets.h"
 
@@ -175,6 +178,32 @@ TEST(JobSpec, UnknownBackendAndMissingInstanceAreNamed) {
     FAIL() << "accepted a cluster without an instance";
   } catch (const SpecError& e) {
     EXPECT_EQ(e.key(), "cluster.instance") << e.what();
+  }
+}
+
+// train.matmul picks how the CUDA trainer's matmuls round their operands;
+// the older train.tf32 is refused with its new spelling, and a precision
+// other than fp32 on the CPU is refused rather than silently ignored.
+TEST(JobSpec, MatmulPrecisionIsNamedAndOnlyForCuda) {
+  const auto parse = [](const std::string& train) {
+    return ParseJobSpec("model = \"gpt-mini\"\n[train]\n" + train, "j.toml", Cat());
+  };
+  EXPECT_EQ(parse("device = \"cuda\"\n").train.matmul, "fp32");
+  EXPECT_EQ(parse("device = \"cuda\"\nmatmul = \"bf16\"\n").train.matmul, "bf16");
+  EXPECT_EQ(parse("device = \"cuda\"\nmatmul = \"tf32\"\n").train.matmul, "tf32");
+  const std::pair<const char*, const char*> bad[] = {
+      {"device = \"cuda\"\ntf32 = true\n", "matmul = \"tf32\""},
+      {"device = \"cuda\"\nmatmul = \"fp16\"\n", "bf16"},
+      {"matmul = \"bf16\"\n", "device = \"cuda\""},
+  };
+  for (const auto& [train, says] : bad) {
+    try {
+      parse(train);
+      ADD_FAILURE() << "accepted " << train;
+    } catch (const SpecError& e) {
+      EXPECT_TRUE(e.key() == "train.matmul" || e.key() == "train.tf32") << e.what();
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
   }
 }
 
