@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 
 #include "util/error.h"
@@ -132,15 +134,50 @@ std::vector<InjectRequest> TakeRequests(const std::string& run_dir,
   return out;
 }
 
-std::string CorruptNewestShard(const std::string& tier_root, int rank) {
+namespace {
+
+// The step a checkpoint directory holds ("step-00000010" -> 10), or none.
+std::optional<int64_t> StepOfDir(const std::string& name) {
+  if (!name.starts_with("step-")) return std::nullopt;
+  int64_t step = 0;
+  const char* const end = name.data() + name.size();
+  const auto [p, err] = std::from_chars(name.data() + 5, end, step);
+  if (err != std::errc() || p != end) return std::nullopt;
+  return step;
+}
+
+// The newest step directory under tier_root saved at or before `at_most`,
+// committed ones only when `committed`.
+std::optional<fs::path> NewestStepDir(const std::string& tier_root, int64_t at_most,
+                                      bool committed) {
   std::optional<fs::path> newest;
+  int64_t newest_step = -1;
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(tier_root, ec)) {
-    const std::string name = e.path().filename().string();
-    if (!name.starts_with("step-") || !fs::exists(e.path() / "COMMITTED")) continue;
-    if (!newest || name > newest->filename().string()) newest = e.path();
+    const std::optional<int64_t> step = StepOfDir(e.path().filename().string());
+    if (!step || *step > at_most || *step <= newest_step) continue;
+    if (committed && !fs::exists(e.path() / "COMMITTED", ec)) continue;
+    newest = e.path();
+    newest_step = *step;
   }
-  if (!newest) throw Error(fmt::format("{}: no committed checkpoint to corrupt", tier_root));
+  return newest;
+}
+
+}  // namespace
+
+bool NewestCheckpointCommitted(const std::string& tier_root, int64_t at_most_step) {
+  const std::optional<fs::path> newest = NewestStepDir(tier_root, at_most_step, false);
+  std::error_code ec;
+  return newest && fs::exists(*newest / "COMMITTED", ec);
+}
+
+std::string CorruptNewestShard(const std::string& tier_root, int rank, int64_t at_most_step) {
+  const std::optional<fs::path> newest = NewestStepDir(tier_root, at_most_step, true);
+  std::error_code ec;
+  if (!newest) {
+    throw Error(fmt::format("{}: no committed checkpoint saved by step {} to corrupt", tier_root,
+                            at_most_step));
+  }
   const fs::path shard = *newest / fmt::format("rank-{:05d}.safetensors", rank);
   const auto size = fs::file_size(shard, ec);
   if (ec || size < 16) throw Error(fmt::format("{}: no shard to corrupt", shard.string()));

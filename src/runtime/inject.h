@@ -51,8 +51,16 @@ std::vector<InjectRequest> TakeRequests(const std::string& run_dir,
                                         std::vector<std::string>* errors);
 
 // Flips one byte in the tensor data of `rank`'s shard of the newest
-// committed step under `tier_root`. Returns the file changed; throws Error
-// when there is no committed step.
-std::string CorruptNewestShard(const std::string& tier_root, int rank);
+// committed step under `tier_root` saved at or before `at_most_step`.
+// Returns the file changed; throws Error when there is no such step.
+std::string CorruptNewestShard(const std::string& tier_root, int rank, int64_t at_most_step);
+
+// Whether the newest step directory under `tier_root` saved at or before
+// `at_most_step` is committed: false while that save is still on its way
+// to disk, and when nothing was saved yet. corrupt-checkpoint waits for it,
+// so that it corrupts the checkpoint the rank saved last before the fault
+// rather than an older one, or none (under load a save commits a few steps
+// after the step that made it, while the next save may already have begun).
+bool NewestCheckpointCommitted(const std::string& tier_root, int64_t at_most_step);
 
 }  // namespace fmstack::runtime

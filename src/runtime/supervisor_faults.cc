@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "health/device.h"
 #include "runtime/supervisor_impl.h"
@@ -205,6 +206,10 @@ void Supervisor::FireInjections() {
       ++i;
       continue;
     }
+    if (r.kind == "corrupt-checkpoint" && !CommitSettled(r, now)) {
+      ++i;
+      continue;
+    }
     const InjectRequest fire = r;
     pending_.erase(pending_.begin() + static_cast<long>(i));
     fired_.insert(fire.id);
@@ -212,6 +217,33 @@ void Supervisor::FireInjections() {
     Fire(fire);
     if (decision_ || reexec_) return;
   }
+}
+
+// The newest step whose checkpoint corrupt-checkpoint may corrupt: its own
+// step's, or with none given ("at once") the newest there is.
+namespace {
+int64_t SavedBy(const InjectRequest& r) {
+  return r.at_step > 0 ? r.at_step : std::numeric_limits<int64_t>::max();
+}
+}  // namespace
+
+// The newest checkpoint may still be on its way to disk when the step is
+// reached (under load its commit lands a few steps later): wait for it, up
+// to kCommitWait, then fire anyway (CorruptNewestShard then says what it
+// found).
+bool Supervisor::CommitSettled(const InjectRequest& r, Clock::time_point now) {
+  constexpr auto kCommitWait = std::chrono::seconds(60);
+  if (NewestCheckpointCommitted(o_.checkpoint_dir, SavedBy(r))) return true;
+  const auto [since, first] = waiting_for_commit_.try_emplace(r.id, now);
+  if (first) {
+    Note(
+        fmt::format("fault injection corrupt-checkpoint: waiting up to {} s for the newest "
+                    "checkpoint under {} to commit",
+                    kCommitWait.count(), o_.checkpoint_dir));
+  }
+  if (now - since->second < kCommitWait) return false;
+  Note("fault injection corrupt-checkpoint: no checkpoint committed in time; firing anyway");
+  return true;
 }
 
 void Supervisor::Fire(const InjectRequest& r) {
@@ -229,7 +261,8 @@ void Supervisor::Fire(const InjectRequest& r) {
     ::kill(w.pid, SIGSTOP);
   } else if (r.kind == "corrupt-checkpoint") {
     try {
-      Note("fault injection: flipped a byte of " + CorruptNewestShard(o_.checkpoint_dir, r.rank));
+      Note("fault injection: flipped a byte of " +
+           CorruptNewestShard(o_.checkpoint_dir, r.rank, SavedBy(r)));
     } catch (const std::exception& e) {
       Note(fmt::format("fault injection corrupt-checkpoint: {}", e.what()));
     }

@@ -202,6 +202,7 @@ class Supervisor {
   void CheckHealth();
   void FireInjections();
   void Fire(const InjectRequest& r);
+  bool CommitSettled(const InjectRequest& r, Clock::time_point now);
   void Detect(const Seen& seen);
   void KillAll(int sig);
   // Signals one rank's process (srun, for the Slurm backend: a SIGKILL also
@@ -248,6 +249,9 @@ class Supervisor {
   int slurm_requeues_ = 0;  // SLURM_RESTART_COUNT already in the ledger
   std::set<std::string> fired_;
   std::vector<InjectRequest> pending_;
+  // corrupt-checkpoint requests that are due, waiting since when for the
+  // newest checkpoint to commit (NewestCheckpointCommitted).
+  std::map<std::string, Clock::time_point> waiting_for_commit_;
   int64_t verified_step_ = 0;  // newest step whose replicas every rank checked equal
   // Node slots: the job's nodes run on slot_[node]; spares_ are idle slots a
   // failed node's ranks can move to (with --netns, each slot is a namespace).

@@ -1,9 +1,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 
 #include "metrics/goodput.h"
 #include "runtime/control.h"
+#include "runtime/inject.h"
 #include "runtime/monitor.h"
 #include "util/error.h"
 
@@ -11,6 +14,37 @@ namespace fmstack::runtime {
 namespace {
 
 using std::chrono::milliseconds;
+
+// corrupt-checkpoint waits while the save it is after, the newest at or
+// before its step, is uncommitted (CI once reached step 12 before step 10's
+// commit, and the fault found nothing to corrupt); a later save that has
+// begun does not count, and neither does an older committed one.
+TEST(Inject, TheNewestCheckpointByTheStepMustBeCommitted) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(::testing::TempDir()) / "inject_newest";
+  fs::remove_all(root);
+  const std::string tier = root.string();
+  EXPECT_FALSE(NewestCheckpointCommitted(tier, 12)) << "no directory yet";
+  fs::create_directories(root);
+  EXPECT_FALSE(NewestCheckpointCommitted(tier, 12)) << "nothing saved yet";
+  fs::create_directories(root / "step-00000005");
+  std::ofstream(root / "step-00000005" / "COMMITTED") << "";
+  fs::create_directories(root / "step-00000010");  // saved at step 10, not yet on disk
+  EXPECT_FALSE(NewestCheckpointCommitted(tier, 12));
+  EXPECT_TRUE(NewestCheckpointCommitted(tier, 9)) << "a fault at step 9 is after step 5's save";
+  std::ofstream(root / "step-00000010" / "COMMITTED") << "";
+  fs::create_directories(root / "step-00000015");  // the next save has begun
+  fs::create_directories(root / "stepping-stone");
+  EXPECT_TRUE(NewestCheckpointCommitted(tier, 12));
+  EXPECT_FALSE(NewestCheckpointCommitted(tier, 15));
+  // The corruption goes to the same checkpoint: step 10's, not 5's or 15's.
+  std::ofstream(root / "step-00000010" / "rank-00001.safetensors") << std::string(64, 'x');
+  std::ofstream(root / "step-00000015" / "COMMITTED") << "";
+  std::ofstream(root / "step-00000015" / "rank-00001.safetensors") << std::string(64, 'x');
+  EXPECT_EQ(CorruptNewestShard(tier, 1, 12),
+            (root / "step-00000010" / "rank-00001.safetensors").string());
+  fs::remove_all(root);
+}
 
 TEST(RankMonitor, NamesTheSilentRankNotItsWaitingPeers) {
   const Clock::time_point t0{};
