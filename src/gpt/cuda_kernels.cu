@@ -84,9 +84,9 @@ __global__ void TokenBackwardKernel(float* dwte, const float* dout, const int32_
 
 // ---- LayerNorm: a warp per row ----
 
-__global__ void LayerNormForwardKernel(float* out, float* mean, float* rstd, const float* inp,
-                                       const float* weight, const float* bias, int64_t N,
-                                       int64_t C) {
+__global__ void LayerNormForwardKernel(float* out, __nv_bfloat16* out16, float* mean, float* rstd,
+                                       const float* inp, const float* weight, const float* bias,
+                                       int64_t N, int64_t C) {
   const int64_t n = blockIdx.x * static_cast<int64_t>(blockDim.y) + threadIdx.y;
   if (n >= N) return;
   const int lane = threadIdx.x;
@@ -99,6 +99,9 @@ __global__ void LayerNormForwardKernel(float* out, float* mean, float* rstd, con
   const float s = rsqrtf(WarpSum(var) / static_cast<float>(C) + 1e-5f);
   float* o = out + n * C;
   for (int64_t c = lane; c < C; c += kWarp) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+  if (out16 != nullptr) {
+    for (int64_t c = lane; c < C; c += kWarp) out16[n * C + c] = __float2bfloat16_rn(o[c]);
+  }
   if (lane == 0) {
     mean[n] = m;
     rstd[n] = s;
@@ -259,14 +262,16 @@ __global__ void FillHeadsPointersKernel(float** ptrs, HeadsOperands ops, int64_t
 
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 
-__global__ void GeluForwardKernel(float* out, const float* inp, int64_t n) {
+__global__ void GeluForwardKernel(float* out, __nv_bfloat16* out16, const float* inp, int64_t n) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   const float x = inp[i];
-  out[i] = 0.5f * x * (1.0f + tanhf(kGeluScale * (x + 0.044715f * x * x * x)));
+  const float y = 0.5f * x * (1.0f + tanhf(kGeluScale * (x + 0.044715f * x * x * x)));
+  out[i] = y;
+  if (out16 != nullptr) out16[i] = __float2bfloat16_rn(y);
 }
 
-__global__ void GeluBackwardKernel(float* dinout, const float* inp, int64_t n) {
+__global__ void GeluBackwardKernel(float* dinout, __nv_bfloat16* d16, const float* inp, int64_t n) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   const float x = inp[i];
@@ -274,7 +279,9 @@ __global__ void GeluBackwardKernel(float* dinout, const float* inp, int64_t n) {
   const float sech2 = 1.0f - t * t;
   const float grad =
       0.5f * (1.0f + t) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-  dinout[i] *= grad;
+  const float d = dinout[i] * grad;
+  dinout[i] = d;
+  if (d16 != nullptr) d16[i] = __float2bfloat16_rn(d);
 }
 
 // A grid-stride loop: the casts run over whole activations (up to N x Vp
@@ -319,13 +326,21 @@ __global__ void SoftmaxCrossEntropyForwardKernel(float* probs, float* losses,
   }
 }
 
-__global__ void SoftmaxCrossEntropyBackwardKernel(float* probs, const int32_t* targets, int64_t N,
-                                                  int64_t V, int64_t stride, float k) {
+// With out16, only the bf16 copy is written: in bf16 mode nothing else reads
+// the fp32 logit gradient, and skipping it saves N x V x 4 bytes of writes.
+__global__ void SoftmaxCrossEntropyBackwardKernel(float* probs, __nv_bfloat16* out16,
+                                                  const int32_t* targets, int64_t N, int64_t V,
+                                                  int64_t stride, float k) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= N * V) return;
   const int64_t n = i / V, v = i % V;
   float& p = probs[n * stride + v];
-  p = p * k - (v == targets[n] ? k : 0.0f);
+  const float d = p * k - (v == targets[n] ? k : 0.0f);
+  if (out16 != nullptr) {
+    out16[n * stride + v] = __float2bfloat16_rn(d);
+  } else {
+    p = d;
+  }
 }
 
 // ---- optimizer ----
@@ -413,9 +428,10 @@ void TokenBackward(float* dwte, const float* dout, const int32_t* uniques, const
 }
 
 void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                      const float* bias, int64_t N, int64_t C, cudaStream_t stream) {
-  LayerNormForwardKernel<<<RowBlocks(N), kRowBlock, 0, stream>>>(out, mean, rstd, inp, weight, bias,
-                                                                 N, C);
+                      const float* bias, int64_t N, int64_t C, cudaStream_t stream,
+                      uint16_t* out16) {
+  LayerNormForwardKernel<<<RowBlocks(N), kRowBlock, 0, stream>>>(
+      out, reinterpret_cast<__nv_bfloat16*>(out16), mean, rstd, inp, weight, bias, N, C);
 }
 
 int64_t ColumnSumScratch(int64_t N, int64_t C) {
@@ -471,12 +487,15 @@ void CastToBf16(uint16_t* out, const float* in, int64_t n, cudaStream_t stream) 
   CastToBf16Kernel<<<blocks, kThreads, 0, stream>>>(reinterpret_cast<__nv_bfloat16*>(out), in, n);
 }
 
-void GeluForward(float* out, const float* inp, int64_t n, cudaStream_t stream) {
-  GeluForwardKernel<<<Blocks(n, kThreads), kThreads, 0, stream>>>(out, inp, n);
+void GeluForward(float* out, const float* inp, int64_t n, cudaStream_t stream, uint16_t* out16) {
+  GeluForwardKernel<<<Blocks(n, kThreads), kThreads, 0, stream>>>(
+      out, reinterpret_cast<__nv_bfloat16*>(out16), inp, n);
 }
 
-void GeluBackwardInPlace(float* dinout, const float* inp, int64_t n, cudaStream_t stream) {
-  GeluBackwardKernel<<<Blocks(n, kThreads), kThreads, 0, stream>>>(dinout, inp, n);
+void GeluBackwardInPlace(float* dinout, const float* inp, int64_t n, cudaStream_t stream,
+                         uint16_t* d16) {
+  GeluBackwardKernel<<<Blocks(n, kThreads), kThreads, 0, stream>>>(
+      dinout, reinterpret_cast<__nv_bfloat16*>(d16), inp, n);
 }
 
 void SoftmaxCrossEntropyForward(float* probs_inout, float* losses, const int32_t* targets,
@@ -487,10 +506,10 @@ void SoftmaxCrossEntropyForward(float* probs_inout, float* losses, const int32_t
 
 void SoftmaxCrossEntropyBackwardInPlace(float* probs_inout, const int32_t* targets, int64_t N,
                                         int64_t V, int64_t stride, float scale,
-                                        cudaStream_t stream) {
+                                        cudaStream_t stream, uint16_t* out16) {
   const float k = scale / static_cast<float>(N);
   SoftmaxCrossEntropyBackwardKernel<<<Blocks(N * V, kThreads), kThreads, 0, stream>>>(
-      probs_inout, targets, N, V, stride, k);
+      probs_inout, reinterpret_cast<__nv_bfloat16*>(out16), targets, N, V, stride, k);
 }
 
 void SquaredNormPartials(double* partial, const float* grads, int64_t n, cudaStream_t stream) {

@@ -28,8 +28,12 @@ void PositionBackward(float* dwpe, const float* dout, int64_t B, int64_t T, int6
 void TokenBackward(float* dwte, const float* dout, const int32_t* uniques, const int32_t* starts,
                    const int32_t* rows, int64_t unique_count, int64_t C, cudaStream_t stream);
 
+// A kernel given `out16` (or `d16`) also writes its result there rounded to
+// bf16 (CastToBf16's rounding), for the bf16 matmul that reads it next,
+// instead of a cast re-reading the fp32 values.
 void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                      const float* bias, int64_t N, int64_t C, cudaStream_t stream);
+                      const float* bias, int64_t N, int64_t C, cudaStream_t stream,
+                      uint16_t* out16 = nullptr);
 // Floats of device scratch the column sums of an (N, C) gradient take
 // (LayerNormBackwardAccumulate, BiasBackwardAccumulate); one buffer of the
 // largest size serves every call on the same stream.
@@ -74,17 +78,20 @@ struct HeadsOperands {
 void FillHeadsPointers(float** ptrs, const HeadsOperands& ops, int64_t B, int64_t NH, int64_t T,
                        int64_t blocks, cudaStream_t stream);
 
-void GeluForward(float* out, const float* inp, int64_t n, cudaStream_t stream);
-void GeluBackwardInPlace(float* dinout, const float* inp, int64_t n, cudaStream_t stream);
+void GeluForward(float* out, const float* inp, int64_t n, cudaStream_t stream,
+                 uint16_t* out16 = nullptr);
+void GeluBackwardInPlace(float* dinout, const float* inp, int64_t n, cudaStream_t stream,
+                         uint16_t* d16 = nullptr);
 
 // Rows of logits (N, V), `stride` floats apart, become probabilities;
 // losses[n] = -log p[target[n]]. Columns past V are not touched.
 void SoftmaxCrossEntropyForward(float* probs_inout, float* losses, const int32_t* targets,
                                 int64_t N, int64_t V, int64_t stride, cudaStream_t stream);
-// probs become (p - onehot) * scale / N.
+// probs become (p - onehot) * scale / N; with out16, that goes to out16
+// alone (same rows and stride, in bf16) and probs are left as they were.
 void SoftmaxCrossEntropyBackwardInPlace(float* probs_inout, const int32_t* targets, int64_t N,
-                                        int64_t V, int64_t stride, float scale,
-                                        cudaStream_t stream);
+                                        int64_t V, int64_t stride, float scale, cudaStream_t stream,
+                                        uint16_t* out16 = nullptr);
 
 // out[i] = in[i] rounded to the nearest bf16 (ties to even), stored as its
 // 16 bits: the operands of bf16 matmuls (cuda_model.cc). The CPU twin is

@@ -151,7 +151,7 @@ class CudaModel final : public Model {
     return fmt::format("cuda:{} {}, {}", device_.index, device_.name,
                        blas_.matmul() == Matmul::kFp32   ? "fp32 matmuls"
                        : blas_.matmul() == Matmul::kTf32 ? "TF32 matmuls"
-                                                         : "bf16 matmuls (attention's in TF32)");
+                                                         : "bf16 linear layers, TF32 attention");
   }
 
   float Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int64_t B,
@@ -196,10 +196,12 @@ class CudaModel final : public Model {
   void DownloadGroup(int g);
 
   // A linear layer's input: its values and, in bf16 mode, where Forward
-  // leaves their bf16 copy for Backward (In16).
+  // leaves their bf16 copy for Backward (In16); `copied` when the kernel
+  // that produced the values wrote that copy too.
   struct Input {
     const float* values;
     uint16_t* bf16;
+    bool copied = false;
   };
   // bf16 mode: the copy of layer l's input that starts `offset` values into
   // its row (ln1 0, atty C, ln2 2C, fch_gelu 3C; lnf is layer L's 0), and a
@@ -211,6 +213,8 @@ class CudaModel final : public Model {
   const uint16_t* W16(const float* param) const {
     return d_params16_.data() + (param - d_params_.data());
   }
+  // bf16 mode: the buffer an output gradient is rounded into.
+  uint16_t* Dout16() const { return bf16_ ? d_dout16_.data() : nullptr; }
 
   // out (N, OC) = inp (N, C) @ weight (OC, C)^T + beta * out, row-major,
   // rows of out `out_stride` floats apart (0 = OC): column-major cuBLAS
@@ -222,10 +226,12 @@ class CudaModel final : public Model {
                      int64_t C, int64_t OC) const;
   void MatmulResidualForward(float* out, const float* residual, Input inp, const float* weight,
                              const float* bias, int64_t N, int64_t C, int64_t OC) const;
-  // In bf16 mode it reads the input's bf16 copy that Forward wrote.
-  void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, Input inp,
-                      const float* weight, int64_t N, int64_t C, int64_t OC,
-                      int64_t dout_stride = 0) const;
+  // In bf16 mode it reads the input's bf16 copy that Forward wrote, and
+  // dout's from `dout16` (Dout16(), written by the kernel that produced
+  // dout) or, when that is null, rounds dout into Dout16() first.
+  void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout,
+                      const uint16_t* dout16, Input inp, const float* weight, int64_t N, int64_t C,
+                      int64_t OC, int64_t dout_stride = 0) const;
   cuda::CausalAttention::Call AttentionCall() const { return {&blas_, s(), B_, T_, p_.C, p_.NH}; }
 
   ParamLayout p_;
@@ -300,25 +306,27 @@ float CudaModel::Forward(std::span<const int32_t> tokens, std::span<const int32_
                        B, T, C, s());
   for (int64_t l = 0; l < L; ++l) {
     cuda::LayerNormForward(A(a_.ln1, C, l), A(a_.ln1_mean, 1, l), A(a_.ln1_rstd, 1, l),
-                           LayerInput(l), P(p_.ln1w, C, l), P(p_.ln1b, C, l), N, C, s());
-    MatmulForward(A(a_.qkv, 3 * C, l), {A(a_.ln1, C, l), In16(l, 0)}, P(p_.qkvw, 3 * C * C, l),
-                  P(p_.qkvb, 3 * C, l), N, C, 3 * C);
+                           LayerInput(l), P(p_.ln1w, C, l), P(p_.ln1b, C, l), N, C, s(),
+                           In16(l, 0));
+    MatmulForward(A(a_.qkv, 3 * C, l), {A(a_.ln1, C, l), In16(l, 0), true},
+                  P(p_.qkvw, 3 * C * C, l), P(p_.qkvb, 3 * C, l), N, C, 3 * C);
     attention_.Forward(AttentionCall(), A(a_.atty, C, l), Scores(a_.att, l), A(a_.qkv, 3 * C, l));
     MatmulResidualForward(A(a_.residual2, C, l), LayerInput(l), {A(a_.atty, C, l), In16(l, C)},
                           P(p_.attprojw, C * C, l), P(p_.attprojb, C, l), N, C, C);
     cuda::LayerNormForward(A(a_.ln2, C, l), A(a_.ln2_mean, 1, l), A(a_.ln2_rstd, 1, l),
-                           A(a_.residual2, C, l), P(p_.ln2w, C, l), P(p_.ln2b, C, l), N, C, s());
-    MatmulForward(A(a_.fch, F, l), {A(a_.ln2, C, l), In16(l, 2 * C)}, P(p_.fcw, F * C, l),
+                           A(a_.residual2, C, l), P(p_.ln2w, C, l), P(p_.ln2b, C, l), N, C, s(),
+                           In16(l, 2 * C));
+    MatmulForward(A(a_.fch, F, l), {A(a_.ln2, C, l), In16(l, 2 * C), true}, P(p_.fcw, F * C, l),
                   P(p_.fcb, F, l), N, C, F);
-    cuda::GeluForward(A(a_.fch_gelu, F, l), A(a_.fch, F, l), N * F, s());
+    cuda::GeluForward(A(a_.fch_gelu, F, l), A(a_.fch, F, l), N * F, s(), In16(l, 3 * C));
     MatmulResidualForward(A(a_.residual3, C, l), A(a_.residual2, C, l),
-                          {A(a_.fch_gelu, F, l), In16(l, 3 * C)}, P(p_.fcprojw, C * F, l),
+                          {A(a_.fch_gelu, F, l), In16(l, 3 * C), true}, P(p_.fcprojw, C * F, l),
                           P(p_.fcprojb, C, l), N, F, C);
   }
   cuda::LayerNormForward(A(a_.lnf, C), A(a_.lnf_mean, 1), A(a_.lnf_rstd, 1), LayerInput(L),
-                         P(p_.lnfw, C), P(p_.lnfb, C), N, C, s());
+                         P(p_.lnfw, C), P(p_.lnfb, C), N, C, s(), In16(L, 0));
   const int64_t Vp = a_.logits_stride;
-  Gemm(A(a_.logits, Vp), {A(a_.lnf, C), In16(L, 0)}, P(p_.wte, V * C), N, C, V, 0.0f, Vp);
+  Gemm(A(a_.logits, Vp), {A(a_.lnf, C), In16(L, 0), true}, P(p_.wte, V * C), N, C, V, 0.0f, Vp);
   cuda::CheckLaunch("the forward pass");
   if (!has_targets_) {
     stream_.Synchronize("the forward pass");
@@ -343,10 +351,12 @@ void CudaModel::Backward(float scale, const std::function<void(int)>& ready) {
   }
   const int64_t Vp = a_.logits_stride;
   float* dlogits = A(a_.logits, Vp);
-  cuda::SoftmaxCrossEntropyBackwardInPlace(dlogits, d_targets_.data(), N, V, Vp, scale, s());
+  // In bf16 mode the logit gradient is written in bf16 only (nothing else reads it).
+  cuda::SoftmaxCrossEntropyBackwardInPlace(dlogits, d_targets_.data(), N, V, Vp, scale, s(),
+                                           Dout16());
   float* dres = A(a_.dresidual, C);
   float* dln = A(a_.dln, C);
-  MatmulBackward(dln, G(p_.wte, V * C), nullptr, dlogits, {A(a_.lnf, C), In16(L, 0)},
+  MatmulBackward(dln, G(p_.wte, V * C), nullptr, dlogits, Dout16(), {A(a_.lnf, C), In16(L, 0)},
                  P(p_.wte, V * C), N, C, V, Vp);
   cuda::Check(cudaMemsetAsync(dres, 0, static_cast<size_t>(N * C) * sizeof(float), s()),
               "clearing the residual gradient");
@@ -361,19 +371,19 @@ void CudaModel::Backward(float scale, const std::function<void(int)>& ready) {
   float* dqkv = A(a_.dqkv, 3 * C);
   float* datty = A(a_.datty, C);
   for (int64_t l = L - 1; l >= 0; --l) {
-    MatmulBackward(dfch, G(p_.fcprojw, C * F, l), G(p_.fcprojb, C, l), dres,
+    MatmulBackward(dfch, G(p_.fcprojw, C * F, l), G(p_.fcprojb, C, l), dres, nullptr,
                    {A(a_.fch_gelu, F, l), In16(l, 3 * C)}, P(p_.fcprojw, C * F, l), N, F, C);
-    cuda::GeluBackwardInPlace(dfch, A(a_.fch, F, l), N * F, s());
-    MatmulBackward(dln, G(p_.fcw, F * C, l), G(p_.fcb, F, l), dfch,
+    cuda::GeluBackwardInPlace(dfch, A(a_.fch, F, l), N * F, s(), Dout16());
+    MatmulBackward(dln, G(p_.fcw, F * C, l), G(p_.fcb, F, l), dfch, Dout16(),
                    {A(a_.ln2, C, l), In16(l, 2 * C)}, P(p_.fcw, F * C, l), N, C, F);
     cuda::LayerNormBackwardAccumulate(dres, G(p_.ln2w, C, l), G(p_.ln2b, C, l), dln,
                                       A(a_.residual2, C, l), P(p_.ln2w, C, l), A(a_.ln2_mean, 1, l),
                                       A(a_.ln2_rstd, 1, l), N, C, cs(), s());
-    MatmulBackward(datty, G(p_.attprojw, C * C, l), G(p_.attprojb, C, l), dres,
+    MatmulBackward(datty, G(p_.attprojw, C * C, l), G(p_.attprojb, C, l), dres, nullptr,
                    {A(a_.atty, C, l), In16(l, C)}, P(p_.attprojw, C * C, l), N, C, C);
     attention_.Backward(AttentionCall(), dqkv, Scores(a_.datt), datty, A(a_.qkv, 3 * C, l),
                         Scores(a_.att, l));
-    MatmulBackward(dln, G(p_.qkvw, 3 * C * C, l), G(p_.qkvb, 3 * C, l), dqkv,
+    MatmulBackward(dln, G(p_.qkvw, 3 * C * C, l), G(p_.qkvb, 3 * C, l), dqkv, nullptr,
                    {A(a_.ln1, C, l), In16(l, 0)}, P(p_.qkvw, 3 * C * C, l), N, C, 3 * C);
     cuda::LayerNormBackwardAccumulate(dres, G(p_.ln1w, C, l), G(p_.ln1b, C, l), dln, LayerInput(l),
                                       P(p_.ln1w, C, l), A(a_.ln1_mean, 1, l), A(a_.ln1_rstd, 1, l),
@@ -539,7 +549,7 @@ void CudaModel::Gemm(float* out, Input inp, const float* weight, int64_t N, int6
                      float beta, int64_t out_stride) const {
   const auto n = static_cast<int>(N), c = static_cast<int>(C);
   const auto ldo = static_cast<int>(out_stride != 0 ? out_stride : OC);
-  if (bf16_) cuda::CastToBf16(inp.bf16, inp.values, N * C, s());
+  if (bf16_ && !inp.copied) cuda::CastToBf16(inp.bf16, inp.values, N * C, s());
   for (const auto& [first, count] : AlignedParts(OC)) {
     const auto oc = static_cast<int>(count);
     if (bf16_) {
@@ -566,13 +576,15 @@ void CudaModel::MatmulResidualForward(float* out, const float* residual, Input i
 }
 
 void CudaModel::MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout,
-                               Input inp, const float* weight, int64_t N, int64_t C, int64_t OC,
-                               int64_t dout_stride) const {
+                               const uint16_t* dout16, Input inp, const float* weight, int64_t N,
+                               int64_t C, int64_t OC, int64_t dout_stride) const {
   const auto n = static_cast<int>(N), c = static_cast<int>(C);
   const int64_t ld = dout_stride != 0 ? dout_stride : OC;
   const auto ldd = static_cast<int>(ld);
-  uint16_t* const dout16 = d_dout16_.data();
-  if (bf16_) cuda::CastToBf16(dout16, dout, N * ld, s());  // a padded row's tail too: never read
+  if (bf16_ && dout16 == nullptr) {
+    cuda::CastToBf16(Dout16(), dout, N * ld, s());  // a padded row's tail too: never read
+    dout16 = Dout16();
+  }
   for (const auto& [first, count] : AlignedParts(OC)) {
     const auto oc = static_cast<int>(count);
     const float dinp_beta = first == 0 ? 0.0f : 1.0f;

@@ -306,9 +306,6 @@ TEST(CudaKernels, SoftmaxCrossEntropyMatchesCpu) {
   ExpectNear(unpad(Down(d_probs)), probs, 1e-5f, "logit gradient");
 }
 
-// The optimizer's kernels against train/'s: the squared-norm partials summed
-// in order give GlobalNorm, clipping scales alike, and AdamW moves params and
-// moments alike (decay only where the mask says).
 // The cast that feeds bf16 matmuls, against its host twin: ties to even,
 // values that round up into the next binade, infinities and NaN.
 TEST(CudaKernels, CastToBf16MatchesTheHostRounding) {
@@ -338,6 +335,68 @@ TEST(CudaKernels, CastToBf16MatchesTheHostRounding) {
   }
 }
 
+// The kernels that write a bf16 copy beside their result (for the bf16
+// matmul after them) write exactly the result rounded, and the result itself
+// is what it is without the copy; the cross-entropy's backward with a copy
+// writes the copy alone and leaves the probabilities.
+TEST(CudaKernels, Bf16CopiesAreTheirResultsRounded) {
+  REQUIRE_DEVICE();
+  auto rounded = [](const std::vector<float>& v) {
+    std::vector<uint16_t> r(v.size());
+    for (size_t i = 0; i < v.size(); ++i) r[i] = cuda::RoundToBf16(v[i]);
+    return r;
+  };
+  const int64_t N = 45, C = 200;
+  const auto inp = RandomFloats(N * C, 1, 3.0f), w = RandomFloats(C, 2), b = RandomFloats(C, 3);
+  auto d_inp = Up(inp), d_w = Up(w), d_b = Up(b);
+  cuda::DeviceBuffer<float> d_out(N * C, "t"), d_plain(N * C, "t"), d_mean(N, "t"), d_rstd(N, "t");
+  cuda::DeviceBuffer<uint16_t> d_out16(N * C, "t");
+  cuda::LayerNormForward(d_plain.data(), d_mean.data(), d_rstd.data(), d_inp.data(), d_w.data(),
+                         d_b.data(), N, C, nullptr);
+  cuda::LayerNormForward(d_out.data(), d_mean.data(), d_rstd.data(), d_inp.data(), d_w.data(),
+                         d_b.data(), N, C, nullptr, d_out16.data());
+  EXPECT_EQ(Down(d_out), Down(d_plain));
+  EXPECT_EQ(Down(d_out16), rounded(Down(d_out))) << "layernorm";
+
+  cuda::GeluForward(d_plain.data(), d_inp.data(), N * C, nullptr);
+  cuda::GeluForward(d_out.data(), d_inp.data(), N * C, nullptr, d_out16.data());
+  EXPECT_EQ(Down(d_out), Down(d_plain));
+  EXPECT_EQ(Down(d_out16), rounded(Down(d_out))) << "gelu";
+
+  const auto d = RandomFloats(N * C, 4);
+  auto d_d = Up(d), d_d_plain = Up(d);
+  cuda::GeluBackwardInPlace(d_d_plain.data(), d_inp.data(), N * C, nullptr);
+  cuda::GeluBackwardInPlace(d_d.data(), d_inp.data(), N * C, nullptr, d_out16.data());
+  EXPECT_EQ(Down(d_d), Down(d_d_plain));
+  EXPECT_EQ(Down(d_out16), rounded(Down(d_d))) << "gelu gradient";
+
+  const int64_t rows = 7, V = 300, stride = 384;
+  std::vector<float> logits = RandomFloats(rows * stride, 5);
+  const auto targets = RandomTokens(rows, V, 6);
+  auto d_probs = Up(logits);
+  auto d_targets = Up(targets);
+  cuda::DeviceBuffer<float> d_losses(rows, "t");
+  cuda::SoftmaxCrossEntropyForward(d_probs.data(), d_losses.data(), d_targets.data(), rows, V,
+                                   stride, nullptr);
+  const std::vector<float> probs = Down(d_probs);
+  cuda::DeviceBuffer<uint16_t> d_grad16(rows * stride, "t");
+  cuda::SoftmaxCrossEntropyBackwardInPlace(d_probs.data(), d_targets.data(), rows, V, stride, 0.5f,
+                                           nullptr, d_grad16.data());
+  EXPECT_EQ(Down(d_probs), probs) << "the probabilities are left as they were";
+  cuda::SoftmaxCrossEntropyBackwardInPlace(d_probs.data(), d_targets.data(), rows, V, stride, 0.5f,
+                                           nullptr);
+  const std::vector<float> grad = Down(d_probs);
+  const std::vector<uint16_t> grad16 = Down(d_grad16);
+  for (int64_t n = 0; n < rows; ++n) {
+    for (int64_t v = 0; v < V; ++v) {
+      ASSERT_EQ(grad16[n * stride + v], cuda::RoundToBf16(grad[n * stride + v])) << n << "," << v;
+    }
+  }
+}
+
+// The optimizer's kernels against train/'s: the squared-norm partials summed
+// in order give GlobalNorm, clipping scales alike, and AdamW moves params and
+// moments alike (decay only where the mask says).
 TEST(CudaOptimizer, NormClipAndAdamWMatchTrain) {
   REQUIRE_DEVICE();
   const int64_t n = 3 * cuda::kNormBlock + 12345;
@@ -628,7 +687,7 @@ TEST(CudaModel, MatmulThroughputIsTheDevicesInItsMathMode) {
   const std::string name = cuda::ProbeDevices().devices.front().name;
   EXPECT_EQ(fp32->Hardware(), "cuda:0 " + name + ", fp32 matmuls");
   EXPECT_EQ(tf32->Hardware(), "cuda:0 " + name + ", TF32 matmuls");
-  EXPECT_EQ(bf16->Hardware(), "cuda:0 " + name + ", bf16 matmuls (attention's in TF32)");
+  EXPECT_EQ(bf16->Hardware(), "cuda:0 " + name + ", bf16 linear layers, TF32 attention");
 }
 
 TEST(CudaModel, AModelLargerThanTheDeviceIsAClearError) {
