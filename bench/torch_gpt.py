@@ -92,6 +92,8 @@ def main():
     a = p.parse_args()
     if a.sdpa and not hasattr(F, "scaled_dot_product_attention"):
         p.error(f"--sdpa: torch {torch.__version__} has no F.scaled_dot_product_attention (2.0+)")
+    if a.matmul != "fp32" and a.device != "cuda":
+        p.error(f"--matmul {a.matmul}: for --device cuda only (the CPU peer runs fp32, as fmstack's)")
     cuda = a.device == "cuda"
     # First, before any thread exists: the flag is per thread, and the intra-op
     # pool's threads inherit it from this one when they start.
