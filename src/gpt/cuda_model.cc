@@ -20,6 +20,7 @@
 
 #include "gpt/cuda_attention.h"
 #include "gpt/cuda_kernels.h"
+#include "gpt/cuda_linear.h"
 #include "gpt/cuda_runtime.h"
 #include "gpt/model.h"
 #include "util/error.h"
@@ -117,6 +118,9 @@ class CudaModel final : public Model {
     d_column_scratch_ = cuda::DeviceBuffer<float>(
         static_cast<size_t>(cuda::ColumnSumScratch(a_.B * a_.T, WidestColumnSum(p_))),
         "allocating the column-sum scratch");
+    linear_.emplace(
+        blas_, s(), cs(),
+        cuda::LinearLayers::Bf16{d_params_.data(), d_params16_.data(), d_dout16_.data()});
     std::fill(params_.data(), params_.data() + P, 0.0f);
     std::fill(grads_.data(), grads_.data() + P, 0.0f);
     for (const std::vector<TensorInfo>& group : p_.GradReadyGroups()) {
@@ -195,43 +199,14 @@ class CudaModel final : public Model {
   // waits for it.
   void DownloadGroup(int g);
 
-  // A linear layer's input: its values and, in bf16 mode, where Forward
-  // leaves their bf16 copy for Backward (In16); `copied` when the kernel
-  // that produced the values wrote that copy too.
-  struct Input {
-    const float* values;
-    uint16_t* bf16;
-    bool copied = false;
-  };
   // bf16 mode: the copy of layer l's input that starts `offset` values into
-  // its row (ln1 0, atty C, ln2 2C, fch_gelu 3C; lnf is layer L's 0), and a
-  // parameter's twin in d_params16_.
+  // its row (ln1 0, atty C, ln2 2C, fch_gelu 3C; lnf is layer L's 0).
   uint16_t* In16(int64_t l, int64_t offset) const {
     if (!bf16_) return nullptr;
     return d_inputs16_.data() + (l * (3 * p_.C + p_.F) + offset) * a_.B * a_.T;
   }
-  const uint16_t* W16(const float* param) const {
-    return d_params16_.data() + (param - d_params_.data());
-  }
-  // bf16 mode: the buffer an output gradient is rounded into.
-  uint16_t* Dout16() const { return bf16_ ? d_dout16_.data() : nullptr; }
+  uint16_t* Dout16() const { return linear_->dout16(); }
 
-  // out (N, OC) = inp (N, C) @ weight (OC, C)^T + beta * out, row-major,
-  // rows of out `out_stride` floats apart (0 = OC): column-major cuBLAS
-  // computes out^T = weight^T' inp^T'. In bf16 mode it first writes the
-  // input's bf16 copy.
-  void Gemm(float* out, Input inp, const float* weight, int64_t N, int64_t C, int64_t OC,
-            float beta, int64_t out_stride = 0) const;
-  void MatmulForward(float* out, Input inp, const float* weight, const float* bias, int64_t N,
-                     int64_t C, int64_t OC) const;
-  void MatmulResidualForward(float* out, const float* residual, Input inp, const float* weight,
-                             const float* bias, int64_t N, int64_t C, int64_t OC) const;
-  // In bf16 mode it reads the input's bf16 copy that Forward wrote, and
-  // dout's from `dout16` (Dout16(), written by the kernel that produced
-  // dout) or, when that is null, rounds dout into Dout16() first.
-  void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout,
-                      const uint16_t* dout16, Input inp, const float* weight, int64_t N, int64_t C,
-                      int64_t OC, int64_t dout_stride = 0) const;
   cuda::CausalAttention::Call AttentionCall() const { return {&blas_, s(), B_, T_, p_.C, p_.NH}; }
 
   ParamLayout p_;
@@ -246,6 +221,7 @@ class CudaModel final : public Model {
   cuda::DeviceBuffer<uint16_t> d_params16_, d_inputs16_, d_dout16_;  // bf16 mode only
   cuda::DeviceBuffer<int32_t> d_tokens_, d_targets_, d_token_rows_;
   cuda::DeviceBuffer<float> d_column_scratch_;
+  std::optional<cuda::LinearLayers> linear_;  // set once the buffers above exist
   std::vector<std::vector<std::pair<int64_t, int64_t>>> groups_;  // (offset, floats) per tensor
   std::vector<int32_t> token_rows_;  // uniques | starts | rows, as uploaded
   int64_t unique_tokens_ = 0;
@@ -308,25 +284,26 @@ float CudaModel::Forward(std::span<const int32_t> tokens, std::span<const int32_
     cuda::LayerNormForward(A(a_.ln1, C, l), A(a_.ln1_mean, 1, l), A(a_.ln1_rstd, 1, l),
                            LayerInput(l), P(p_.ln1w, C, l), P(p_.ln1b, C, l), N, C, s(),
                            In16(l, 0));
-    MatmulForward(A(a_.qkv, 3 * C, l), {A(a_.ln1, C, l), In16(l, 0), true},
-                  P(p_.qkvw, 3 * C * C, l), P(p_.qkvb, 3 * C, l), N, C, 3 * C);
+    linear_->Forward(A(a_.qkv, 3 * C, l), {A(a_.ln1, C, l), In16(l, 0), true},
+                     P(p_.qkvw, 3 * C * C, l), P(p_.qkvb, 3 * C, l), N, C, 3 * C);
     attention_.Forward(AttentionCall(), A(a_.atty, C, l), Scores(a_.att, l), A(a_.qkv, 3 * C, l));
-    MatmulResidualForward(A(a_.residual2, C, l), LayerInput(l), {A(a_.atty, C, l), In16(l, C)},
-                          P(p_.attprojw, C * C, l), P(p_.attprojb, C, l), N, C, C);
+    linear_->ResidualForward(A(a_.residual2, C, l), LayerInput(l), {A(a_.atty, C, l), In16(l, C)},
+                             P(p_.attprojw, C * C, l), P(p_.attprojb, C, l), N, C, C);
     cuda::LayerNormForward(A(a_.ln2, C, l), A(a_.ln2_mean, 1, l), A(a_.ln2_rstd, 1, l),
                            A(a_.residual2, C, l), P(p_.ln2w, C, l), P(p_.ln2b, C, l), N, C, s(),
                            In16(l, 2 * C));
-    MatmulForward(A(a_.fch, F, l), {A(a_.ln2, C, l), In16(l, 2 * C), true}, P(p_.fcw, F * C, l),
-                  P(p_.fcb, F, l), N, C, F);
+    linear_->Forward(A(a_.fch, F, l), {A(a_.ln2, C, l), In16(l, 2 * C), true}, P(p_.fcw, F * C, l),
+                     P(p_.fcb, F, l), N, C, F);
     cuda::GeluForward(A(a_.fch_gelu, F, l), A(a_.fch, F, l), N * F, s(), In16(l, 3 * C));
-    MatmulResidualForward(A(a_.residual3, C, l), A(a_.residual2, C, l),
-                          {A(a_.fch_gelu, F, l), In16(l, 3 * C), true}, P(p_.fcprojw, C * F, l),
-                          P(p_.fcprojb, C, l), N, F, C);
+    linear_->ResidualForward(A(a_.residual3, C, l), A(a_.residual2, C, l),
+                             {A(a_.fch_gelu, F, l), In16(l, 3 * C), true}, P(p_.fcprojw, C * F, l),
+                             P(p_.fcprojb, C, l), N, F, C);
   }
   cuda::LayerNormForward(A(a_.lnf, C), A(a_.lnf_mean, 1), A(a_.lnf_rstd, 1), LayerInput(L),
                          P(p_.lnfw, C), P(p_.lnfb, C), N, C, s(), In16(L, 0));
   const int64_t Vp = a_.logits_stride;
-  Gemm(A(a_.logits, Vp), {A(a_.lnf, C), In16(L, 0), true}, P(p_.wte, V * C), N, C, V, 0.0f, Vp);
+  linear_->Gemm(A(a_.logits, Vp), {A(a_.lnf, C), In16(L, 0), true}, P(p_.wte, V * C), N, C, V, 0.0f,
+                Vp);
   cuda::CheckLaunch("the forward pass");
   if (!has_targets_) {
     stream_.Synchronize("the forward pass");
@@ -356,8 +333,8 @@ void CudaModel::Backward(float scale, const std::function<void(int)>& ready) {
                                            Dout16());
   float* dres = A(a_.dresidual, C);
   float* dln = A(a_.dln, C);
-  MatmulBackward(dln, G(p_.wte, V * C), nullptr, dlogits, Dout16(), {A(a_.lnf, C), In16(L, 0)},
-                 P(p_.wte, V * C), N, C, V, Vp);
+  linear_->Backward(dln, G(p_.wte, V * C), nullptr, dlogits, Dout16(), {A(a_.lnf, C), In16(L, 0)},
+                    P(p_.wte, V * C), N, C, V, Vp);
   cuda::Check(cudaMemsetAsync(dres, 0, static_cast<size_t>(N * C) * sizeof(float), s()),
               "clearing the residual gradient");
   cuda::LayerNormBackwardAccumulate(dres, G(p_.lnfw, C), G(p_.lnfb, C), dln, LayerInput(L),
@@ -371,20 +348,20 @@ void CudaModel::Backward(float scale, const std::function<void(int)>& ready) {
   float* dqkv = A(a_.dqkv, 3 * C);
   float* datty = A(a_.datty, C);
   for (int64_t l = L - 1; l >= 0; --l) {
-    MatmulBackward(dfch, G(p_.fcprojw, C * F, l), G(p_.fcprojb, C, l), dres, nullptr,
-                   {A(a_.fch_gelu, F, l), In16(l, 3 * C)}, P(p_.fcprojw, C * F, l), N, F, C);
+    linear_->Backward(dfch, G(p_.fcprojw, C * F, l), G(p_.fcprojb, C, l), dres, nullptr,
+                      {A(a_.fch_gelu, F, l), In16(l, 3 * C)}, P(p_.fcprojw, C * F, l), N, F, C);
     cuda::GeluBackwardInPlace(dfch, A(a_.fch, F, l), N * F, s(), Dout16());
-    MatmulBackward(dln, G(p_.fcw, F * C, l), G(p_.fcb, F, l), dfch, Dout16(),
-                   {A(a_.ln2, C, l), In16(l, 2 * C)}, P(p_.fcw, F * C, l), N, C, F);
+    linear_->Backward(dln, G(p_.fcw, F * C, l), G(p_.fcb, F, l), dfch, Dout16(),
+                      {A(a_.ln2, C, l), In16(l, 2 * C)}, P(p_.fcw, F * C, l), N, C, F);
     cuda::LayerNormBackwardAccumulate(dres, G(p_.ln2w, C, l), G(p_.ln2b, C, l), dln,
                                       A(a_.residual2, C, l), P(p_.ln2w, C, l), A(a_.ln2_mean, 1, l),
                                       A(a_.ln2_rstd, 1, l), N, C, cs(), s());
-    MatmulBackward(datty, G(p_.attprojw, C * C, l), G(p_.attprojb, C, l), dres, nullptr,
-                   {A(a_.atty, C, l), In16(l, C)}, P(p_.attprojw, C * C, l), N, C, C);
+    linear_->Backward(datty, G(p_.attprojw, C * C, l), G(p_.attprojb, C, l), dres, nullptr,
+                      {A(a_.atty, C, l), In16(l, C)}, P(p_.attprojw, C * C, l), N, C, C);
     attention_.Backward(AttentionCall(), dqkv, Scores(a_.datt), datty, A(a_.qkv, 3 * C, l),
                         Scores(a_.att, l));
-    MatmulBackward(dln, G(p_.qkvw, 3 * C * C, l), G(p_.qkvb, 3 * C, l), dqkv, nullptr,
-                   {A(a_.ln1, C, l), In16(l, 0)}, P(p_.qkvw, 3 * C * C, l), N, C, 3 * C);
+    linear_->Backward(dln, G(p_.qkvw, 3 * C * C, l), G(p_.qkvb, 3 * C, l), dqkv, nullptr,
+                      {A(a_.ln1, C, l), In16(l, 0)}, P(p_.qkvw, 3 * C * C, l), N, C, 3 * C);
     cuda::LayerNormBackwardAccumulate(dres, G(p_.ln1w, C, l), G(p_.ln1b, C, l), dln, LayerInput(l),
                                       P(p_.ln1w, C, l), A(a_.ln1_mean, 1, l), A(a_.ln1_rstd, 1, l),
                                       N, C, cs(), s());
@@ -532,77 +509,6 @@ std::span<const float> CudaModel::Logits(int64_t b, int64_t t) const {
                          cudaMemcpyDeviceToHost),
               "reading logits");
   return logits_row_;
-}
-
-// Output-channel ranges for one matmul: with OC not a multiple of 4
-// (GPT-2's vocabulary, 50257) cuBLAS picks its unaligned kernels (on an
-// H200, GPT-2's LM head forward took 6.3 ms, aligned 2.0), so the rows up
-// to the last multiple of 128 go in one aligned call and the rest (under
-// 128) in a small second one.
-std::vector<std::pair<int64_t, int64_t>> AlignedParts(int64_t OC) {
-  const int64_t head = OC / 128 * 128;
-  if (OC % 4 == 0 || head == 0) return {{0, OC}};
-  return {{0, head}, {head, OC - head}};
-}
-
-void CudaModel::Gemm(float* out, Input inp, const float* weight, int64_t N, int64_t C, int64_t OC,
-                     float beta, int64_t out_stride) const {
-  const auto n = static_cast<int>(N), c = static_cast<int>(C);
-  const auto ldo = static_cast<int>(out_stride != 0 ? out_stride : OC);
-  if (bf16_ && !inp.copied) cuda::CastToBf16(inp.bf16, inp.values, N * C, s());
-  for (const auto& [first, count] : AlignedParts(OC)) {
-    const auto oc = static_cast<int>(count);
-    if (bf16_) {
-      blas_.GemmBf16(CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c, 1.0f, W16(weight) + first * C, c, inp.bf16,
-                     c, beta, out + first, ldo, "a forward matmul");
-    } else {
-      blas_.Gemm(CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c, 1.0f, weight + first * C, c, inp.values, c,
-                 beta, out + first, ldo, "a forward matmul");
-    }
-  }
-}
-
-void CudaModel::MatmulForward(float* out, Input inp, const float* weight, const float* bias,
-                              int64_t N, int64_t C, int64_t OC) const {
-  cuda::FillRows(out, bias, N, OC, s());
-  Gemm(out, inp, weight, N, C, OC, 1.0f);
-}
-
-void CudaModel::MatmulResidualForward(float* out, const float* residual, Input inp,
-                                      const float* weight, const float* bias, int64_t N, int64_t C,
-                                      int64_t OC) const {
-  cuda::FillRowsResidual(out, residual, bias, N, OC, s());
-  Gemm(out, inp, weight, N, C, OC, 1.0f);
-}
-
-void CudaModel::MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout,
-                               const uint16_t* dout16, Input inp, const float* weight, int64_t N,
-                               int64_t C, int64_t OC, int64_t dout_stride) const {
-  const auto n = static_cast<int>(N), c = static_cast<int>(C);
-  const int64_t ld = dout_stride != 0 ? dout_stride : OC;
-  const auto ldd = static_cast<int>(ld);
-  if (bf16_ && dout16 == nullptr) {
-    cuda::CastToBf16(Dout16(), dout, N * ld, s());  // a padded row's tail too: never read
-    dout16 = Dout16();
-  }
-  for (const auto& [first, count] : AlignedParts(OC)) {
-    const auto oc = static_cast<int>(count);
-    const float dinp_beta = first == 0 ? 0.0f : 1.0f;
-    // dinp (N, C) (+)= dout[:, part] (N, oc) @ weight[part] (oc, C)
-    // dweight[part] (oc, C) += dout[:, part]^T (oc, N) @ inp (N, C)
-    if (bf16_) {
-      blas_.GemmBf16(CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, 1.0f, W16(weight) + first * C, c,
-                     dout16 + first, ldd, dinp_beta, dinp, c, "a backward matmul (input gradient)");
-      blas_.GemmBf16(CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, 1.0f, inp.bf16, c, dout16 + first, ldd,
-                     1.0f, dweight + first * C, c, "a backward matmul (weight gradient)");
-    } else {
-      blas_.Gemm(CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, 1.0f, weight + first * C, c, dout + first, ldd,
-                 dinp_beta, dinp, c, "a backward matmul (input gradient)");
-      blas_.Gemm(CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, 1.0f, inp.values, c, dout + first, ldd, 1.0f,
-                 dweight + first * C, c, "a backward matmul (weight gradient)");
-    }
-  }
-  if (dbias != nullptr) cuda::BiasBackwardAccumulate(dbias, dout, N, OC, cs(), s());
 }
 
 }  // namespace

@@ -196,6 +196,15 @@ bool Fits(size_t bytes) {
   return bytes <= free_bytes;
 }
 
+// A benchmark operand of n values, every byte 0x3c (0.0115 as floats and
+// as bf16): all-zero operands run faster than real data on tensor cores.
+template <typename T>
+DeviceBuffer<T> Operand(size_t n, const Stream& stream) {
+  DeviceBuffer<T> d(n, "a matmul benchmark operand");
+  Check(cudaMemsetAsync(d.data(), 0x3c, d.bytes(), stream.get()), "filling matmul operands");
+  return d;
+}
+
 // Best of three timed rounds after a warm-up; `enqueue(m, n, k)` queues one
 // row-major (m x k) @ (k x n) product, as sgemm_peak.cc times them.
 template <typename Enqueue>
@@ -217,16 +226,12 @@ double BestGflops(const Stream& stream, const std::vector<GemmShape>& shapes, do
 
 }  // namespace
 
-// Operands are filled with bytes 0x3c (0.0115 as floats, 0.0115 as bf16):
-// all-zero operands run faster than real data on tensor cores.
 double SgemmGflops(const Blas& blas, const Stream& stream, const std::vector<GemmShape>& shapes) {
   const GemmWork w = WorkOf(shapes);
   if (w.biggest == 0 || !Fits(3 * w.biggest * sizeof(float))) return 0;
-  DeviceBuffer<float> a(w.biggest, "matmul benchmark operand A");
-  DeviceBuffer<float> b(w.biggest, "matmul benchmark operand B");
+  const DeviceBuffer<float> a = Operand<float>(w.biggest, stream);
+  const DeviceBuffer<float> b = Operand<float>(w.biggest, stream);
   DeviceBuffer<float> c(w.biggest, "matmul benchmark result");
-  Check(cudaMemsetAsync(a.data(), 0x3c, a.bytes(), stream.get()), "filling matmul operands");
-  Check(cudaMemsetAsync(b.data(), 0x3c, b.bytes(), stream.get()), "filling matmul operands");
   return BestGflops(stream, shapes, w.flops, [&](int m, int n, int k) {
     blas.Gemm(CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, 1.0f, b.data(), n, a.data(), k, 0.0f, c.data(), n,
               "a benchmark matmul");
@@ -237,11 +242,9 @@ double Bf16GemmGflops(const Blas& blas, const Stream& stream,
                       const std::vector<GemmShape>& shapes) {
   const GemmWork w = WorkOf(shapes);
   if (w.biggest == 0 || !Fits(w.biggest * (2 + 2 + sizeof(float)))) return 0;
-  DeviceBuffer<uint16_t> a(w.biggest, "bf16 matmul benchmark operand A");
-  DeviceBuffer<uint16_t> b(w.biggest, "bf16 matmul benchmark operand B");
+  const DeviceBuffer<uint16_t> a = Operand<uint16_t>(w.biggest, stream);
+  const DeviceBuffer<uint16_t> b = Operand<uint16_t>(w.biggest, stream);
   DeviceBuffer<float> c(w.biggest, "bf16 matmul benchmark result");
-  Check(cudaMemsetAsync(a.data(), 0x3c, a.bytes(), stream.get()), "filling matmul operands");
-  Check(cudaMemsetAsync(b.data(), 0x3c, b.bytes(), stream.get()), "filling matmul operands");
   return BestGflops(stream, shapes, w.flops, [&](int m, int n, int k) {
     blas.GemmBf16(CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, 1.0f, b.data(), n, a.data(), k, 0.0f, c.data(),
                   n, "a bf16 benchmark matmul");

@@ -5,12 +5,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <random>
 
+#include "ckpt/format.h"
 #include "util/error.h"
 #include "util/json_file.h"
 
@@ -136,16 +136,6 @@ std::vector<InjectRequest> TakeRequests(const std::string& run_dir,
 
 namespace {
 
-// The step a checkpoint directory holds ("step-00000010" -> 10), or none.
-std::optional<int64_t> StepOfDir(const std::string& name) {
-  if (!name.starts_with("step-")) return std::nullopt;
-  int64_t step = 0;
-  const char* const end = name.data() + name.size();
-  const auto [p, err] = std::from_chars(name.data() + 5, end, step);
-  if (err != std::errc() || p != end) return std::nullopt;
-  return step;
-}
-
 // The newest step directory under tier_root saved at or before `at_most`,
 // committed ones only when `committed`.
 std::optional<fs::path> NewestStepDir(const std::string& tier_root, int64_t at_most,
@@ -154,7 +144,7 @@ std::optional<fs::path> NewestStepDir(const std::string& tier_root, int64_t at_m
   int64_t newest_step = -1;
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(tier_root, ec)) {
-    const std::optional<int64_t> step = StepOfDir(e.path().filename().string());
+    const std::optional<int64_t> step = ckpt::ParseStepDirName(e.path().filename().string());
     if (!step || *step > at_most || *step <= newest_step) continue;
     if (committed && !fs::exists(e.path() / "COMMITTED", ec)) continue;
     newest = e.path();
