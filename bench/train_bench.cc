@@ -134,7 +134,8 @@ int main(int argc, char** argv) {
   // Rounds alternate the machine limit, fmstack and the peer, which side goes
   // first swapping every round, so that a noisy neighbour slows all three
   // alike; each ratio is the median of its round-by-round ratios.
-  std::vector<double> rounds, torch_rounds, sgemm_rounds;
+  std::vector<double> rounds, torch_rounds, sgemm_rounds, fma_rounds;
+  int fma_lanes = 0;
   double rss = 0;
   const auto gemms = gpt::TrainingGemms(B * T, shape.hidden, shape.ffn_hidden, shape.vocab);
   const auto start = std::chrono::steady_clock::now();
@@ -167,6 +168,9 @@ int main(int argc, char** argv) {
     if (!fmstack_first && !torch_round(r)) return 1;
     progress(r, "sgemm");
     sgemm_rounds.push_back(gpt::MeasureSgemmGflops(gemms));
+    const gpt::FmaPeak fma = gpt::MeasureFmaPeak(n_threads);
+    fma_rounds.push_back(fma.gflops);
+    fma_lanes = fma.lanes;
     if (fmstack_first && !torch_round(r)) return 1;
     if (!fmstack_first) fmstack_round(r);
   }
@@ -203,6 +207,13 @@ int main(int argc, char** argv) {
     t.AddRow({"BLAS kernels", fmt::format("pinned by OPENBLAS_CORETYPE={}", pinned), "", ""});
   t.AddRow({"sgemm on the model's shapes", fmt::format("{:.1f} GFLOP/s", sgemm),
             "median " + MedianAndRange(sgemm_rounds, 0), ""});
+  // The arithmetic limit, round by round beside sgemm: where sgemm's share of
+  // it falls, data movement slowed (the machine's state), not the arithmetic.
+  t.AddRow({fmt::format("FMA peak ({}-float vectors, registers only)", fma_lanes),
+            fmt::format("{:.1f} GFLOP/s", Median(fma_rounds)),
+            "median " + MedianAndRange(fma_rounds, 0), ""});
+  t.AddRow(
+      {"  sgemm / FMA peak", "", MedianAndRange(Ratios(sgemm_rounds, fma_rounds, 1.0), 2), ""});
   t.AddRow({"fmstack tokens/s", fmt::format("{:.0f}", tok_s), "median " + MedianAndRange(rounds, 0),
             ""});
   // Each ratio pairs rounds that ran next to each other, so the two share the

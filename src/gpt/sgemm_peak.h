@@ -21,6 +21,26 @@ std::vector<GemmShape> TrainingGemms(int64_t rows, int64_t C, int64_t F, int64_t
 // achieves on exactly the work the trainer gives it, on the current threads.
 double MeasureSgemmGflops(const std::vector<GemmShape>& shapes, int repeats = 3);
 
+// What the cores sustain on registers alone: independent chains of fused
+// multiply-adds of the widest vector this build targets, on `threads`
+// threads at once (0 = all cores), the best of three runs of about `seconds`.
+// sgemm's share of it tells slow arithmetic from slow data movement: on a
+// shared VM a neighbour in the host's L3 halves sgemm while this holds.
+struct FmaPeak {
+  double gflops = 0;
+  int lanes = 0;  // floats per vector
+  int threads = 0;
+  float checksum = 0;  // the chains' sum, so that they are computed
+};
+FmaPeak MeasureFmaPeak(int threads, double seconds = 0.2);
+
+// One thread's chains (exposed for tests): kFmaChains vectors, chain i
+// starting at i + 1, each step acc = fma(acc, kFmaChainX, kFmaChainY); the
+// sum of every lane of every chain, chain by chain.
+inline constexpr int kFmaChains = 12;
+inline constexpr float kFmaChainX = 0.999999f, kFmaChainY = 1e-7f;
+float FmaChains(int64_t iterations);
+
 }  // namespace fmstack::gpt
 
 namespace fmstack::gpt {
