@@ -11,7 +11,7 @@ packages=(
   libtomlplusplus-dev libcli11-dev libfmt-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-jsonschema python3-numpy python3-torch
-  libopenblas-openmp-dev bible-kjv libxxhash-dev libgloo-dev iproute2
+  libopenblas-openmp-dev bible-kjv libxxhash-dev libgloo-dev iproute2 gdb
   libcurl4-openssl-dev libssl-dev libcpp-httplib-dev prometheus
   slurm-wlm slurmctld slurmd slurmdbd slurm-client munge mariadb-server chromium
   clang libclang-rt-14-dev libomp-dev librsvg2-bin

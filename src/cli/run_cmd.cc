@@ -161,6 +161,7 @@ void ApplyResilience(const spec::JobSpec& job, runtime::SuperviseOptions& o) {
   o.monitor = {r.heartbeat_timeout, r.straggler_factor, r.straggler_steps};
   o.notice_deadline = r.notice_deadline;
   o.node_repair_seconds = r.node_repair;
+  o.collective_timeout = r.collective_timeout;
   o.extra_env["FMSTACK_COMM_TIMEOUT_MS"] =
       std::to_string(static_cast<int64_t>(r.collective_timeout * 1000));
   for (const spec::InjectSpec& i : job.faults.inject) {

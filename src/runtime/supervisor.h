@@ -53,6 +53,10 @@ struct SuperviseOptions {
   // the deadline an emergency checkpoint gets, faults to inject.
   resilience::Policy policy{.max_restarts = 0};
   MonitorOptions monitor;
+  // The workers' collective timeout (0 = not known: a program under `fmstack
+  // run --`). A hung rank's peers wait for it that long, counted from about
+  // its last heartbeat, and the kill must come before they give up.
+  double collective_timeout = 0;
   double notice_deadline = 120;
   double node_repair_seconds = 0;  // a lost node's slot is usable again after this; 0 = never
   // Prometheus /metrics on HOST:PORT (0: any free port), or "off".

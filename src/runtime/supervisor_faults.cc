@@ -15,6 +15,7 @@
 #include <limits>
 
 #include "health/device.h"
+#include "runtime/stacks.h"
 #include "runtime/supervisor_impl.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
@@ -320,6 +321,48 @@ void Supervisor::Fire(const InjectRequest& r) {
   }
 }
 
+void Supervisor::SaveStacks(int rank, size_t incident) const {
+  if (OnSlurm()) {
+    Note(fmt::format("stacks of {}: not kept (it runs on another host, under srun)", Where(rank)));
+    return;
+  }
+  const auto w = std::find_if(workers_.begin(), workers_.end(),
+                              [&](const cluster::WorkerProcess& p) { return p.rank == rank; });
+  if (w == workers_.end() || w->pid <= 0) return;
+  // The peers began to wait about a heartbeat timeout ago; gdb must be done
+  // (and the rank killed) before their collectives give up, or they would
+  // be blamed. A second is left for the kill.
+  double budget = kStacksDeadlineSeconds;
+  if (o_.collective_timeout > 0) {
+    budget = std::min(budget, o_.collective_timeout - o_.monitor.heartbeat_timeout - 1);
+  }
+  if (budget < 1) {
+    Note(
+        fmt::format("stacks of {}: not kept: the peers' collectives time out {:.1f} s after the "
+                    "hang's detection, too soon for gdb",
+                    Where(rank), o_.collective_timeout - o_.monitor.heartbeat_timeout));
+    return;
+  }
+  const auto start = Clock::now();
+  const Stacks stacks = CaptureStacks(w->pid, budget);
+  const double took = Since(start, Clock::now());
+  if (!stacks.ok) {
+    Note(fmt::format("stacks of {} (pid {}): not kept: {}", Where(rank), w->pid, stacks.why));
+    return;
+  }
+  const std::string path =
+      fmt::format("{}/logs/incident{}-rank{}.stacks.txt", o_.run_dir, incident, rank);
+  try {
+    AtomicFileWriter f(path);
+    f.Write(stacks.text.data(), stacks.text.size());
+    f.Commit();
+    Note(fmt::format("stacks of {} (pid {}) kept in {} ({:.1f} s)", Where(rank), w->pid, path,
+                     took));
+  } catch (const std::exception& e) {
+    Note(fmt::format("stacks of {}: not kept: {}", Where(rank), e.what()));
+  }
+}
+
 void Supervisor::Detect(const Seen& seen) {
   if (decision_) return;
   detected_at_ = Clock::now();
@@ -345,6 +388,8 @@ void Supervisor::Detect(const Seen& seen) {
     SaveState();
     return;
   }
+  if (seen.event.kind == resilience::EventKind::kHang)
+    SaveStacks(seen.event.rank, result_.ledger.incidents().size() + 1);
   if (seen.event.kind == resilience::EventKind::kNonFinite)
     history_.last_nonfinite_step = seen.event.step;
   if (d.max_restore_step >= 0) max_restore_step_ = d.max_restore_step;

@@ -36,6 +36,10 @@ inline double Since(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+// gdb attaches and prints a rank's stacks in 1-5 s; the recovery waits for
+// it at most this long (less when the peers' collectives would give up sooner).
+constexpr double kStacksDeadlineSeconds = 20;
+
 // Blocks SIGCHLD/SIGINT/SIGTERM for the supervisor's lifetime and reads them
 // from a descriptor instead; the old mask comes back on destruction.
 class SignalFd {
@@ -204,6 +208,9 @@ class Supervisor {
   void Fire(const InjectRequest& r);
   bool CommitSettled(const InjectRequest& r, Clock::time_point now);
   void Detect(const Seen& seen);
+  // Keeps a hung rank's stacks (runtime/stacks.h) for incident `incident`
+  // before the decision's kill, and says where in the supervisor's log.
+  void SaveStacks(int rank, size_t incident) const;
   void KillAll(int sig);
   // Signals one rank's process (srun, for the Slurm backend: a SIGKILL also
   // closes its control connection, the remote worker's lifeline).

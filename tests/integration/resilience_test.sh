@@ -3,7 +3,7 @@
 # 2 node x 2 process ZeRO-1 run of a small GPT; the run must finish without
 # any user action and end with the parameter hash of a fault-free run, bit
 # for bit. Also: detection times (crash < 1 s, hang <= timeout + 1 s, the
-# right rank named), injection from the CLI into a live run, SIGTERM's
+# right rank named, its stacks kept), injection from the CLI into a live run, SIGTERM's
 # emergency checkpoint (exit 143, resumed without losing a step), an
 # exhausted restart budget, bad input, a program under `fmstack run --`
 # named hung through the Python client, and the regression of a 1 x 2 run
@@ -113,6 +113,13 @@ at_step = 12"
     hang)
       [ "$seen" = hang ] && [ "$blamed" = 1 ] || fail "hang: seen as $seen on rank $blamed"
       grep -q "rank 1 (node 0, local rank 1) hung: no heartbeat" hang.err || fail "hang: rank not named"
+      # Its stacks were kept before the kill: every thread, with fmstack's frames.
+      stacks=runs/hang/logs/incident1-rank1.stacks.txt
+      [ -s "$stacks" ] || { grep "stacks of" hang.err; fail "hang: the hung rank's stacks were not kept"; }
+      grep -q "^Thread 1 " "$stacks" && grep -q "in fmstack::" "$stacks" ||
+        { head -20 "$stacks"; fail "hang: $stacks holds no backtrace of fmstack's threads"; }
+      grep -q "stacks of rank 1 (node 0, local rank 1) (pid [0-9]*) kept in" hang.err ||
+        fail "hang: the supervisor's log does not say where the stacks are"
       $PY -c "import sys; sys.exit(0 if $detect <= 5 else 1)" || fail "hang: detected in $detect s (> 4 + 1 s)";;
     nan) [ "$seen" = non-finite ] || fail "nan: seen as $seen";;
     bitflip) [ "$seen" = silent-corruption ] && [ "$blamed" = 1 ] || fail "bitflip: seen as $seen on rank $blamed";;
