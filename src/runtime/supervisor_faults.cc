@@ -388,8 +388,6 @@ void Supervisor::Detect(const Seen& seen) {
     SaveState();
     return;
   }
-  if (seen.event.kind == resilience::EventKind::kHang)
-    SaveStacks(seen.event.rank, result_.ledger.incidents().size() + 1);
   if (seen.event.kind == resilience::EventKind::kNonFinite)
     history_.last_nonfinite_step = seen.event.step;
   if (d.max_restore_step >= 0) max_restore_step_ = d.max_restore_step;
@@ -409,6 +407,9 @@ void Supervisor::Detect(const Seen& seen) {
       "fault: {}{}", seen.what,
       inc.detect_seconds >= 0 ? fmt::format(" (detected in {:.2f} s)", inc.detect_seconds) : ""));
   Note(fmt::format("decision: {}: {}", resilience::VerbName(d.verb), d.reason));
+  // Every decision on a hang kills the rank: its stacks first.
+  if (seen.event.kind == resilience::EventKind::kHang)
+    SaveStacks(seen.event.rank, result_.ledger.incidents().size() + 1);
   bool moved = false;
   if ((d.verb == resilience::Verb::kRestart || d.verb == resilience::Verb::kSaveAndRestart) &&
       d.action.placement == resilience::Placement::kSpare && seen.event.rank >= 0) {
