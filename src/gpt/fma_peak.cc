@@ -22,34 +22,6 @@ constexpr int kLanes = 4;
 #endif
 using Vec = float __attribute__((vector_size(kLanes * sizeof(float))));
 
-// Twelve independent chains: an FMA's latency (4-5 cycles) times two ports
-// needs 8-10 in flight, and twelve still fit AVX2's sixteen registers with
-// the two constants.
-constexpr int kChains = 12;
-static_assert(kChains == kFmaChains);
-
-}  // namespace
-
-// The chains start at 1..12 and converge on y / (1 - x) = 0.1, so no value
-// goes denormal or infinite; the returned sum keeps the loop from being
-// optimized away.
-float FmaChains(int64_t iterations) {
-  std::array<Vec, kChains> acc;
-  for (int i = 0; i < kChains; ++i) acc[i] = Vec{} + static_cast<float>(i + 1);
-  const Vec x = Vec{} + kFmaChainX, y = Vec{} + kFmaChainY;
-  for (int64_t it = 0; it < iterations; ++it) {
-#pragma GCC unroll 12
-    for (int i = 0; i < kChains; ++i) acc[i] = acc[i] * x + y;
-  }
-  float sum = 0;
-  for (const Vec& v : acc) {
-    for (int j = 0; j < kLanes; ++j) sum += v[j];
-  }
-  return sum;
-}
-
-namespace {
-
 // Seconds for `iterations` on each of `threads` threads at once.
 double TimeChains(int threads, int64_t iterations, float& sink) {
   const auto start = std::chrono::steady_clock::now();
@@ -62,6 +34,27 @@ double TimeChains(int threads, int64_t iterations, float& sink) {
 
 }  // namespace
 
+// kFmaChains (12) independent chains: an FMA's latency (4-5 cycles) times
+// two ports needs 8-10 in flight, and twelve still fit AVX2's sixteen
+// registers with the two constants.
+// The chains start at 1..12 and converge on y / (1 - x) = 0.1, so no value
+// goes denormal or infinite; the returned sum keeps the loop from being
+// optimized away.
+float FmaChains(int64_t iterations) {
+  std::array<Vec, kFmaChains> acc;
+  for (int i = 0; i < kFmaChains; ++i) acc[i] = Vec{} + static_cast<float>(i + 1);
+  const Vec x = Vec{} + kFmaChainX, y = Vec{} + kFmaChainY;
+  for (int64_t it = 0; it < iterations; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < kFmaChains; ++i) acc[i] = acc[i] * x + y;
+  }
+  float sum = 0;
+  for (const Vec& v : acc) {
+    for (int j = 0; j < kLanes; ++j) sum += v[j];
+  }
+  return sum;
+}
+
 FmaPeak MeasureFmaPeak(int threads, double seconds) {
   const int n = threads > 0 ? threads : omp_get_num_procs();
   float sink = 0;
@@ -70,7 +63,7 @@ FmaPeak MeasureFmaPeak(int threads, double seconds) {
   const double probe = std::max(TimeChains(n, kProbe, sink), 1e-6);
   const auto iterations = std::max<int64_t>(
       kProbe, static_cast<int64_t>(static_cast<double>(kProbe) * seconds / probe));
-  const double flops = 2.0 * kLanes * kChains * static_cast<double>(iterations) * n;
+  const double flops = 2.0 * kLanes * kFmaChains * static_cast<double>(iterations) * n;
   double best = 0;
   for (int r = 0; r < 3; ++r) best = std::max(best, flops / TimeChains(n, iterations, sink) / 1e9);
   return FmaPeak{.gflops = best, .lanes = kLanes, .threads = n, .checksum = sink};

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "health/program.h"
@@ -9,6 +10,15 @@
 namespace fmstack::runtime {
 
 namespace {
+
+// What gdb said last (why an attach failed), at most 200 characters.
+std::string LastLine(const std::string& output) {
+  const size_t end = output.find_last_not_of('\n');
+  if (end == std::string::npos) return "";
+  const size_t start = output.rfind('\n', end);
+  const size_t from = start == std::string::npos ? 0 : start + 1;
+  return output.substr(from, std::min<size_t>(end + 1 - from, 200));
+}
 
 Stacks RunGdb(pid_t pid, bool debug_info, double deadline_seconds, size_t max_bytes) {
   // -nx: no ~/.gdbinit of whoever runs the supervisor; LC_ALL=C keeps the
@@ -22,17 +32,17 @@ Stacks RunGdb(pid_t pid, bool debug_info, double deadline_seconds, size_t max_by
       health::RunProgram(argv, deadline_seconds, {{"LC_ALL", "C"}}, max_bytes);
   Stacks s;
   s.text = r.output;
+  s.started = r.how.rfind("could not start", 0) != 0;
   // gdb exits 0 after a failed attach too; a backtrace has frame "#0".
   s.ok = r.ok && r.output.find("\n#0 ") != std::string::npos;
   if (r.timed_out) {
     s.why = fmt::format("gdb did not finish within {:.0f} s", deadline_seconds);
-  } else if (!r.ok) {
+  } else if (!s.started) {
     s.why = fmt::format("gdb {} (install gdb to keep a hung rank's stacks)", r.how);
+  } else if (!r.ok) {
+    s.why = fmt::format("gdb {}: {}", r.how, LastLine(r.output));
   } else if (!s.ok) {
-    const size_t end = r.output.find_last_not_of('\n');
-    const size_t line = end == std::string::npos ? 0 : r.output.rfind('\n', end);
-    s.why = "gdb printed no backtrace: " +
-            r.output.substr(line == std::string::npos ? 0 : line + 1, 200);
+    s.why = "gdb printed no backtrace: " + LastLine(r.output);
   }
   return s;
 }
@@ -45,7 +55,7 @@ Stacks CaptureStacks(pid_t pid, double deadline_seconds, size_t max_bytes) {
   // a busy 2-core machine). Without it gdb answers in about half a second,
   // with function names only: the fallback when the first try runs out.
   Stacks full = RunGdb(pid, true, deadline_seconds * 0.75, max_bytes);
-  if (full.ok) return full;
+  if (full.ok || !full.started) return full;
   Stacks names = RunGdb(pid, false, deadline_seconds * 0.25, max_bytes);
   if (!names.ok) names.why = full.why + "; without debug information: " + names.why;
   return names;

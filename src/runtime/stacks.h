@@ -14,8 +14,9 @@ namespace fmstack::runtime {
 
 struct Stacks {
   bool ok = false;
-  std::string text;  // gdb's output, at most `max_bytes`
-  std::string why;   // when not ok: what went wrong, for the supervisor's log
+  bool started = false;  // gdb ran (false: not installed)
+  std::string text;      // gdb's output, at most `max_bytes`
+  std::string why;       // when not ok: what went wrong, for the supervisor's log
 };
 
 // Every thread's backtrace of process `pid`, from `gdb -batch` (which

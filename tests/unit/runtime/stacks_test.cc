@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -51,6 +52,20 @@ TEST(Stacks, AProcessThatIsNotThereIsAnErrorThatSaysSo) {
   const Stacks s = CaptureStacks(gone, 30);
   EXPECT_FALSE(s.ok);
   EXPECT_NE(s.why.find("gdb"), std::string::npos) << s.why;
+}
+
+// Without gdb on PATH the error says what to install, and no second try
+// (without debug information) is made with the same missing program.
+TEST(Stacks, WithoutGdbTheErrorSaysToInstallIt) {
+  Sleeper child;
+  const std::string path = std::getenv("PATH") != nullptr ? std::getenv("PATH") : "";
+  ::setenv("PATH", "/nonexistent", 1);
+  const Stacks s = CaptureStacks(child.pid(), 30);
+  ::setenv("PATH", path.c_str(), 1);
+  EXPECT_FALSE(s.ok);
+  EXPECT_FALSE(s.started);
+  EXPECT_NE(s.why.find("install gdb"), std::string::npos) << s.why;
+  EXPECT_EQ(s.why.find("without debug information"), std::string::npos) << s.why;
 }
 
 }  // namespace
