@@ -8,6 +8,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include "catalog/catalog.h"
@@ -126,11 +127,42 @@ int BlamedReplica(const std::vector<uint64_t>& words, int world) {
   return blamed;
 }
 
+// An injected stall: the main thread stops here, as in a deadlock or a file
+// system call that never returns, while the heartbeat thread goes on. The
+// supervisor finds the rank by its peers' failed collectives and kills it;
+// should it never do so, the stall ends in an error rather than forever.
+[[gnu::noinline]] void StallMainThread(double seconds) {
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  throw Error(
+      fmt::format("injected stall: this rank was still running {:.0f} s later, and the "
+                  "supervisor had not stopped it",
+                  seconds));
+}
+
+// A collective failed and no rank was reported dead: a peer may have stalled
+// with its heartbeats going on. Only the supervisor sees which rank did not
+// fail as well, so this rank says so, and without a checkpointless policy
+// waits for the supervisor's decision (a kill) rather than exiting first and
+// being blamed for the fault.
+void ReportCollectiveFailure(runtime::Worker& control, const spec::JobSpec& job, int64_t step,
+                             int64_t generation, const comm::CommError& e, bool waits_itself) {
+  if (e.failed_rank() >= 0 || !control.active()) return;
+  control.Send({{"ev", "collective-failed"},
+                {"step", step},
+                {"generation", generation},
+                {"what", std::string(e.what())}});
+  if (waits_itself) return;  // TrainPeers::Recover waits for the supervisor's rejoin
+  const auto timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(job.resilience.collective_timeout * 1000));
+  (void)control.WaitCommand("stop", timeout);
+}
+
 // Commands from the supervisor, applied at a step boundary.
 struct Rehearsal {
   bool stop = false;  // save this step and exit (notice, signal, straggler)
   bool flip = false;  // flip a parameter bit after the next step
   bool exit_now = false;
+  bool stall = false;
 
   void Take(runtime::Worker& control, train::Trainer& trainer, TrainCheckpointer& checkpoints,
             TrainPeers& peers, double mean_step_seconds) {
@@ -142,6 +174,7 @@ struct Rehearsal {
       if (kind == "nan") trainer.PoisonNextGradient();
       if (kind == "bitflip") flip = true;
       if (kind == "exit") exit_now = true;
+      if (kind == "stall") stall = true;
       if (kind == "disk-full") checkpoints.FailNextWrite();
       if (kind == "kill-during-save") checkpoints.DieDuringNextSave();
       if (kind == "corrupt-replica") peers.CorruptHeldCopies();
@@ -268,6 +301,7 @@ int RunTrain(const TrainArgs& args) {
         rehearsal.Take(*control, trainer, checkpoints, peers,
                        seconds / static_cast<double>(std::max<int64_t>(1, trainer.step() - first)));
         if (rehearsal.exit_now) return 3;
+        if (rehearsal.stall) StallMainThread(4 * job.resilience.collective_timeout + 60);
         const train::StepStats s = trainer.Step();
         seconds += s.seconds;
         comm_exposed += s.comm.exposed;
@@ -375,6 +409,8 @@ int RunTrain(const TrainArgs& args) {
           }
         }
       } catch (const comm::CommError& e) {
+        ReportCollectiveFailure(*control, job, trainer.step(), peers.generation(), e,
+                                peers.enabled());
         // A peer was lost: under a checkpointless policy this rank keeps
         // its process and memory and goes on with the replacement.
         if (!peers.enabled()) throw;

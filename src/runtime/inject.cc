@@ -28,7 +28,8 @@ std::string ControlDir(const std::string& run_dir) {
 
 bool IsWorkerKind(const std::string& kind) {
   static const std::vector<std::string> kinds = {
-      "exit", "straggler", "nan", "bitflip", "disk-full", "kill-during-save", "corrupt-replica"};
+      "exit",    "stall",     "straggler",        "nan",
+      "bitflip", "disk-full", "kill-during-save", "corrupt-replica"};
   return std::find(kinds.begin(), kinds.end(), kind) != kinds.end();
 }
 

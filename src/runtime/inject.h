@@ -4,7 +4,8 @@
 // waits until the target rank completed the requested step, and carries it
 // out: with a signal (crash, hang), on disk (corrupt-checkpoint), on the
 // network (network-cut), itself (supervisor-restart, notice), or by telling
-// the worker (exit, straggler, nan, bitflip, disk-full, kill-during-save).
+// the worker (exit, stall, straggler, nan, bitflip, disk-full,
+// kill-during-save).
 #pragma once
 
 #include <cstdint>

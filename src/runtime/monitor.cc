@@ -67,6 +67,34 @@ std::optional<SilentRank> RankMonitor::SilentLongerThan(Clock::time_point now,
   return worst;
 }
 
+void RankMonitor::OnCollectiveFailed(int rank, Clock::time_point now) {
+  Rank& r = ranks_.at(static_cast<size_t>(rank));
+  if (!r.collective_failed) r.collective_failed = now;
+}
+
+std::optional<StalledRank> RankMonitor::Stalled(Clock::time_point now, double grace) const {
+  std::optional<Clock::time_point> first;
+  std::vector<int> waiting, silent;
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    const Rank& x = ranks_[r];
+    if (x.exited) continue;
+    if (x.collective_failed) {
+      waiting.push_back(static_cast<int>(r));
+      first = first ? std::min(*first, *x.collective_failed) : *x.collective_failed;
+    } else {
+      silent.push_back(static_cast<int>(r));
+    }
+  }
+  if (!first || silent.empty()) return std::nullopt;
+  const double waited = std::chrono::duration<double>(now - *first).count();
+  if (silent.size() > 1 && waited < grace) return std::nullopt;
+  const int blamed = *std::min_element(silent.begin(), silent.end(), [&](int a, int b) {
+    return std::pair(ranks_[a].step, a) < std::pair(ranks_[b].step, b);
+  });
+  const Rank& x = ranks_[static_cast<size_t>(blamed)];
+  return StalledRank{blamed, x.step, x.phase, std::move(waiting), waited};
+}
+
 int64_t RankMonitor::MaxStep() const {
   int64_t m = 0;
   for (const Rank& r : ranks_) m = std::max(m, r.step);

@@ -496,6 +496,10 @@ void Supervisor::OnControl(int rank, const nlohmann::json& m) {
     monitor_->OnHeartbeat(rank, m["step"].get<int64_t>(), m["phase"].get<std::string>(), now);
     return;
   }
+  if (ev == "collective-failed") {
+    OnCollectiveFailed(rank, m);
+    return;
+  }
   if (ev == "step") {  // a program on libfmstack: its steps come by channel, not stdout
     OnStepEvent(rank, m);
     return;

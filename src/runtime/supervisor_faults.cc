@@ -167,6 +167,8 @@ void Supervisor::CheckHealth() {
                         h->phase)});
     return;
   }
+  CheckStalled(now);
+  if (decision_) return;
   if (const std::optional<int> r = monitor_->Straggler(); r && !stragglers_tolerated_) {
     Detect({{.kind = resilience::EventKind::kStraggler, .rank = *r, .step = monitor_->MaxStep()},
             fmt::format("{} is a straggler: computing more than {:.1f}x its peers' median for {} "
@@ -329,9 +331,11 @@ void Supervisor::SaveStacks(int rank, size_t incident) const {
   const auto w = std::find_if(workers_.begin(), workers_.end(),
                               [&](const cluster::WorkerProcess& p) { return p.rank == rank; });
   if (w == workers_.end() || w->pid <= 0) return;
-  // The peers began to wait about a heartbeat timeout ago; gdb must be done
-  // (and the rank killed) before their collectives give up, or they would
-  // be blamed. A second is left for the kill.
+  // The peers of a silent rank began to wait about a heartbeat timeout ago;
+  // gdb must be done (and the rank killed) before their collectives give
+  // up, or they would be blamed. A second is left for the kill. (The peers
+  // of a stalled rank gave up already; they wait a collective timeout for
+  // the supervisor's word, and this budget leaves them most of it.)
   double budget = kStacksDeadlineSeconds;
   if (o_.collective_timeout > 0) {
     budget = std::min(budget, o_.collective_timeout - o_.monitor.heartbeat_timeout - 1);

@@ -204,6 +204,10 @@ class Supervisor {
   void OnStepEvent(int rank, const nlohmann::json& e);
   void Reap();
   void CheckHealth();
+  // supervisor_stall.cc: a worker's collective failed with no rank dead; a
+  // rank that alone does not say so is stalled (RankMonitor::Stalled).
+  void OnCollectiveFailed(int rank, const nlohmann::json& m);
+  void CheckStalled(Clock::time_point now);
   void FireInjections();
   void Fire(const InjectRequest& r);
   bool CommitSettled(const InjectRequest& r, Clock::time_point now);

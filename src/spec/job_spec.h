@@ -79,6 +79,7 @@ inline const std::vector<std::string>& InjectKinds() {
   static const std::vector<std::string> kinds = {"crash",
                                                  "exit",
                                                  "hang",
+                                                 "stall",
                                                  "straggler",
                                                  "nan",
                                                  "bitflip",

@@ -117,6 +117,15 @@ run hang 1 "$(inject hang 2 12)"
 same_hash hang base1
 in_place hang
 
+# A stall: rank 2's main thread stops while its heartbeats go on. The
+# others' collectives time out with no rank dead; they say so and wait,
+# and the one that did not say so is replaced in place.
+run stall 1 "$(inject stall 2 12)"
+same_hash stall base1
+in_place stall
+grep -q "rank 2 (node 1, local rank 0) stalled: its heartbeats go on" stall.err ||
+  { tail -30 stall.err; fail "stall: the stalled rank was not named"; }
+
 # Two faults: the second finds the first replacement holding copies again.
 run two 1 "$(inject crash 0 10; inject crash 3 25)"
 same_hash two base1
@@ -169,7 +178,7 @@ same_hash badspare long-base
 ! ip netns list | grep -q "fmstack-" || fail "badspare: namespaces left behind"
 
 printf '%-10s %s\n' run "incidents (kind rank lost-steps recovery-s)"
-for r in crash crash2 crash0 hang two every4 corrupt spare badspare; do
+for r in crash crash2 crash0 hang stall two every4 corrupt spare badspare; do
   printf '%-10s %s\n' "$r" "$(incidents "runs/$r" | cut -d' ' -f1-4 | paste -sd';')"
 done
 echo "checkpointless: every run ended bit-identical to its fault-free run"

@@ -3,7 +3,8 @@
 # 2 node x 2 process ZeRO-1 run of a small GPT; the run must finish without
 # any user action and end with the parameter hash of a fault-free run, bit
 # for bit. Also: detection times (crash < 1 s, hang <= timeout + 1 s, the
-# right rank named, its stacks kept), injection from the CLI into a live run, SIGTERM's
+# right rank named, its stacks kept; a stalled rank whose heartbeats go on
+# named by its peers' failed collectives), injection from the CLI into a live run, SIGTERM's
 # emergency checkpoint (exit 143, resumed without losing a step), an
 # exhausted restart budget, bad input, a program under `fmstack run --`
 # named hung through the Python client, and the regression of a 1 x 2 run
@@ -83,7 +84,7 @@ echo "fault-free parameter hash: $want"
 
 # Every kind, from the job file, on rank 1 (network-cut on node 1, node-down
 # on node 0) after step 12.
-kinds="crash exit hang straggler nan bitflip disk-full kill-during-save corrupt-checkpoint supervisor-restart notice network-cut node-down"
+kinds="crash exit hang stall straggler nan bitflip disk-full kill-during-save corrupt-checkpoint supervisor-restart notice network-cut node-down"
 printf '%-20s %-18s %5s %12s %13s %s\n' kind seen rank "detected(s)" "recovered(s)" hash > table.txt
 for kind in $kinds; do
   rank=1 flags=()
@@ -121,6 +122,13 @@ at_step = 12"
       grep -q "stacks of rank 1 (node 0, local rank 1) (pid [0-9]*) kept in" hang.err ||
         fail "hang: the supervisor's log does not say where the stacks are"
       $PY -c "import sys; sys.exit(0 if $detect <= 5 else 1)" || fail "hang: detected in $detect s (> 4 + 1 s)";;
+    stall)  # heartbeats go on; the peers' failed collectives name it
+      [ "$seen" = hang ] && [ "$blamed" = 1 ] || fail "stall: seen as $seen on rank $blamed"
+      grep -q "rank 1 (node 0, local rank 1) stalled: its heartbeats go on" stall.err ||
+        { grep -E "fault|collective" stall.err | head; fail "stall: rank not named"; }
+      grep -q "in .*StallMainThread" runs/stall/logs/incident1-rank1.stacks.txt ||
+        fail "stall: the stalled rank's stacks do not show where it waits"
+      $PY -c "import sys; sys.exit(0 if $detect <= 30 else 1)" || fail "stall: detected in $detect s (> 20 + 10 s)";;
     nan) [ "$seen" = non-finite ] || fail "nan: seen as $seen";;
     bitflip) [ "$seen" = silent-corruption ] && [ "$blamed" = 1 ] || fail "bitflip: seen as $seen on rank $blamed";;
     straggler) [ "$seen" = straggler ] && [ "$blamed" = 1 ] || fail "straggler: seen as $seen on rank $blamed";;

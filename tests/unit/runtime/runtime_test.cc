@@ -94,6 +94,57 @@ TEST(RankMonitor, StepsArriveInAnyOrder) {
   EXPECT_EQ(*m.Straggler(), 1);
 }
 
+// A stalled main thread keeps its heartbeats: the others' failed
+// collectives name it, as soon as it is the only live rank that said nothing.
+TEST(RankMonitor, AStalledRankIsTheOneWhosePeersCollectivesFailedWithoutIt) {
+  const Clock::time_point t0{};
+  RankMonitor m(4, {.heartbeat_timeout = 3}, t0);
+  for (int r = 0; r < 4; ++r) m.OnHeartbeat(r, r == 2 ? 12 : 13, "train", t0);
+  EXPECT_FALSE(m.Stalled(t0, 5)) << "no collective failed yet";
+  m.OnCollectiveFailed(0, t0 + milliseconds(20000));
+  m.OnCollectiveFailed(3, t0 + milliseconds(20010));
+  EXPECT_FALSE(m.Stalled(t0 + milliseconds(20010), 5)) << "ranks 1 and 2 may both be late";
+  m.OnCollectiveFailed(1, t0 + milliseconds(20050));
+  m.OnCollectiveFailed(1, t0 + milliseconds(20060));  // the first report counts
+  const std::optional<StalledRank> s = m.Stalled(t0 + milliseconds(20100), 5);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->rank, 2);
+  EXPECT_EQ(s->step, 12);
+  EXPECT_EQ(s->phase, "train");
+  EXPECT_EQ(s->waiting, (std::vector<int>{0, 1, 3}));
+  EXPECT_NEAR(s->waited_seconds, 0.1, 1e-9);
+  EXPECT_FALSE(m.Hung(t0 + milliseconds(2000))) << "it is not silent";
+}
+
+TEST(RankMonitor, AfterTheGraceTheSilentRankFurthestBehindIsStalled) {
+  const Clock::time_point t0{};
+  RankMonitor m(4, {}, t0);
+  for (int r = 0; r < 4; ++r) m.OnHeartbeat(r, r == 3 ? 7 : 8, "train", t0);
+  m.OnCollectiveFailed(0, t0 + milliseconds(1000));
+  m.OnCollectiveFailed(1, t0 + milliseconds(1000));
+  EXPECT_FALSE(m.Stalled(t0 + milliseconds(5999), 5));
+  const std::optional<StalledRank> s = m.Stalled(t0 + milliseconds(6000), 5);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->rank, 3) << "rank 2 is at step 8, rank 3 at step 7";
+}
+
+TEST(RankMonitor, NoRankIsStalledWhenEveryLiveRanksCollectiveFailed) {
+  const Clock::time_point t0{};
+  RankMonitor m(3, {}, t0);
+  m.OnCollectiveFailed(0, t0);
+  m.OnCollectiveFailed(2, t0);
+  m.OnExit(1);  // an exited rank is the exits' business, not a stall
+  EXPECT_FALSE(m.Stalled(t0 + std::chrono::hours(1), 5));
+  // A replacement begins a new generation: its failures are counted afresh.
+  m.OnReplaced(1, t0);
+  m.OnCollectiveFailed(0, t0 + milliseconds(10));
+  EXPECT_FALSE(m.Stalled(t0 + milliseconds(10), 5));
+  m.OnCollectiveFailed(1, t0 + milliseconds(20));
+  const std::optional<StalledRank> s = m.Stalled(t0 + milliseconds(20), 5);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->rank, 2);
+}
+
 TEST(LineReader, SplitsAndBoundsLines) {
   LineReader r;
   EXPECT_TRUE(r.Feed("{\"a\":", 5).empty());
