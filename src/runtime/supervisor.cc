@@ -440,7 +440,16 @@ void Supervisor::Deliver(Stream& s, std::string_view data) {
       return;
     }
     for (const std::string& line : lines) {
-      if (std::optional<nlohmann::json> m = ParseLine(line)) OnControl(s.rank, *m);
+      const std::optional<nlohmann::json> m = ParseLine(line);
+      if (!m) continue;
+      // A field of the wrong type (a step that is a string) is the sender's
+      // error: said and dropped, never the end of the supervisor.
+      try {
+        OnControl(s.rank, *m);
+      } catch (const nlohmann::json::exception& e) {
+        Note(fmt::format("{}: control message {} has a field of the wrong type ({}); ignored",
+                         Where(s.rank), line.substr(0, 120), e.what()));
+      }
     }
     return;
   }

@@ -59,5 +59,33 @@ TEST(Supervisor, AReportSentJustBeforeTheExitIsBelieved) {
   fs::remove_all(dir);
 }
 
+// A worker's message with a field of the wrong type is said and dropped;
+// the supervisor goes on, and the worker's clean exit ends the run well.
+TEST(Supervisor, AMessageWithAFieldOfTheWrongTypeIsSaidAndIgnored) {
+  const std::string dir = FreshDir("badfield");
+  SuperviseOptions o;
+  o.layout = {.nodes = 1, .procs_per_node = 1};
+  o.argv = {"/bin/bash", "-c",
+            "printf '%s\\n' '{\"ev\":\"collective-failed\",\"generation\":\"one\"}' "
+            "'{\"ev\":\"fault\",\"kind\":\"crash\",\"step\":\"twelve\"}' "
+            "'{\"ev\":\"hb\",\"step\":1,\"phase\":\"train\"}' >&\"$FMSTACK_CONTROL_FD\"; "
+            "sleep 0.5; exit 0"};
+  o.run_dir = dir;
+  o.job_name = "badfield";
+  o.job_id = "1";
+  o.grace_seconds = 1;
+  o.metrics_listen = "off";
+  std::vector<std::string> notes;
+  const RunResult r =
+      Supervise(o, nullptr, nullptr, [&](const std::string& line) { notes.push_back(line); });
+  EXPECT_TRUE(r.ok()) << r.failure;
+  int said = 0;
+  for (const std::string& n : notes) {
+    if (n.find("has a field of the wrong type") != std::string::npos) ++said;
+  }
+  EXPECT_EQ(said, 2) << "the collective-failed and the fault message";
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace fmstack::runtime
