@@ -75,7 +75,14 @@ run() {  # name zero-stage extra-toml [run flags...]
   shift 3
   job "$name.toml" "$stage" "$extra"
   "$FMSTACK" run "$name.toml" "$@" --out "runs/$name" > "$name.out" 2> "$name.err" ||
-    { tail -30 "$name.err"; fail "$name: the run did not finish by itself"; }
+    { tail -30 "$name.err"; rank_tails "$name"; fail "$name: the run did not finish by itself"; }
+}
+rank_tails() {  # name: each rank's last lines other than step events, for a failure's story
+  local log
+  for log in runs/"$1"/logs/rank*.log; do
+    echo "== $log"
+    grep -v '"ev":"step"' "$log" | tail -12
+  done
 }
 same_hash() {  # name base
   local got want
@@ -86,7 +93,7 @@ same_hash() {  # name base
 }
 in_place() {  # name: every incident recovered from peers, no rank of the job restarted
   grep -q "restored from peer memory" "$1.err" || { tail -30 "$1.err"; fail "$1: not restored from peers"; }
-  ! grep -q -- "---- restart" runs/"$1"/logs/rank*.log || { tail -30 "$1.err"; for log in runs/"$1"/logs/rank*.log; do echo "== $log"; grep -v '"ev":"step"' "$log" | tail -8; done; fail "$1: a rank was restarted, not replaced"; }
+  ! grep -q -- "---- restart" runs/"$1"/logs/rank*.log || { tail -30 "$1.err"; rank_tails "$1"; fail "$1: a rank was restarted, not replaced"; }
   incidents "runs/$1" | while read -r kind rank lost rec decision; do
     case "$decision" in *checkpointless*) ;; *) fail "$1: $kind decided as: $decision";; esac
     $PY -c "import sys; sys.exit(0 if float('$rec') > 0 else 1)" || fail "$1: $kind never recovered"
