@@ -1,8 +1,8 @@
 // runtime: the control channel between the supervisor and one worker: a
 // socketpair whose worker end is fd FMSTACK_CONTROL_FD. Each message is one
 // line of JSON. Workers send heartbeats ({"ev":"hb","step":S,"phase":P}),
-// fault reports, failed collectives ({"ev":"collective-failed"}) and results; the supervisor sends
-// commands ({"cmd":"stop"},
+// fault reports, failed collectives ({"ev":"collective-failed"}) and
+// results; the supervisor sends commands ({"cmd":"stop"},
 // {"cmd":"inject","kind":K}). Any program can speak it: examples/fmstack_client.py
 // is the whole client in a dozen lines.
 #pragma once

@@ -22,6 +22,21 @@ std::string FreshDir(const std::string& tag) {
   return p.string();
 }
 
+// One stand-in worker: a bash script with the control channel on
+// $FMSTACK_CONTROL_FD, in run directory `dir`.
+SuperviseOptions OneStandIn(const std::string& dir, const std::string& name,
+                            const std::string& script) {
+  SuperviseOptions o;
+  o.layout = {.nodes = 1, .procs_per_node = 1};
+  o.argv = {"/bin/bash", "-c", script};
+  o.run_dir = dir;
+  o.job_name = name;
+  o.job_id = "1";
+  o.grace_seconds = 1;
+  o.metrics_listen = "off";
+  return o;
+}
+
 // A worker reports why it stops on its control channel, then exits. The
 // supervisor's poll() can see the channel empty just before the report lands
 // and reap the exit right after: the report must still be what it believes.
@@ -30,18 +45,12 @@ std::string FreshDir(const std::string& tag) {
 // reports and exits.
 TEST(Supervisor, AReportSentJustBeforeTheExitIsBelieved) {
   const std::string dir = FreshDir("report");
-  SuperviseOptions o;
-  o.layout = {.nodes = 1, .procs_per_node = 1};
-  o.argv = {"/bin/bash", "-c",
-            "echo about to report >&2; sleep 0.2; "
-            "printf '%s\\n' '{\"ev\":\"fault\",\"kind\":\"peer-restore-failed\",\"rank\":0,"
-            "\"step\":0,\"what\":\"no peer copy could serve\"}' >&\"$FMSTACK_CONTROL_FD\"; "
-            "exit 75"};
-  o.run_dir = dir;
-  o.job_name = "report";
-  o.job_id = "1";
-  o.grace_seconds = 1;
-  o.metrics_listen = "off";
+  SuperviseOptions o =
+      OneStandIn(dir, "report",
+                 "echo about to report >&2; sleep 0.2; "
+                 "printf '%s\\n' '{\"ev\":\"fault\",\"kind\":\"peer-restore-failed\",\"rank\":0,"
+                 "\"step\":0,\"what\":\"no peer copy could serve\"}' >&\"$FMSTACK_CONTROL_FD\"; "
+                 "exit 75");
   o.policy = {.max_restarts = 0};
   const RunResult r = Supervise(
       o, nullptr,
@@ -63,18 +72,12 @@ TEST(Supervisor, AReportSentJustBeforeTheExitIsBelieved) {
 // the supervisor goes on, and the worker's clean exit ends the run well.
 TEST(Supervisor, AMessageWithAFieldOfTheWrongTypeIsSaidAndIgnored) {
   const std::string dir = FreshDir("badfield");
-  SuperviseOptions o;
-  o.layout = {.nodes = 1, .procs_per_node = 1};
-  o.argv = {"/bin/bash", "-c",
-            "printf '%s\\n' '{\"ev\":\"collective-failed\",\"generation\":\"one\"}' "
-            "'{\"ev\":\"fault\",\"kind\":\"crash\",\"step\":\"twelve\"}' "
-            "'{\"ev\":\"hb\",\"step\":1,\"phase\":\"train\"}' >&\"$FMSTACK_CONTROL_FD\"; "
-            "sleep 0.5; exit 0"};
-  o.run_dir = dir;
-  o.job_name = "badfield";
-  o.job_id = "1";
-  o.grace_seconds = 1;
-  o.metrics_listen = "off";
+  const SuperviseOptions o =
+      OneStandIn(dir, "badfield",
+                 "printf '%s\\n' '{\"ev\":\"collective-failed\",\"generation\":\"one\"}' "
+                 "'{\"ev\":\"fault\",\"kind\":\"crash\",\"step\":\"twelve\"}' "
+                 "'{\"ev\":\"hb\",\"step\":1,\"phase\":\"train\"}' >&\"$FMSTACK_CONTROL_FD\"; "
+                 "sleep 0.5; exit 0");
   std::vector<std::string> notes;
   const RunResult r =
       Supervise(o, nullptr, nullptr, [&](const std::string& line) { notes.push_back(line); });
