@@ -4,8 +4,9 @@
 # prints the median time from the fault to the first completed step after
 # it (detection + decision + restart + restore + one step), the median
 # detection time against the targets (crash < 1 s, hang <= timeout
-# + 1 s; a stall, whose heartbeats go on, <= collective_timeout + 2 s), and, side by side in the same run, a cold `fmstack run` that
-# resumes from the same checkpoint (what a user re-running the job by hand
+# + 1 s; a stall, whose heartbeats go on, <= collective_timeout + 2 s),
+# and, side by side in the same run, a cold `fmstack run` that resumes from
+# the same checkpoint (what a user re-running the job by hand
 # pays after noticing, the noticing not counted).
 # Then checkpointless recovery against restart-from-checkpoint on the same
 # job and the same crash (mid-way between two checkpoints): the time to
