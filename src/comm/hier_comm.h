@@ -33,6 +33,7 @@ struct CommOptions {
   // "gloo", Gloo's TCP transport (its reference). FMSTACK_COMM_NET.
   std::string net = "tcp";
   size_t shm_slot_bytes = 4 << 20;
+  size_t shm_window_bytes = 0;  // 0: sized from the L3 cache (shm_comm.h)
   size_t gloo_segment_bytes = 1 << 20;
   // Allreduces of at least this many bytes go along rails rather than
   // through the leaders; 0 = always the leaders (FMSTACK_COMM_RAIL_MIN_BYTES).

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -27,6 +28,9 @@ ShmCommunicator::ShmCommunicator(ShmOptions options) : options_(std::move(option
   if (P > kMaxLocal)
     throw CommError(fmt::format("shm: {} ranks on one node, at most {}", P, kMaxLocal), -1);
   options_.slot_bytes = options_.slot_bytes / 64 * 64;
+  // Every rank checks what was asked; the window of local rank 0 is the one
+  // all of them use (the L3 a process sees may differ across its cores).
+  window_bytes_ = ResolveWindow();
   // Every rank of a node computes the same answer, so the segment's size agrees.
   oversubscribed_ = static_cast<unsigned>(P) > std::thread::hardware_concurrency();
   // A Docker container's /dev/shm is 64 MB by default: the regions are only
@@ -75,6 +79,7 @@ ShmCommunicator::ShmCommunicator(ShmOptions options) : options_(std::move(option
     header_->magic = kMagic;
     header_->size = P;
     header_->slot_bytes = options_.slot_bytes;
+    header_->window_bytes = window_bytes_;
     header_->arrived = 0;
     header_->epoch = 0;
     header_->aborted = 0;
@@ -85,6 +90,7 @@ ShmCommunicator::ShmCommunicator(ShmOptions options) : options_(std::move(option
                                 header_->size, P),
                     -1);
   }
+  window_bytes_ = header_->window_bytes;  // rank 0's, which every rank must stage alike
   // More ranks than cores: a spinning waiter would take the core the rank it
   // waits for needs, so waiters yield and sleep at once.
   spin_limit_ = oversubscribed_ ? 0 : 2000;
@@ -98,6 +104,51 @@ ShmCommunicator::ShmCommunicator(ShmOptions options) : options_(std::move(option
   // Everyone is attached: the name can go, so nothing is left in /dev/shm
   // whatever happens to the processes later.
   if (options_.rank == 0) ::shm_unlink(name.c_str());
+}
+
+namespace {
+
+// The L3 that cpu0 shares with its neighbours, as the kernel reports it; 0
+// when unknown. Not sysconf(_SC_LEVEL3_CACHE_SIZE): on an AMD EPYC VM glibc
+// answered 256 MiB, the whole package, where one core complex shares 32.
+size_t L3Bytes() {
+  for (int i = 0; i < 8; ++i) {
+    const std::string dir = fmt::format("/sys/devices/system/cpu/cpu0/cache/index{}/", i);
+    std::ifstream level(dir + "level");
+    int n = 0;
+    if (!(level >> n)) break;
+    if (n != 3) continue;
+    std::ifstream size(dir + "size");
+    size_t bytes = 0;
+    char unit = 0;
+    if (!(size >> bytes) || bytes > (size_t{1} << 32)) return 0;
+    size >> unit;
+    return unit == 'K' ? bytes << 10 : unit == 'M' ? bytes << 20 : bytes;
+  }
+  return 0;
+}
+
+}  // namespace
+
+size_t ShmCommunicator::WindowFor(int running, size_t slot_bytes, size_t l3_bytes) {
+  if (l3_bytes == 0 || running < 1) return std::min(slot_bytes, kWindowBytes);
+  const size_t fit = l3_bytes / (4 * static_cast<size_t>(running)) / 4096 * 4096;
+  return std::min(slot_bytes, std::max(kMinAutoWindowBytes, fit));
+}
+
+size_t ShmCommunicator::ResolveWindow() const {
+  const size_t asked = options_.window_bytes;
+  if (asked == 0) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    return WindowFor(std::min(options_.size, cores), options_.slot_bytes, L3Bytes());
+  }
+  if (asked < kMinWindowBytes || asked > options_.slot_bytes) {
+    throw CommError(fmt::format("shm: a window of {} bytes (FMSTACK_SHM_WINDOW_BYTES) is outside "
+                                "[{}, {}], the least a pass stages and the slot's size",
+                                asked, kMinWindowBytes, options_.slot_bytes),
+                    -1);
+  }
+  return asked / 64 * 64;
 }
 
 // Linux cross-memory attach (process_vm_readv) copies straight from a peer's

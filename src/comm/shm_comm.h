@@ -37,6 +37,9 @@ struct ShmOptions {
   int64_t generation = 0;
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
   size_t slot_bytes = 4 << 20;
+  // What a rank stages per pass of a reduction or all-to-all; 0: local rank
+  // 0 sizes it from the L3 cache (WindowFor) and publishes it in the segment.
+  size_t window_bytes = 0;
 };
 
 class ShmCommunicator final : public Communicator {
@@ -66,6 +69,11 @@ class ShmCommunicator final : public Communicator {
   // Rank r's data already sits at ranges[r] of out; afterwards all of it does.
   void AllGatherRanges(View out, const std::vector<Range>& ranges);
 
+  // The bytes a reduction or all-to-all stages per pass when none is asked
+  // for (see StagedBytes), `running` being min(local ranks, cores).
+  static size_t WindowFor(int running, size_t slot_bytes, size_t l3_bytes);
+  size_t window_bytes() const { return window_bytes_; }
+
  private:
   struct Header;
   static size_t HeaderBytes();
@@ -81,13 +89,23 @@ class ShmCommunicator final : public Communicator {
   void ReduceWindow(View buf, ReduceOp op, int root, bool all);
   // What one rank stages in its slot per pass of a reduction or all-to-all:
   // little enough that what one step writes is still in cache when the next
-  // reads it. With the whole 4 MiB slot as the window, 2 ranks on a VM with
-  // an 8 MiB L3 fell from 6 GB/s allreduce busbw at 1 MiB to 1.7 GB/s from
-  // 4 MiB on. Reduce-scatter, all-gather and broadcast keep the whole slot:
-  // there the extra barriers cost more than the cache saves (8 ranks on 2
-  // cores, reduce-scatter at 4 MiB: 0.43 against 0.57 GB/s).
-  size_t StagedBytes() const { return std::min(options_.slot_bytes, kWindowBytes); }
-  static constexpr size_t kWindowBytes = 512 << 10;
+  // reads it. Only min(ranks, cores) ranks run at once, each with its window
+  // staged and its input's window in flight, so the window is a quarter of
+  // the L3 per running rank: half the cache for those two, half left to the
+  // peers' shards, the program and, on a VM, the neighbours. That is 1 MiB
+  // on a 2-core VM with an 8 MiB L3, where the whole 4 MiB slot as the window
+  // dropped 2-rank allreduce from 6 GB/s busbw at 1 MiB to 1.7 GB/s from
+  // 4 MiB on (4 and 8 ranks lost too; 256 KiB to 1 MiB ran alike), and the
+  // whole slot on one with a 32 MiB L3, where 4 ranks ran 2.5-3.2x faster
+  // than with 512 KiB from 4 MiB on (docs/comm.md). Reduce-scatter,
+  // all-gather and broadcast keep the whole slot: there the extra barriers
+  // cost more than the cache saves (8 ranks on 2 cores, reduce-scatter at
+  // 4 MiB: 0.43 against 0.57 GB/s).
+  size_t StagedBytes() const { return window_bytes_; }
+  static constexpr size_t kWindowBytes = 512 << 10;  // when the L3's size is unknown
+  static constexpr size_t kMinAutoWindowBytes = 256 << 10;
+  static constexpr size_t kMinWindowBytes = 4 << 10;  // the least FMSTACK_SHM_WINDOW_BYTES
+  size_t ResolveWindow() const;  // local rank 0: options_.window_bytes, checked, or WindowFor
   // Small reductions (every rank reads at most kDirectReadBytes, all the
   // slots together): every rank that wants the result sums all the slots
   // itself, in rank order as ReduceWindow's shards do (the same bits), so a
@@ -166,6 +184,7 @@ class ShmCommunicator final : public Communicator {
   ShmOptions options_;
   Header* header_ = nullptr;
   size_t mapped_bytes_ = 0;
+  size_t window_bytes_ = kWindowBytes;  // as published in the segment by local rank 0
   bool cma_ = false;
   // FMSTACK_SHM_CMA_REDUCE=1: cross-memory attach for every collective over
   // 64 KiB, reductions too, whatever the rank count (comm_test runs it).

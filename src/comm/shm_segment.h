@@ -48,6 +48,7 @@ struct ShmCommunicator::Header {
   uint32_t magic;
   int32_t size;
   uint64_t slot_bytes;
+  uint64_t window_bytes;  // StagedBytes(): every rank must stage the same
   alignas(64) std::atomic<uint32_t> arrived;
   alignas(64) std::atomic<uint32_t> epoch;  // the futex word of the barrier
   alignas(64) std::atomic<int32_t> aborted;

@@ -22,6 +22,7 @@
 #include "comm/path_tuner.h"
 #include "comm/reduce.h"
 #include "comm/tcp_store.h"
+#include "fork_ranks.h"
 
 namespace fmstack::comm {
 namespace {
@@ -40,36 +41,23 @@ std::vector<int> RunRanks(const Layout& layout, const Body& body, TcpStoreServer
                           int64_t generation = 0, size_t slot_bytes = 64 << 10,
                           size_t rail_min_bytes = CommOptions{}.rail_min_bytes) {
   const int world = layout.nodes * layout.procs;
-  std::vector<pid_t> pids;
-  for (int r = 0; r < world; ++r) {
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      int code = 0;
-      try {
-        CommOptions o;
-        o.store = std::make_shared<TcpStore>("127.0.0.1", server.port(), kSecret);
-        o.rank = r;
-        o.size = world;
-        o.local_rank = r % layout.procs;
-        o.local_size = layout.procs;
-        o.job_id = "t" + std::to_string(::getppid());
-        o.generation = generation;
-        o.transport = layout.transport;
-        o.timeout = std::chrono::seconds(20);
-        o.shm_slot_bytes = slot_bytes;  // small, so that windows are exercised
-        o.rail_min_bytes = rail_min_bytes;
-        o.net = layout.net;
-        auto comm = Connect(o);
-        body(*comm, o);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
-        code = 1;
-      }
-      std::fflush(stderr);
-      ::_exit(code);
-    }
-    pids.push_back(pid);
-  }
+  const std::vector<pid_t> pids = testing::SpawnRanks(world, [&](int r) {
+    CommOptions o;
+    o.store = std::make_shared<TcpStore>("127.0.0.1", server.port(), kSecret);
+    o.rank = r;
+    o.size = world;
+    o.local_rank = r % layout.procs;
+    o.local_size = layout.procs;
+    o.job_id = "t" + std::to_string(::getppid());
+    o.generation = generation;
+    o.transport = layout.transport;
+    o.timeout = std::chrono::seconds(20);
+    o.shm_slot_bytes = slot_bytes;  // small, so that windows are exercised
+    o.rail_min_bytes = rail_min_bytes;
+    o.net = layout.net;
+    auto comm = Connect(o);
+    body(*comm, o);
+  });
   // Reap as a supervisor does: the first rank to die abnormally is reported
   // in the store, where the survivors look for whom to blame.
   std::vector<int> status(world);

@@ -7,7 +7,6 @@
 #include "train/peer_replica.h"
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +15,7 @@
 
 #include "comm/hier_comm.h"
 #include "comm/tcp_store.h"
+#include "fork_ranks.h"
 #include "gpt/sgemm_peak.h"
 #include "util/random.h"
 
@@ -250,31 +250,14 @@ void RunElasticRank(int rank, const Scenario& s, uint16_t port) {
 void RunScenario(const Scenario& s) {
   WriteData();
   comm::TcpStoreServer server("127.0.0.1", 0, kSecret);
-  std::vector<pid_t> pids;
-  for (int r = 0; r < kWorld; ++r) {
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      int code = 0;
-      try {
-        if (s.elastic) {
-          RunElasticRank(r, s, server.port());
-        } else {
-          RunRank(r, s, server.port());
-        }
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
-        code = 1;
-      }
-      std::fflush(stderr);
-      ::_exit(code);
+  const std::vector<int> status = testing::ForkRanks(kWorld, [&](int r) {
+    if (s.elastic) {
+      RunElasticRank(r, s, server.port());
+    } else {
+      RunRank(r, s, server.port());
     }
-    pids.push_back(pid);
-  }
-  for (int r = 0; r < kWorld; ++r) {
-    int st = 0;
-    ASSERT_EQ(::waitpid(pids[r], &st, 0), pids[r]);
-    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "rank " << r;
-  }
+  });
+  for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(testing::ExitedCleanly(status[r])) << "rank " << r;
   std::filesystem::remove(DataPath());
 }
 

@@ -1,0 +1,85 @@
+// The shared-memory reduction window: how it is sized, that a bad ask is a
+// clear error, and that every rank of a node stages local rank 0's window
+// even when their own asks differ (if each staged its own, the passes would
+// not line up and the sums would be wrong or the barriers would time out).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "comm/shm_comm.h"
+#include "comm/tcp_store.h"
+#include "fork_ranks.h"
+
+namespace fmstack::comm {
+namespace {
+
+const std::string kSecret = "0123456789abcdef-window-secret";
+
+TEST(ShmWindow, IsAQuarterOfTheL3PerRunningRankWithinBounds) {
+  constexpr size_t KiB = 1024, MiB = 1024 * KiB, slot = 4 * MiB;
+  EXPECT_EQ(ShmCommunicator::WindowFor(2, slot, 8 * MiB), 1 * MiB);   // the 2-core Zen 1 VM
+  EXPECT_EQ(ShmCommunicator::WindowFor(2, slot, 32 * MiB), slot);     // the 2-core Zen 3 VM
+  EXPECT_EQ(ShmCommunicator::WindowFor(8, slot, 32 * MiB), 1 * MiB);  // 8 cores on 32 MiB
+  EXPECT_EQ(ShmCommunicator::WindowFor(2, 64 * KiB, 32 * MiB), 64 * KiB);
+  EXPECT_EQ(ShmCommunicator::WindowFor(64, slot, 8 * MiB), 256 * KiB);  // the floor
+  EXPECT_EQ(ShmCommunicator::WindowFor(2, slot, 0), 512 * KiB);         // L3 unknown
+  EXPECT_EQ(ShmCommunicator::WindowFor(3, slot, 30 * MiB) % 4096, 0u);  // whole pages
+}
+
+TEST(ShmWindow, AnAskOutsideItsBoundsIsRefusedNamingTheVariable) {
+  for (const size_t asked : {size_t{1024}, size_t{8} << 20}) {
+    ShmOptions o;
+    o.segment = "fmstack.window-test";
+    o.size = 2;
+    o.slot_bytes = 4 << 20;
+    o.window_bytes = asked;
+    try {
+      ShmCommunicator c(o);
+      ADD_FAILURE() << "a window of " << asked << " bytes was accepted";
+    } catch (const CommError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("FMSTACK_SHM_WINDOW_BYTES"), std::string::npos) << what;
+      EXPECT_NE(what.find(std::to_string(asked)), std::string::npos) << what;
+    }
+  }
+}
+
+// Rank r asks for (r + 1) x 4 KiB; all must stage rank 0's 4 KiB.
+void RankWithItsOwnAsk(int rank, int size, uint16_t port) {
+  ShmOptions o;
+  o.store = std::make_shared<TcpStore>("127.0.0.1", port, kSecret);
+  o.prefix = "window";
+  o.segment = "fmstack.window-test." + std::to_string(::getppid());
+  o.rank = rank;
+  o.size = size;
+  for (int r = 0; r < size; ++r) o.job_ranks.push_back(r);
+  o.timeout = std::chrono::seconds(10);
+  o.slot_bytes = 64 << 10;
+  o.window_bytes = static_cast<size_t>(rank + 1) * 4096;
+  ShmCommunicator c(o);
+  if (c.window_bytes() != 4096)
+    throw Error("rank " + std::to_string(rank) + " stages " + std::to_string(c.window_bytes()));
+  std::vector<float> buf(50001);
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<float>(rank * 1000 + i % 997);
+  c.AllReduce(View(std::span<float>(buf)), ReduceOp::kSum);
+  const float ranks = static_cast<float>(size);
+  for (size_t i = 0; i < buf.size(); ++i) {
+    const float want = 1000.0f * ranks * (ranks - 1) / 2 + ranks * static_cast<float>(i % 997);
+    if (buf[i] != want)
+      throw Error("rank " + std::to_string(rank) + ": element " + std::to_string(i) + " is " +
+                  std::to_string(buf[i]) + ", want " + std::to_string(want));
+  }
+}
+
+TEST(ShmWindow, EveryRankStagesLocalRankZerosWindow) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  constexpr int kRanks = 3;
+  const std::vector<int> status =
+      testing::ForkRanks(kRanks, [&](int r) { RankWithItsOwnAsk(r, kRanks, server.port()); });
+  for (int r = 0; r < kRanks; ++r) EXPECT_TRUE(testing::ExitedCleanly(status[r])) << "rank " << r;
+}
+
+}  // namespace
+}  // namespace fmstack::comm
