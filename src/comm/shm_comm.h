@@ -111,12 +111,19 @@ class ShmCommunicator final : public Communicator {
   // itself, in rank order as ReduceWindow's shards do (the same bits), so a
   // reduction waits twice instead of three times. The barrier is most of the
   // cost there, above all with more ranks than cores (4 ranks on 2 cores,
-  // 1 KiB: 0.34 against 0.21 GB/s busbw).
+  // 1 KiB: 0.34 against 0.21 GB/s busbw). With a core per rank the bound is
+  // higher: 2 ranks on 2 cores, 16-256 KiB, ran at 1.8-6.9 GB/s busbw this
+  // way in five of six alternated runs (the sixth 0.2-2.1) against 0.9-1.4
+  // through the window (Zen 3 VM; against OpenMPI in the same runs, 64 KiB
+  // at 1.18-1.21x against 0.39-0.55x). With more ranks
+  // than cores the larger bound was not measured clearly better, so it keeps
+  // the small one.
   void DirectReduce(View buf, ReduceOp op, int root, bool all, const char* name);
   static constexpr size_t kDirectReadBytes = 16 << 10;
+  static constexpr size_t kDirectReadBytesCorePerRank = 512 << 10;
   bool UseDirect(size_t bytes) const {
-    return bytes * static_cast<size_t>(options_.size) <= kDirectReadBytes &&
-           bytes <= options_.slot_bytes;
+    const size_t bound = oversubscribed_ ? kDirectReadBytes : kDirectReadBytesCorePerRank;
+    return bytes * static_cast<size_t>(options_.size) <= bound && bytes <= options_.slot_bytes;
   }
 
   // Messages up to kSmallBytes skip the barriers (shm_small.cc): each rank

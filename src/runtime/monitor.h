@@ -61,7 +61,11 @@ class RankMonitor {
   // and the failed collectives of the generation it replaced are history.
   void OnReplaced(int rank, Clock::time_point now) {
     Rank& r = ranks_.at(static_cast<size_t>(rank));
-    r = Rank{.last = now, .heard = true, .step = r.step};
+    Rank fresh;
+    fresh.last = now;
+    fresh.heard = true;
+    fresh.step = r.step;
+    r = std::move(fresh);
     for (Rank& x : ranks_) x.collective_failed.reset();
   }
   // The rank's collective failed with no rank reported dead.

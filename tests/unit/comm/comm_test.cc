@@ -348,7 +348,8 @@ TEST(CommTest, DirectSmallReductionsEqualTheWindowedOnesBitForBit) {
       for (size_t i = 0; i < n; ++i) h = (h ^ std::bit_cast<uint32_t>(b.get(i))) * 1099511628211ull;
     };
     for (DType t : {DType::kF32, DType::kBf16}) {
-      for (size_t n : {size_t{1}, size_t{257}, size_t{1000}}) {
+      // 65536 floats: direct on 2 ranks with a core each (512 KiB read).
+      for (size_t n : {size_t{1}, size_t{257}, size_t{1000}, size_t{65536}}) {
         for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
           Buf a(t, n);
           for (size_t i = 0; i < n; ++i) a.set(i, Value(c.rank(), i) * 1.37e-3f);
@@ -363,8 +364,8 @@ TEST(CommTest, DirectSmallReductionsEqualTheWindowedOnesBitForBit) {
   int64_t generation = 0;
   for (const int procs : {2, 4}) {
     const int64_t direct = generation++, windowed = generation++;
-    ExpectAllOk(RunRanks({1, procs}, body, server, direct, 64 << 10));  // direct up to its bound
-    ExpectAllOk(RunRanks({1, procs}, body, server, windowed, 256));     // windows of 256 bytes
+    ExpectAllOk(RunRanks({1, procs}, body, server, direct, 4 << 20));  // direct up to its bound
+    ExpectAllOk(RunRanks({1, procs}, body, server, windowed, 256));    // windows of 256 bytes
     TcpStore check("127.0.0.1", server.port(), kSecret);
     for (int r = 0; r < procs; ++r) {
       EXPECT_EQ(check.Get(fmt::format("bits/g{}/r{}", direct, r), std::chrono::seconds(1)),
