@@ -115,9 +115,8 @@ class ShmCommunicator final : public Communicator {
   // higher: 2 ranks on 2 cores, 16-256 KiB, ran at 1.8-6.9 GB/s busbw this
   // way in five of six alternated runs (the sixth 0.2-2.1) against 0.9-1.4
   // through the window (Zen 3 VM; against OpenMPI in the same runs, 64 KiB
-  // at 1.18-1.21x against 0.39-0.55x). With more ranks
-  // than cores the larger bound was not measured clearly better, so it keeps
-  // the small one.
+  // at 1.18-1.21x against 0.39-0.55x). With more ranks than cores the
+  // larger bound was not measured clearly better, so it keeps the small one.
   void DirectReduce(View buf, ReduceOp op, int root, bool all, const char* name);
   static constexpr size_t kDirectReadBytes = 16 << 10;
   static constexpr size_t kDirectReadBytesCorePerRank = 512 << 10;

@@ -1,12 +1,15 @@
 // Test support: one forked process per rank, as a launcher would start them.
 #pragma once
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <thread>
 #include <vector>
 
 namespace fmstack::testing {
@@ -34,16 +37,38 @@ inline std::vector<pid_t> SpawnRanks(int ranks, const std::function<void(int)>& 
   return pids;
 }
 
-// SpawnRanks, then each child's wait status by rank (-1: not started or not
-// reaped). Every child is started before any is waited for, so bodies may
-// wait on each other.
-inline std::vector<int> ForkRanks(int ranks, const std::function<void(int)>& body) {
-  const std::vector<pid_t> pids = SpawnRanks(ranks, body);
-  std::vector<int> status(pids.size(), -1);
-  for (size_t r = 0; r < pids.size(); ++r) {
-    if (pids[r] < 0 || ::waitpid(pids[r], &status[r], 0) != pids[r]) status[r] = -1;
+// SpawnRanks, then each child's wait status by rank (-1: not started).
+// Every child is started before any is waited for, so bodies may wait on
+// each other. A child still running at `deadline` is named on stderr and
+// killed, so a hung rank fails the test instead of stalling it.
+inline std::vector<int> ForkRanks(int ranks, const std::function<void(int)>& body,
+                                  std::chrono::seconds deadline = std::chrono::seconds(300)) {
+  std::vector<pid_t> running = SpawnRanks(ranks, body);  // 0 once reaped
+  std::vector<int> status(running.size(), -1);
+  const auto give_up = std::chrono::steady_clock::now() + deadline;
+  bool killed = false;
+  for (;;) {
+    bool any = false;
+    for (size_t r = 0; r < running.size(); ++r) {
+      if (running[r] <= 0) continue;
+      if (::waitpid(running[r], &status[r], WNOHANG) == running[r]) {
+        running[r] = 0;
+      } else {
+        any = true;
+      }
+    }
+    if (!any) return status;
+    if (!killed && std::chrono::steady_clock::now() > give_up) {
+      for (size_t r = 0; r < running.size(); ++r) {
+        if (running[r] <= 0) continue;
+        std::fprintf(stderr, "rank %zu: still running after %lld s, killed\n", r,
+                     static_cast<long long>(deadline.count()));
+        ::kill(running[r], SIGKILL);
+      }
+      killed = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  return status;
 }
 
 inline bool ExitedCleanly(int status) {
