@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -59,11 +60,30 @@ std::vector<int> RunRanks(const Layout& layout, const Body& body, TcpStoreServer
     body(*comm, o);
   });
   // Reap as a supervisor does: the first rank to die abnormally is reported
-  // in the store, where the survivors look for whom to blame.
+  // in the store, where the survivors look for whom to blame. Ranks time out
+  // their own waits after 20 s; a rank still alive at the deadline is hung
+  // outside them, and is named and killed so that the test fails, not stalls.
   std::vector<int> status(world);
-  for (int left = world; left > 0; --left) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(300);
+  bool killed = false;
+  for (int left = world; left > 0;) {
     int st = 0;
-    const pid_t pid = ::waitpid(-1, &st, 0);
+    const pid_t pid = ::waitpid(-1, &st, WNOHANG);
+    if (pid <= 0) {
+      if (pid < 0) break;  // no children left to wait for
+      if (!killed && std::chrono::steady_clock::now() > give_up) {
+        for (int r = 0; r < world; ++r) {
+          if (::kill(pids[r], 0) == 0) {
+            ADD_FAILURE() << "rank " << r << " still running after 300 s, killed";
+            ::kill(pids[r], SIGKILL);
+          }
+        }
+        killed = true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      continue;
+    }
+    --left;
     const int r = static_cast<int>(std::find(pids.begin(), pids.end(), pid) - pids.begin());
     if (r >= world) continue;
     status[r] = st;

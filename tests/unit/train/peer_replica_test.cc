@@ -86,9 +86,9 @@ void ExpectEqualReplicas(Trainer& t) {
 
 struct Scenario {
   DpMode mode = DpMode::kZero1;
-  std::set<int> lost;       // ranks that come back as fresh processes
+  std::set<int> lost{};     // ranks that come back as fresh processes
   int corrupt_holder = -1;  // this rank's held copies are corrupted
-  std::string refusal;      // expected in the outcome when the restore must fail
+  std::string refusal{};    // expected in the outcome when the restore must fail
   bool elastic = false;     // the lost ranks leave, and come back later
 };
 
