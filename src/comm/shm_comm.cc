@@ -31,6 +31,7 @@ ShmCommunicator::ShmCommunicator(ShmOptions options) : options_(std::move(option
   // Every rank checks what was asked; the window of local rank 0 is the one
   // all of them use (the L3 a process sees may differ across its cores).
   window_bytes_ = ResolveWindow();
+  alt_window_bytes_ = ResolveAltWindow();
   // Every rank of a node computes the same answer, so the segment's size agrees.
   oversubscribed_ = static_cast<unsigned>(P) > std::thread::hardware_concurrency();
   // A Docker container's /dev/shm is 64 MB by default: the regions are only
@@ -80,6 +81,7 @@ ShmCommunicator::ShmCommunicator(ShmOptions options) : options_(std::move(option
     header_->size = P;
     header_->slot_bytes = options_.slot_bytes;
     header_->window_bytes = window_bytes_;
+    header_->alt_window_bytes = alt_window_bytes_;
     header_->arrived = 0;
     header_->epoch = 0;
     header_->aborted = 0;
@@ -91,6 +93,7 @@ ShmCommunicator::ShmCommunicator(ShmOptions options) : options_(std::move(option
                     -1);
   }
   window_bytes_ = header_->window_bytes;  // rank 0's, which every rank must stage alike
+  alt_window_bytes_ = header_->alt_window_bytes;
   // More ranks than cores: a spinning waiter would take the core the rank it
   // waits for needs, so waiters yield and sleep at once.
   spin_limit_ = oversubscribed_ ? 0 : 2000;
@@ -146,6 +149,21 @@ size_t ShmCommunicator::ResolveWindow() const {
     throw CommError(fmt::format("shm: a window of {} bytes (FMSTACK_SHM_WINDOW_BYTES) is outside "
                                 "[{}, {}], the least a pass stages and the slot's size",
                                 asked, kMinWindowBytes, options_.slot_bytes),
+                    -1);
+  }
+  return asked / 64 * 64;
+}
+
+size_t ShmCommunicator::ResolveAltWindow() const {
+  const size_t asked = options_.alt_window_bytes;
+  if (asked == 0) {
+    const bool sized_here = options_.window_bytes == 0;
+    return sized_here && window_bytes_ > kWindowBytes ? kWindowBytes : 0;
+  }
+  if (asked < kMinWindowBytes || asked >= window_bytes_) {
+    throw CommError(fmt::format("shm: a second window of {} bytes is outside [{}, {}), the least "
+                                "a pass stages and the first window",
+                                asked, kMinWindowBytes, window_bytes_),
                     -1);
   }
   return asked / 64 * 64;
@@ -356,10 +374,10 @@ void ShmCommunicator::Barrier() {
   Wait("barrier");
 }
 
-void ShmCommunicator::ReduceWindow(View buf, ReduceOp op, int root, bool all) {
+void ShmCommunicator::ReduceWindow(View buf, ReduceOp op, int root, bool all, size_t window_bytes) {
   const int P = options_.size, me = options_.rank;
   const size_t es = DTypeSize(buf.dtype);
-  const size_t window = StagedBytes() / es;
+  const size_t window = window_bytes / es;
   std::vector<const std::byte*> srcs(P);
   for (size_t off = 0; off < buf.count; off += window) {
     const size_t n = std::min(window, buf.count - off);
@@ -405,30 +423,47 @@ void ShmCommunicator::AllReduce(View buf, ReduceOp op) {
   if (UseMid(buf.bytes())) return MidReduce(buf, op, 0, true);
   if (UseCmaReduce(buf.bytes())) return CmaReduce(buf, op, 0, true);
   if (TunedReduce(buf.bytes())) return TunedAllReduce(buf, op);
-  ReduceWindow(buf, op, 0, true);
+  TunedWindowAllReduce(buf, op);
+}
+
+template <class Run>
+void ShmCommunicator::RunTuned(PathTuner& tuner, std::atomic<int32_t>* choices, size_t bytes,
+                               const Run& run) {
+  const int size_class = PathTuner::SizeClass(bytes);
+  const PathTuner::Plan plan = tuner.Next(size_class);
+  if (plan.decide) {
+    // Rank 0 publishes before the barrier; the others read after it.
+    if (options_.rank == 0) choices[size_class].store(tuner.Decide(size_class) ? 1 : 0);
+    Wait("allreduce");
+  }
+  const bool second = plan.explore ? plan.second : choices[size_class].load() == 1;
+  const auto start = std::chrono::steady_clock::now();
+  run(second);
+  if (plan.explore && options_.rank == 0) {
+    tuner.Record(size_class, second,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
 }
 
 void ShmCommunicator::TunedAllReduce(View buf, ReduceOp op) {
-  const int size_class = PathTuner::SizeClass(buf.bytes());
-  std::atomic<int32_t>& choice = header_->reduce_choice[size_class];
-  const PathTuner::Plan plan = reduce_tuner_.Next(size_class);
-  if (plan.decide) {
-    // Rank 0 publishes before the barrier; the others read after it.
-    if (options_.rank == 0) choice.store(reduce_tuner_.Decide(size_class) ? 1 : 0);
-    Wait("allreduce");
-  }
-  const bool cma = plan.explore ? plan.second : choice.load() == 1;
-  const auto start = std::chrono::steady_clock::now();
-  if (cma) {
-    CmaReduce(buf, op, 0, true);
-  } else {
-    ReduceWindow(buf, op, 0, true);
-  }
-  if (plan.explore && options_.rank == 0) {
-    reduce_tuner_.Record(
-        size_class, cma,
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
+  RunTuned(reduce_tuner_, header_->reduce_choice, buf.bytes(), [&](bool cma) {
+    if (cma) {
+      CmaReduce(buf, op, 0, true);
+    } else {
+      ReduceWindow(buf, op, 0, true, StagedBytes());
+    }
+  });
+}
+
+// Both windows sum every element in rank order, so the bits do not depend
+// on the choice; a message one small window holds is the same single pass
+// either way and is not timed.
+void ShmCommunicator::TunedWindowAllReduce(View buf, ReduceOp op) {
+  if (alt_window_bytes_ == 0 || buf.bytes() <= alt_window_bytes_)
+    return ReduceWindow(buf, op, 0, true, StagedBytes());
+  RunTuned(window_tuner_, header_->window_choice, buf.bytes(), [&](bool alt) {
+    ReduceWindow(buf, op, 0, true, alt ? alt_window_bytes_ : StagedBytes());
+  });
 }
 
 void ShmCommunicator::Reduce(View buf, ReduceOp op, int root) {
@@ -437,7 +472,7 @@ void ShmCommunicator::Reduce(View buf, ReduceOp op, int root) {
   if (UseDirect(buf.bytes())) return DirectReduce(buf, op, root, false, "reduce");
   if (UseMid(buf.bytes())) return MidReduce(buf, op, root, false);
   if (UseCmaReduce(buf.bytes())) return CmaReduce(buf, op, root, false);
-  ReduceWindow(buf, op, root, false);
+  ReduceWindow(buf, op, root, false, StagedBytes());
 }
 
 void ShmCommunicator::ReduceScatter(View in, View out, ReduceOp op) {

@@ -10,7 +10,9 @@
 // (process_vm_readv). Reduce stays on the slots, and so does all-reduce
 // below 256 KiB; from there all-reduce times both ways on its own calls and
 // keeps the faster (path_tuner.h), since which one wins changed with the
-// state of the machine (docs/comm.md). FMSTACK_SHM_CMA_REDUCE=1 sends
+// state of the machine (docs/comm.md); where the ranks outnumber the cores
+// or the kernel refuses cross-memory attach, it times two sizes of window
+// through the slots instead (StagedBytes). FMSTACK_SHM_CMA_REDUCE=1 sends
 // everything through cross-memory attach. With
 // FMSTACK_SHM_POST_WAIT=1 (opt-in), messages up to 64 KiB skip the barriers
 // instead: one post and one wait (shm_small.cc).
@@ -40,6 +42,11 @@ struct ShmOptions {
   // What a rank stages per pass of a reduction or all-to-all; 0: local rank
   // 0 sizes it from the L3 cache (WindowFor) and publishes it in the segment.
   size_t window_bytes = 0;
+  // A second, smaller window that all-reduce times against the first on its
+  // own calls, keeping the faster per size class (path_tuner.h). 0: the old
+  // fixed 512 KiB when the window was sized from the L3 and is larger than
+  // that; none when the window was asked for. Local rank 0's is published.
+  size_t alt_window_bytes = 0;
 };
 
 class ShmCommunicator final : public Communicator {
@@ -73,6 +80,7 @@ class ShmCommunicator final : public Communicator {
   // for (see StagedBytes), `running` being min(local ranks, cores).
   static size_t WindowFor(int running, size_t slot_bytes, size_t l3_bytes);
   size_t window_bytes() const { return window_bytes_; }
+  size_t alt_window_bytes() const { return alt_window_bytes_; }  // 0: not tuned
 
  private:
   struct Header;
@@ -86,7 +94,7 @@ class ShmCommunicator final : public Communicator {
   // shards of the window that its peers reduce (its own shard it reads from
   // its buffer), sums its shard of every rank's window into its slot, and
   // then every rank that wants the result copies all the shards out.
-  void ReduceWindow(View buf, ReduceOp op, int root, bool all);
+  void ReduceWindow(View buf, ReduceOp op, int root, bool all, size_t window_bytes);
   // What one rank stages in its slot per pass of a reduction or all-to-all:
   // little enough that what one step writes is still in cache when the next
   // reads it. Only min(ranks, cores) ranks run at once, each with its window
@@ -97,7 +105,13 @@ class ShmCommunicator final : public Communicator {
   // dropped 2-rank allreduce from 6 GB/s busbw at 1 MiB to 1.7 GB/s from
   // 4 MiB on (4 and 8 ranks lost too; 256 KiB to 1 MiB ran alike), and the
   // whole slot on one with a 32 MiB L3, where 4 ranks ran 2.5-3.2x faster
-  // than with 512 KiB from 4 MiB on (docs/comm.md). Reduce-scatter,
+  // than with 512 KiB from 4 MiB on (docs/comm.md). The L3 the kernel
+  // reports is not always what a VM gets: the 2-core Intel VM reports 260
+  // MiB, and there 8 ranks ran 1.2-1.3 GB/s busbw with the whole slot
+  // against 1.45-1.55 with 512 KiB from 16 MiB on, where 4 ranks on the same
+  // VM ran faster with the whole slot. So all-reduce times the L3's window
+  // against the old 512 KiB on its own calls and keeps the faster
+  // (TunedWindowAllReduce). Reduce-scatter,
   // all-gather and broadcast keep the whole slot: there the extra barriers
   // cost more than the cache saves (8 ranks on 2 cores, reduce-scatter at
   // 4 MiB: 0.43 against 0.57 GB/s).
@@ -181,6 +195,12 @@ class ShmCommunicator final : public Communicator {
     return cma_ && !oversubscribed_ && !cma_everywhere_ && bytes >= kTunedReduceMinBytes;
   }
   void TunedAllReduce(View buf, ReduceOp op);
+  void TunedWindowAllReduce(View buf, ReduceOp op);
+  // One call of a size class the way `tuner` plans it: exploring calls
+  // alternate run(false) and run(true) and local rank 0 times them; the call
+  // after exploring first publishes rank 0's decision in choices[class].
+  template <class Run>
+  void RunTuned(PathTuner& tuner, std::atomic<int32_t>* choices, size_t bytes, const Run& run);
   void ProbeCrossMemoryAttach();
   const std::byte* PeerBuffer(int r) const;
   void ReadPeer(int r, const std::byte* remote, std::byte* local, size_t bytes, const char* op);
@@ -191,6 +211,8 @@ class ShmCommunicator final : public Communicator {
   Header* header_ = nullptr;
   size_t mapped_bytes_ = 0;
   size_t window_bytes_ = kWindowBytes;  // as published in the segment by local rank 0
+  size_t alt_window_bytes_ = 0;         // likewise; 0: all-reduce does not tune the window
+  size_t ResolveAltWindow() const;      // local rank 0: alt_window_bytes, checked, or the default
   bool cma_ = false;
   // FMSTACK_SHM_CMA_REDUCE=1: cross-memory attach for every collective over
   // 64 KiB, reductions too, whatever the rank count (comm_test runs it).
@@ -201,6 +223,7 @@ class ShmCommunicator final : public Communicator {
   int spin_limit_ = 2000;           // pause-loop iterations before yielding in a barrier
   std::vector<std::byte> scratch_;  // peers' chunks on the single-copy path
   PathTuner reduce_tuner_;
+  PathTuner window_tuner_;
 };
 
 }  // namespace fmstack::comm

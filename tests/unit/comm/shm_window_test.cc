@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,81 @@ TEST(ShmWindow, EveryRankStagesLocalRankZerosWindow) {
   const std::vector<int> status =
       testing::ForkRanks(kRanks, [&](int r) { RankWithItsOwnAsk(r, kRanks, server.port()); });
   for (int r = 0; r < kRanks; ++r) EXPECT_TRUE(testing::ExitedCleanly(status[r])) << "rank " << r;
+}
+
+// All-reduce's exploring calls alternate the two windows (path_tuner.h):
+// every call, whichever window it took, must give the in-order sum's bits.
+void RankTimingTwoWindows(int rank, int size, uint16_t port) {
+  ShmOptions o;
+  o.store = std::make_shared<TcpStore>("127.0.0.1", port, kSecret);
+  o.prefix = "window2";
+  o.segment = "fmstack.window2-test." + std::to_string(::getppid());
+  o.rank = rank;
+  o.size = size;
+  for (int r = 0; r < size; ++r) o.job_ranks.push_back(r);
+  o.timeout = std::chrono::seconds(10);
+  o.slot_bytes = 256 << 10;
+  o.window_bytes = rank == 0 ? 128 << 10 : 64 << 10;
+  o.alt_window_bytes = rank == 0 ? 16 << 10 : 0;  // every rank takes rank 0's
+  ShmCommunicator c(o);
+  if (c.window_bytes() != 128 << 10 || c.alt_window_bytes() != 16 << 10)
+    throw Error("rank " + std::to_string(rank) + " stages " + std::to_string(c.window_bytes()) +
+                " and " + std::to_string(c.alt_window_bytes()));
+  const auto value = [](int r, int call, size_t i) {
+    return 1.0f / static_cast<float>(1 + (r * 7919 + call * 104729 + i) % 10007);
+  };
+  constexpr int kCalls = 2 * PathTuner::kExplore + 4;  // exploring, deciding and decided calls
+  std::vector<float> buf(40001);
+  for (int call = 0; call < kCalls; ++call) {
+    for (size_t i = 0; i < buf.size(); ++i) buf[i] = value(rank, call, i);
+    c.AllReduce(View(std::span<float>(buf)), ReduceOp::kSum);
+    for (size_t i = 0; i < buf.size(); ++i) {
+      float want = value(0, call, i);
+      for (int r = 1; r < size; ++r) want += value(r, call, i);
+      if (std::memcmp(&buf[i], &want, sizeof want) != 0)
+        throw Error("rank " + std::to_string(rank) + ", call " + std::to_string(call) +
+                    ": element " + std::to_string(i) + " is " + std::to_string(buf[i]) + ", want " +
+                    std::to_string(want));
+    }
+  }
+}
+
+TEST(ShmWindow, AllReduceTimesASecondWindowWithTheSameBits) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  constexpr int kRanks = 3;
+  const std::vector<int> status =
+      testing::ForkRanks(kRanks, [&](int r) { RankTimingTwoWindows(r, kRanks, server.port()); });
+  for (int r = 0; r < kRanks; ++r) EXPECT_TRUE(testing::ExitedCleanly(status[r])) << "rank " << r;
+}
+
+TEST(ShmWindow, ASecondWindowNotBelowTheFirstIsRefused) {
+  ShmOptions o;
+  o.segment = "fmstack.window-test";
+  o.size = 2;
+  o.slot_bytes = 4 << 20;
+  o.window_bytes = 1 << 20;
+  o.alt_window_bytes = 1 << 20;
+  try {
+    ShmCommunicator c(o);
+    ADD_FAILURE() << "a second window as large as the first was accepted";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("second window of 1048576 bytes"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(ShmWindow, OnlyAWindowSizedFromTheL3IsTuned) {
+  // Asked for: kept as asked, not timed against another.
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  ShmOptions o;
+  o.store = std::make_shared<TcpStore>("127.0.0.1", server.port(), kSecret);
+  o.prefix = "alone";
+  o.segment = "fmstack.window-test-alone." + std::to_string(::getpid());
+  o.size = 1;
+  o.job_ranks = {0};
+  o.slot_bytes = 4 << 20;
+  o.window_bytes = 2 << 20;
+  EXPECT_EQ(ShmCommunicator(o).alt_window_bytes(), 0u);
 }
 
 }  // namespace
