@@ -47,16 +47,22 @@ TEST(ShmWindow, AnAskOutsideItsBoundsIsRefusedNamingTheVariable) {
   }
 }
 
-// Rank r asks for (r + 1) x 4 KiB; all must stage rank 0's 4 KiB.
-void RankWithItsOwnAsk(int rank, int size, uint16_t port) {
+// Local rank `rank` of `size` on one segment, named after the test's process.
+ShmOptions RankOptions(const std::string& test, int rank, int size, uint16_t port) {
   ShmOptions o;
   o.store = std::make_shared<TcpStore>("127.0.0.1", port, kSecret);
-  o.prefix = "window";
-  o.segment = "fmstack.window-test." + std::to_string(::getppid());
+  o.prefix = test;
+  o.segment = "fmstack." + test + "-test." + std::to_string(::getppid());
   o.rank = rank;
   o.size = size;
   for (int r = 0; r < size; ++r) o.job_ranks.push_back(r);
   o.timeout = std::chrono::seconds(10);
+  return o;
+}
+
+// Rank r asks for (r + 1) x 4 KiB; all must stage rank 0's 4 KiB.
+void RankWithItsOwnAsk(int rank, int size, uint16_t port) {
+  ShmOptions o = RankOptions("window", rank, size, port);
   o.slot_bytes = 64 << 10;
   o.window_bytes = static_cast<size_t>(rank + 1) * 4096;
   ShmCommunicator c(o);
@@ -85,14 +91,7 @@ TEST(ShmWindow, EveryRankStagesLocalRankZerosWindow) {
 // All-reduce's exploring calls alternate the two windows (path_tuner.h):
 // every call, whichever window it took, must give the in-order sum's bits.
 void RankTimingTwoWindows(int rank, int size, uint16_t port) {
-  ShmOptions o;
-  o.store = std::make_shared<TcpStore>("127.0.0.1", port, kSecret);
-  o.prefix = "window2";
-  o.segment = "fmstack.window2-test." + std::to_string(::getppid());
-  o.rank = rank;
-  o.size = size;
-  for (int r = 0; r < size; ++r) o.job_ranks.push_back(r);
-  o.timeout = std::chrono::seconds(10);
+  ShmOptions o = RankOptions("window2", rank, size, port);
   o.slot_bytes = 256 << 10;
   o.window_bytes = rank == 0 ? 128 << 10 : 64 << 10;
   o.alt_window_bytes = rank == 0 ? 16 << 10 : 0;  // every rank takes rank 0's
