@@ -4,8 +4,9 @@
 // through the shared-memory slots ran at 5.3-8.2 GB/s in some stretches of
 // minutes and at 2.8-3.0 in others, where reading the peers' buffers
 // (process_vm_readv) held 3.3-3.7 (docs/comm.md). So every period of calls
-// starts again: its first calls alternate the two ways, the deciding rank
-// keeps the faster, and the rest of the period uses it.
+// starts again: its first calls alternate the two ways in pairs, the
+// deciding rank times the second call of each pair and keeps the faster,
+// and the rest of the period uses it.
 //
 // Every rank of a group must take the same way on every call. Each rank
 // keeps its own tuner, and ranks make the same calls in the same order, so
@@ -23,15 +24,29 @@ namespace fmstack::comm {
 
 class PathTuner {
  public:
-  // Calls that alternate: first, second, first, ... Four of each way, since
-  // one call's time moved by up to 2x from one call to the next on a VM.
-  static constexpr int kExplore = 8;
+  // How each way's exploring calls are summed up. kBest, each way's fastest
+  // call: noise only ever adds time. kMedian, each way's middle call: with
+  // more ranks than cores a call's time depends on how the scheduler deals
+  // the cores out, and the luckiest call favours the way with fewer
+  // barriers.
+  enum class Statistic { kBest, kMedian };
+  explicit PathTuner(Statistic statistic = Statistic::kBest) : statistic_(statistic) {}
+
+  // Calls that alternate in pairs: first, first, second, second, ...; the
+  // second call of each pair is timed, three of each way, since one call's
+  // time moved by up to 2x from one call to the next on a VM. Timing a call
+  // that follows one of its own kind finds the caches as that way leaves
+  // them: with single calls alternating, all-reduce through 512 KiB windows
+  // came after one through 4 MiB windows that had flushed its slots, and
+  // looked slower than it runs when kept.
+  static constexpr int kExplore = 12;
   static constexpr int kPeriod = 256;  // calls per period, exploring ones included
   static constexpr int kClasses = 64;  // size classes: floor(log2(bytes))
 
   struct Plan {
-    bool explore = false;  // time this call (the deciding rank) with Record()
+    bool explore = false;  // one of the period's first kExplore calls
     bool second = false;   // while exploring: which way this call takes
+    bool time = false;     // while exploring: the deciding rank times it, Record()
     bool decide = false;   // the first call after exploring: publish Decide() first
   };
 
@@ -44,33 +59,49 @@ class PathTuner {
     Class& c = classes_.at(static_cast<size_t>(size_class));
     const uint64_t at = c.calls++ % kPeriod;
     Plan p;
-    if (at == 0) c.best = {kNever, kNever};
+    if (at == 0) c.timed = {};
     p.explore = at < kExplore;
-    p.second = p.explore && at % 2 == 1;
+    p.second = p.explore && at / 2 % 2 == 1;
+    p.time = p.explore && at % 2 == 1;
     p.decide = at == kExplore;
     return p;
   }
 
-  // The deciding rank: how long an exploring call took.
+  // The deciding rank: how long a timed exploring call took.
   void Record(int size_class, bool second, double seconds) {
-    double& best = classes_.at(static_cast<size_t>(size_class)).best[second ? 1 : 0];
-    if (seconds < best) best = seconds;
+    Timed& way = classes_.at(static_cast<size_t>(size_class)).timed[second ? 1 : 0];
+    if (way.n == way.seconds.size()) return;
+    size_t i = way.n++;  // kept in order: insert from the back
+    for (; i > 0 && way.seconds[i - 1] > seconds; --i) way.seconds[i] = way.seconds[i - 1];
+    way.seconds[i] = seconds;
   }
 
   // The deciding rank: true when the second way was faster in this period's
-  // exploring calls (each way's best: noise only ever adds time), false on a
-  // tie or without timings.
+  // exploring calls (by the statistic), false on a tie or without timings.
   bool Decide(int size_class) const {
     const Class& c = classes_.at(static_cast<size_t>(size_class));
-    return c.best[1] < c.best[0];
+    return Summary(c.timed[1]) < Summary(c.timed[0]);
   }
 
  private:
   static constexpr double kNever = std::numeric_limits<double>::infinity();
+  struct Timed {
+    std::array<double, kExplore / 4> seconds{};  // the timed calls of one way
+    size_t n = 0;
+  };
   struct Class {
     uint64_t calls = 0;
-    std::array<double, 2> best = {kNever, kNever};
+    std::array<Timed, 2> timed{};
   };
+
+  double Summary(const Timed& way) const {
+    if (way.n == 0) return kNever;
+    if (statistic_ == Statistic::kBest) return way.seconds[0];
+    const size_t mid = way.n / 2;
+    return way.n % 2 == 1 ? way.seconds[mid] : (way.seconds[mid - 1] + way.seconds[mid]) / 2;
+  }
+
+  Statistic statistic_;
   std::array<Class, kClasses> classes_{};
 };
 

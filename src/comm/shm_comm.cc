@@ -437,9 +437,14 @@ void ShmCommunicator::RunTuned(PathTuner& tuner, std::atomic<int32_t>* choices, 
     Wait("allreduce");
   }
   const bool second = plan.explore ? plan.second : choices[size_class].load() == 1;
+  // A timed call starts together: otherwise rank 0's time would hold
+  // the tail of the previous call on its peers, and with more ranks than
+  // cores that tail is long after a call with large windows, so it would be
+  // charged to the way timed next.
+  if (plan.time) Wait("allreduce");
   const auto start = std::chrono::steady_clock::now();
   run(second);
-  if (plan.explore && options_.rank == 0) {
+  if (plan.time && options_.rank == 0) {
     tuner.Record(size_class, second,
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }

@@ -223,7 +223,7 @@ class ShmCommunicator final : public Communicator {
   int spin_limit_ = 2000;           // pause-loop iterations before yielding in a barrier
   std::vector<std::byte> scratch_;  // peers' chunks on the single-copy path
   PathTuner reduce_tuner_;
-  PathTuner window_tuner_;
+  PathTuner window_tuner_{PathTuner::Statistic::kMedian};
 };
 
 }  // namespace fmstack::comm

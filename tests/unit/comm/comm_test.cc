@@ -321,7 +321,7 @@ TEST(CommTest, TunedAllReduceGivesTheSameBitsOnEveryPath) {
           want[i] = s;
         }
         std::vector<float> buf(n);
-        for (int call = 0; call < 2 * PathTuner::kPeriod + 8; ++call) {
+        for (int call = 0; call < 2 * PathTuner::kPeriod + PathTuner::kExplore; ++call) {
           for (size_t i = 0; i < n; ++i) buf[i] = Value(c.rank(), i) / 3.0f;
           c.AllReduce(std::span<float>(buf), ReduceOp::kSum);
           if (std::memcmp(buf.data(), want.data(), n * sizeof(float)) != 0)

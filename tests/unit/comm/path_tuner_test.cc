@@ -34,8 +34,9 @@ TEST(PathTuner, EveryRankGetsTheSamePlanForTheSameCalls) {
   }
 }
 
-// A period: first, second, first, second, then a decision, then the choice
-// until the next period explores again from scratch.
+// A period: first, first, second, second, ... with the second of each pair
+// timed, then a decision, then the choice until the next period explores
+// again from scratch.
 TEST(PathTuner, EachPeriodExploresBothWaysThenKeepsTheFaster) {
   PathTuner t;
   const int c = 20;
@@ -45,9 +46,11 @@ TEST(PathTuner, EachPeriodExploresBothWaysThenKeepsTheFaster) {
       EXPECT_EQ(p.explore, i < PathTuner::kExplore) << i;
       EXPECT_EQ(p.decide, i == PathTuner::kExplore) << i;
       if (p.explore) {
-        EXPECT_EQ(p.second, i % 2 == 1) << i;
-        // The first call of a way is slower (warm-up): each way keeps its best.
-        const double warm_up = i < 2 ? 10.0 : 0.0;
+        EXPECT_EQ(p.second, i / 2 % 2 == 1) << i;
+        EXPECT_EQ(p.time, i % 2 == 1) << i;
+        if (!p.time) continue;
+        // The first timed call of a way is slower (warm-up): each way keeps its best.
+        const double warm_up = i < 4 ? 10.0 : 0.0;
         t.Record(c, p.second, (p.second ? second_seconds : first_seconds) + warm_up);
       }
       if (p.decide) return t.Decide(c);
@@ -66,6 +69,23 @@ TEST(PathTuner, EachPeriodExploresBothWaysThenKeepsTheFaster) {
   EXPECT_FALSE(run_period(1.0, 2.0));
   finish_period();
   EXPECT_FALSE(run_period(1.0, 1.0));  // a tie keeps the first way
+}
+
+// The second way's luckiest call beats the first way's, its usual calls do
+// not: the best call says second, the median says first. One slow first
+// call (warm-up) moves neither.
+TEST(PathTuner, TheMedianIsNotSwayedByOneLuckyCall) {
+  const std::vector<double> first = {9.0, 2.0, 2.1}, second = {1.0, 3.0, 2.9};
+  for (const auto statistic : {PathTuner::Statistic::kBest, PathTuner::Statistic::kMedian}) {
+    PathTuner t(statistic);
+    for (int i = 0; i < PathTuner::kExplore; ++i) {
+      const PathTuner::Plan p = t.Next(20);
+      ASSERT_TRUE(p.explore);
+      if (p.time) t.Record(20, p.second, (p.second ? second : first)[static_cast<size_t>(i / 4)]);
+    }
+    EXPECT_TRUE(t.Next(20).decide);
+    EXPECT_EQ(t.Decide(20), statistic == PathTuner::Statistic::kBest);
+  }
 }
 
 TEST(PathTuner, WithoutTimingsTheFirstWayIsKept) {
