@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "gpt/blas_core.h"
 #include "gpt/sgemm_peak.h"
 #include "gpt/tile_gemm.h"
 #include "util/text_table.h"
@@ -60,6 +61,8 @@ std::string Listed(const std::vector<double>& v) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First, before OpenBLAS is used: a CPU newer than the OpenBLAS build gets its fast kernels.
+  fmstack::gpt::ReexecWithBestBlasCore(std::span<char* const>(argv, static_cast<size_t>(argc)));
   CLI::App app{"bench_attention: attention's small products, OpenBLAS sgemm vs the register tile"};
   int64_t T = 256, hs = 64;
   app.add_option("--seq", T, "sequence length (keys)")->check(CLI::Range(64, 4096));

@@ -35,6 +35,7 @@
 #include <thread>
 
 #include "ckpt/engine.h"
+#include "gpt/blas_core.h"
 #include "gpt/sgemm_peak.h"
 #include "util/error.h"
 #include "util/random.h"
@@ -214,6 +215,8 @@ nlohmann::json TorchPeers(const std::string& script, const std::string& dir, int
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First, before OpenBLAS is used: a CPU newer than the OpenBLAS build gets its fast kernels.
+  fmstack::gpt::ReexecWithBestBlasCore(std::span<char* const>(argv, static_cast<size_t>(argc)));
   CLI::App app{"bench_ckpt: the checkpoint engine vs this machine's limits and PyTorch"};
   std::string dir = "bench-ckpt.tmp";
   std::vector<double> sizes = {1, 4};

@@ -32,6 +32,7 @@
 #include "bench/random_tokens.h"
 #include "bench/torch_peer.h"
 #include "bench/torch_server.h"
+#include "gpt/blas_core.h"
 #include "gpt/sgemm_peak.h"
 #include "train/trainer.h"
 #include "util/huge_pages.h"
@@ -77,6 +78,8 @@ std::vector<double> Ratios(const std::vector<double>& x, const std::vector<doubl
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First, before OpenBLAS is used: a CPU newer than the OpenBLAS build gets its fast kernels.
+  fmstack::gpt::ReexecWithBestBlasCore(std::span<char* const>(argv, static_cast<size_t>(argc)));
   CLI::App app{"bench_train: the CPU GPT trainer vs measured sgemm and PyTorch"};
   std::string model = "gpt-mini";
   int64_t B = 4, T = 256, steps = 0;

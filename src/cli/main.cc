@@ -7,9 +7,12 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "gpt/blas_core.h"
 #include "util/error.h"
 
 int main(int argc, char** argv) {
+  // First, before OpenBLAS is used: a CPU newer than the OpenBLAS build gets its fast kernels.
+  fmstack::gpt::ReexecWithBestBlasCore(std::span<char* const>(argv, static_cast<size_t>(argc)));
   CLI::App app{"fmstack: plan, simulate and run foundation-model training on a cluster"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "fmstack 0.1.0");

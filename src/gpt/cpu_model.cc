@@ -6,6 +6,7 @@
 #include <chrono>
 #include <vector>
 
+#include "gpt/blas_core.h"
 #include "gpt/cpu_kernels.h"
 #include "gpt/flush_denormals.h"
 #include "gpt/model.h"
@@ -42,7 +43,9 @@ class CpuModel final : public Model {
     return MeasureSgemmGflops(shapes);
   }
   std::string Hardware() const override {
-    return fmt::format("{} threads, OpenBLAS {} kernels", CpuThreads(), BlasCoreName());
+    const std::string note = BlasCoreNote();
+    return fmt::format("{} threads, OpenBLAS {} kernels{}", CpuThreads(), BlasCoreName(),
+                       note.empty() ? "" : " (" + note + ")");
   }
 
   std::string Tuning() const override {

@@ -49,6 +49,8 @@ double MeasureSgemmGflops(const std::vector<GemmShape>& shapes, int repeats) {
 
 #include <omp.h>
 
+#include "gpt/blas_core.h"
+
 namespace fmstack::gpt {
 void SetCpuThreads(int threads) {
   const int n = threads > 0 ? threads : omp_get_num_procs();
@@ -60,7 +62,9 @@ int CpuThreads() {
 }
 std::string BlasConfig() {
   const char* config = openblas_get_config();
-  return config != nullptr ? config : "OpenBLAS (no build string)";
+  const std::string note = BlasCoreNote();
+  return std::string(config != nullptr ? config : "OpenBLAS (no build string)") +
+         (note.empty() ? "" : " (" + note + ")");
 }
 std::string BlasCoreName() {
   const char* core = openblas_get_corename();
