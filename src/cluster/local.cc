@@ -14,6 +14,7 @@
 #include <cstring>
 #include <thread>
 
+#include "util/blas_env.h"
 #include "util/error.h"
 
 extern char** environ;
@@ -28,6 +29,7 @@ std::map<std::string, std::string> InheritedEnvironment() {
     const size_t eq = kv.find('=');
     if (eq != std::string::npos) vars[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
+  DropBlasCoreSetByFmstack(vars);
   return vars;
 }
 

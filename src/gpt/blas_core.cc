@@ -13,12 +13,10 @@
 #include <vector>
 
 #include "gpt/sgemm_peak.h"
+#include "util/blas_env.h"
 
 namespace fmstack::gpt {
 namespace {
-
-// Set beside OPENBLAS_CORETYPE: the core OpenBLAS had picked by itself.
-constexpr const char* kPickedVar = "FMSTACK_OPENBLAS_PICKED";
 
 std::string Lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(),
@@ -48,25 +46,25 @@ bool IsBlasFallback(const std::string& chosen, const std::string& best) {
 }
 
 void ReexecWithBestBlasCore(std::span<char* const> argv) {
-  if (argv.empty() || std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
+  if (argv.empty() || std::getenv(kOpenBlasCoreVar) != nullptr) return;
   const std::string chosen = BlasCoreName(), best = BestBlasCoreForCpu();
   if (!IsBlasFallback(chosen, best)) return;
-  ::setenv("OPENBLAS_CORETYPE", best.c_str(), 1);
-  ::setenv(kPickedVar, chosen.c_str(), 1);
+  ::setenv(kOpenBlasCoreVar, best.c_str(), 1);
+  ::setenv(kOpenBlasPickedVar, chosen.c_str(), 1);
   std::vector<char*> args(argv.begin(), argv.end());
   args.push_back(nullptr);
   ::execv("/proc/self/exe", args.data());
   const int err = errno;
-  ::unsetenv("OPENBLAS_CORETYPE");
-  ::unsetenv(kPickedVar);
+  ::unsetenv(kOpenBlasCoreVar);
+  ::unsetenv(kOpenBlasPickedVar);
   std::cerr << "fmstack: OpenBLAS runs its " << chosen << " kernels on a CPU that has " << best
             << "'s; restarting with OPENBLAS_CORETYPE=" << best << " failed: " << std::strerror(err)
             << "\n";
 }
 
 std::string BlasCoreNote() {
-  const char* picked = std::getenv(kPickedVar);
-  const char* set = std::getenv("OPENBLAS_CORETYPE");
+  const char* picked = std::getenv(kOpenBlasPickedVar);
+  const char* set = std::getenv(kOpenBlasCoreVar);
   if (picked == nullptr || set == nullptr) return "";
   return std::string("OPENBLAS_CORETYPE=") + set + " set by fmstack; OpenBLAS picked " + picked;
 }

@@ -24,9 +24,11 @@ bool IsBlasFallback(const std::string& chosen, const std::string& best);
 
 // Call first thing in main. When OpenBLAS fell back and OPENBLAS_CORETYPE is
 // not set, sets it to the best core and re-executes this program with the
-// same arguments (children inherit it: workers, and the PyTorch peer of the
-// benches, get the same kernels). Returns when nothing needs doing, or, with
-// a warning on stderr, when the re-execution fails.
+// same arguments. The processes a bench starts inherit it, so its PyTorch
+// peer runs the same kernels; `fmstack run` drops it from what it launches
+// (util/blas_env.h), and its fmstack workers set it again for themselves.
+// Returns when nothing needs doing, or, with a warning on stderr, when the
+// re-execution fails.
 void ReexecWithBestBlasCore(std::span<char* const> argv);
 
 // "" unless this process runs with the core that ReexecWithBestBlasCore set:

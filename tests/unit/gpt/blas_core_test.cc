@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <map>
+#include <string>
 
 #include "gpt/sgemm_peak.h"
+#include "util/blas_env.h"
 
 namespace fmstack::gpt {
 namespace {
@@ -32,6 +35,18 @@ TEST(BlasCore, TheBestCoreMatchesTheCpusInstructions) {
   } else {
     EXPECT_EQ(best, "");
   }
+}
+
+// What fmstack set is dropped from what `fmstack run` launches; what the
+// user set is not.
+TEST(BlasCore, ALaunchedProgramGetsTheUsersEnvironment) {
+  std::map<std::string, std::string> set_here = {
+      {"OPENBLAS_CORETYPE", "SkylakeX"}, {"FMSTACK_OPENBLAS_PICKED", "Prescott"}, {"HOME", "/h"}};
+  DropBlasCoreSetByFmstack(set_here);
+  EXPECT_EQ(set_here, (std::map<std::string, std::string>{{"HOME", "/h"}}));
+  std::map<std::string, std::string> users = {{"OPENBLAS_CORETYPE", "Haswell"}};
+  DropBlasCoreSetByFmstack(users);
+  EXPECT_EQ(users.at("OPENBLAS_CORETYPE"), "Haswell");
 }
 
 // The test binary does not re-execute itself: without the variables that

@@ -1,0 +1,23 @@
+// util: the environment variables with which fmstack pins OpenBLAS's kernels
+// for itself (gpt/blas_core.h), and their removal from what it launches.
+//
+// fmstack's own processes re-execute themselves with OPENBLAS_CORETYPE set
+// when OpenBLAS fell back to old kernels; a program that `fmstack run`
+// launches gets the environment the user gave, as under torchrun, so the
+// launcher drops what fmstack set (fmstack workers set it again themselves).
+#pragma once
+
+#include <map>
+#include <string>
+
+namespace fmstack {
+
+inline constexpr const char* kOpenBlasCoreVar = "OPENBLAS_CORETYPE";
+// Set beside it, to the core OpenBLAS had picked: fmstack set the first.
+inline constexpr const char* kOpenBlasPickedVar = "FMSTACK_OPENBLAS_PICKED";
+
+inline void DropBlasCoreSetByFmstack(std::map<std::string, std::string>& env) {
+  if (env.erase(kOpenBlasPickedVar) > 0) env.erase(kOpenBlasCoreVar);
+}
+
+}  // namespace fmstack
