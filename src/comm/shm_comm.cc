@@ -11,7 +11,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <thread>
 
@@ -107,66 +106,6 @@ ShmCommunicator::ShmCommunicator(ShmOptions options) : options_(std::move(option
   // Everyone is attached: the name can go, so nothing is left in /dev/shm
   // whatever happens to the processes later.
   if (options_.rank == 0) ::shm_unlink(name.c_str());
-}
-
-namespace {
-
-// The L3 that cpu0 shares with its neighbours, as the kernel reports it; 0
-// when unknown. Not sysconf(_SC_LEVEL3_CACHE_SIZE): on an AMD EPYC VM glibc
-// answered 256 MiB, the whole package, where one core complex shares 32.
-size_t L3Bytes() {
-  for (int i = 0; i < 8; ++i) {
-    const std::string dir = fmt::format("/sys/devices/system/cpu/cpu0/cache/index{}/", i);
-    std::ifstream level(dir + "level");
-    int n = 0;
-    if (!(level >> n)) break;
-    if (n != 3) continue;
-    std::ifstream size(dir + "size");
-    size_t bytes = 0;
-    char unit = 0;
-    if (!(size >> bytes) || bytes > (size_t{1} << 32)) return 0;
-    size >> unit;
-    return unit == 'K' ? bytes << 10 : unit == 'M' ? bytes << 20 : bytes;
-  }
-  return 0;
-}
-
-}  // namespace
-
-size_t ShmCommunicator::WindowFor(int running, size_t slot_bytes, size_t l3_bytes) {
-  if (l3_bytes == 0 || running < 1) return std::min(slot_bytes, kWindowBytes);
-  const size_t fit = l3_bytes / (4 * static_cast<size_t>(running)) / 4096 * 4096;
-  return std::min(slot_bytes, std::max(kMinAutoWindowBytes, fit));
-}
-
-size_t ShmCommunicator::ResolveWindow() const {
-  const size_t asked = options_.window_bytes;
-  if (asked == 0) {
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    return WindowFor(std::min(options_.size, cores), options_.slot_bytes, L3Bytes());
-  }
-  if (asked < kMinWindowBytes || asked > options_.slot_bytes) {
-    throw CommError(fmt::format("shm: a window of {} bytes (FMSTACK_SHM_WINDOW_BYTES) is outside "
-                                "[{}, {}], the least a pass stages and the slot's size",
-                                asked, kMinWindowBytes, options_.slot_bytes),
-                    -1);
-  }
-  return asked / 64 * 64;
-}
-
-size_t ShmCommunicator::ResolveAltWindow() const {
-  const size_t asked = options_.alt_window_bytes;
-  if (asked == 0) {
-    const bool sized_here = options_.window_bytes == 0;
-    return sized_here && window_bytes_ > kWindowBytes ? kWindowBytes : 0;
-  }
-  if (asked < kMinWindowBytes || asked >= window_bytes_) {
-    throw CommError(fmt::format("shm: a second window of {} bytes is outside [{}, {}), the least "
-                                "a pass stages and the first window",
-                                asked, kMinWindowBytes, window_bytes_),
-                    -1);
-  }
-  return asked / 64 * 64;
 }
 
 // Linux cross-memory attach (process_vm_readv) copies straight from a peer's
@@ -424,51 +363,6 @@ void ShmCommunicator::AllReduce(View buf, ReduceOp op) {
   if (UseCmaReduce(buf.bytes())) return CmaReduce(buf, op, 0, true);
   if (TunedReduce(buf.bytes())) return TunedAllReduce(buf, op);
   TunedWindowAllReduce(buf, op);
-}
-
-template <class Run>
-void ShmCommunicator::RunTuned(PathTuner& tuner, std::atomic<int32_t>* choices, size_t bytes,
-                               const Run& run) {
-  const int size_class = PathTuner::SizeClass(bytes);
-  const PathTuner::Plan plan = tuner.Next(size_class);
-  if (plan.decide) {
-    // Rank 0 publishes before the barrier; the others read after it.
-    if (options_.rank == 0) choices[size_class].store(tuner.Decide(size_class) ? 1 : 0);
-    Wait("allreduce");
-  }
-  const bool second = plan.explore ? plan.second : choices[size_class].load() == 1;
-  // A timed call starts together: otherwise rank 0's time would hold
-  // the tail of the previous call on its peers, and with more ranks than
-  // cores that tail is long after a call with large windows, so it would be
-  // charged to the way timed next.
-  if (plan.time) Wait("allreduce");
-  const auto start = std::chrono::steady_clock::now();
-  run(second);
-  if (plan.time && options_.rank == 0) {
-    tuner.Record(size_class, second,
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-}
-
-void ShmCommunicator::TunedAllReduce(View buf, ReduceOp op) {
-  RunTuned(reduce_tuner_, header_->reduce_choice, buf.bytes(), [&](bool cma) {
-    if (cma) {
-      CmaReduce(buf, op, 0, true);
-    } else {
-      ReduceWindow(buf, op, 0, true, StagedBytes());
-    }
-  });
-}
-
-// Both windows sum every element in rank order, so the bits do not depend
-// on the choice; a message one small window holds is the same single pass
-// either way and is not timed.
-void ShmCommunicator::TunedWindowAllReduce(View buf, ReduceOp op) {
-  if (alt_window_bytes_ == 0 || buf.bytes() <= alt_window_bytes_)
-    return ReduceWindow(buf, op, 0, true, StagedBytes());
-  RunTuned(window_tuner_, header_->window_choice, buf.bytes(), [&](bool alt) {
-    ReduceWindow(buf, op, 0, true, alt ? alt_window_bytes_ : StagedBytes());
-  });
 }
 
 void ShmCommunicator::Reduce(View buf, ReduceOp op, int root) {

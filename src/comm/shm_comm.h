@@ -12,10 +12,10 @@
 // keeps the faster (path_tuner.h), since which one wins changed with the
 // state of the machine (docs/comm.md); where the ranks outnumber the cores
 // or the kernel refuses cross-memory attach, it times two sizes of window
-// through the slots instead (StagedBytes). FMSTACK_SHM_CMA_REDUCE=1 sends
-// everything through cross-memory attach. With
-// FMSTACK_SHM_POST_WAIT=1 (opt-in), messages up to 64 KiB skip the barriers
-// instead: one post and one wait (shm_small.cc).
+// through the slots instead (StagedBytes; both in shm_tuning.cc).
+// FMSTACK_SHM_CMA_REDUCE=1 sends everything through cross-memory attach.
+// With FMSTACK_SHM_POST_WAIT=1 (opt-in), messages up to 64 KiB skip the
+// barriers instead: one post and one wait (shm_small.cc).
 #pragma once
 
 #include <atomic>

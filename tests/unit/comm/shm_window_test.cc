@@ -60,6 +60,15 @@ ShmOptions RankOptions(const std::string& test, int rank, int size, uint16_t por
   return o;
 }
 
+// Three ranks of one node, each running rank_body(rank, 3, store port).
+void ExpectThreeRanksClean(void (*rank_body)(int, int, uint16_t)) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  constexpr int kRanks = 3;
+  const std::vector<int> status =
+      testing::ForkRanks(kRanks, [&](int r) { rank_body(r, kRanks, server.port()); });
+  for (int r = 0; r < kRanks; ++r) EXPECT_TRUE(testing::ExitedCleanly(status[r])) << "rank " << r;
+}
+
 // Rank r asks for (r + 1) x 4 KiB; all must stage rank 0's 4 KiB.
 void RankWithItsOwnAsk(int rank, int size, uint16_t port) {
   ShmOptions o = RankOptions("window", rank, size, port);
@@ -81,11 +90,7 @@ void RankWithItsOwnAsk(int rank, int size, uint16_t port) {
 }
 
 TEST(ShmWindow, EveryRankStagesLocalRankZerosWindow) {
-  TcpStoreServer server("127.0.0.1", 0, kSecret);
-  constexpr int kRanks = 3;
-  const std::vector<int> status =
-      testing::ForkRanks(kRanks, [&](int r) { RankWithItsOwnAsk(r, kRanks, server.port()); });
-  for (int r = 0; r < kRanks; ++r) EXPECT_TRUE(testing::ExitedCleanly(status[r])) << "rank " << r;
+  ExpectThreeRanksClean(RankWithItsOwnAsk);
 }
 
 // All-reduce's exploring calls alternate the two windows (path_tuner.h):
@@ -119,11 +124,7 @@ void RankTimingTwoWindows(int rank, int size, uint16_t port) {
 }
 
 TEST(ShmWindow, AllReduceTimesASecondWindowWithTheSameBits) {
-  TcpStoreServer server("127.0.0.1", 0, kSecret);
-  constexpr int kRanks = 3;
-  const std::vector<int> status =
-      testing::ForkRanks(kRanks, [&](int r) { RankTimingTwoWindows(r, kRanks, server.port()); });
-  for (int r = 0; r < kRanks; ++r) EXPECT_TRUE(testing::ExitedCleanly(status[r])) << "rank " << r;
+  ExpectThreeRanksClean(RankTimingTwoWindows);
 }
 
 TEST(ShmWindow, ASecondWindowNotBelowTheFirstIsRefused) {
