@@ -2,10 +2,11 @@
 // sgemm (as the trainer ran them until 2026-11-26) against gpt/tile_gemm.h
 // (as it runs them now), side by side on one thread, in one run: three
 // rounds, alternating the two, median of each. Shapes are those of a model
-// with head width `--head` and sequence `--seq`, in blocks of 64 query rows,
-// plus two probes of OpenBLAS itself: an output 256 columns wide (its slow
-// range on Haswell/Zen kernels) and one 1024 wide (its fast range), where
-// the tile is not meant to win.
+// with head width `--head`, `--heads` heads (they set the stride of the qkv
+// rows: gpt-mini has 6, gpt2-124m 12; the default is 4) and sequence
+// `--seq`, in blocks of 64 query rows, plus two probes of OpenBLAS itself:
+// an output 256 columns wide (its slow range on Haswell/Zen kernels) and
+// one 1024 wide (its fast range), where the tile is not meant to win.
 #include <cblas.h>
 #include <fmt/format.h>
 
@@ -64,14 +65,16 @@ int main(int argc, char** argv) {
   // First, before OpenBLAS is used: a CPU newer than the OpenBLAS build gets its fast kernels.
   fmstack::gpt::ReexecWithBestBlasCore(std::span<char* const>(argv, static_cast<size_t>(argc)));
   CLI::App app{"bench_attention: attention's small products, OpenBLAS sgemm vs the register tile"};
-  int64_t T = 256, hs = 64;
+  int64_t T = 256, hs = 64, heads = 4;
   app.add_option("--seq", T, "sequence length (keys)")->check(CLI::Range(64, 4096));
   app.add_option("--head", hs, "head width")->check(CLI::Range(16, 256));
+  app.add_option("--heads", heads, "heads (a qkv row is 3 x heads x head wide)")
+      ->check(CLI::Range(1, 64));
   CLI11_PARSE(app, argc, argv);
 
   fmstack::gpt::SetCpuThreads(1);
   constexpr int64_t kBlock = 64;
-  const int64_t ld = 3 * hs * 4;  // a qkv row of a model with 4 heads of this width
+  const int64_t ld = 3 * hs * heads;  // a qkv row of a model with `heads` heads of this width
   std::vector<float> qkv(T * ld), kt(hs * T), scores(T * T), out(T * ld);
   for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = static_cast<float>(i % 97) / 97.0f - 0.5f;
   for (size_t i = 0; i < scores.size(); ++i) scores[i] = static_cast<float>(i % 89) / 89.0f;
