@@ -18,12 +18,15 @@
 #include <string>
 #include <vector>
 
+#include "bench/median.h"
 #include "gpt/blas_core.h"
 #include "gpt/sgemm_peak.h"
 #include "gpt/tile_gemm.h"
 #include "util/text_table.h"
 
 namespace {
+
+using fmstack::bench::Median;
 
 using fmstack::gpt::StridedMatrix;
 using fmstack::gpt::TileGemm;
@@ -46,11 +49,6 @@ double Gflops(const Product& p, const std::function<void()>& run) {
     best = std::max(best, 2.0 * static_cast<double>(p.m * p.n * p.k * reps) / s / 1e9);
   }
   return best;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 std::string Listed(const std::vector<double>& v) {

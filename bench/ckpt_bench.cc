@@ -36,6 +36,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "bench/median.h"
 #include "ckpt/engine.h"
 #include "gpt/blas_core.h"
 #include "gpt/sgemm_peak.h"
@@ -46,6 +47,8 @@
 #include "util/worker_pool.h"
 
 namespace {
+
+using fmstack::bench::Median;
 
 using namespace fmstack;
 namespace fs = std::filesystem;
@@ -79,8 +82,7 @@ std::pair<double, double> HandOffMicros() {
       for (int i = 0; i < kIterations; ++i) submit_three();
       runs.push_back(Since(t) * 1e6 / kIterations);
     }
-    std::sort(runs.begin(), runs.end());
-    return runs[kRuns / 2];
+    return Median(std::move(runs));
   };
   WorkerPool pool(3);
   const double pooled = time([&] {
@@ -122,11 +124,10 @@ std::string Output(const std::string& cmd) {
 
 // The disk's sequential write of `bytes` to `file`, made durable: the faster
 // of buffered and O_DIRECT. fio writes non-zero buffers (a virtual disk may
-// treat zeros specially); dd from /dev/zero when fio is missing. The file is
-// left for a read.
-double DiskWrite(const std::string& file, int64_t bytes) {
+// treat zeros specially); dd from /dev/zero without `fio`. The file is left
+// for a read.
+double DiskWrite(const std::string& file, int64_t bytes, bool fio) {
   const int64_t mib8 = (bytes >> 20) / 8 * 8;
-  const bool fio = std::system("command -v fio > /dev/null") == 0;
   double best = 0;
   for (const int direct : {0, 1}) {
     ::unlink(file.c_str());
@@ -153,11 +154,6 @@ double DiskColdRead(const std::string& file) {
   DropCache(file);
   return static_cast<double>(fs::file_size(file)) /
          Timed(fmt::format("dd if={} of=/dev/null bs=1M status=none", file));
-}
-
-double MedianOf(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // A synthetic training state: 64 float32 tensors of equal size.
@@ -239,17 +235,18 @@ int main(int argc, char** argv) {
     const double memcpy_bw = MemcpyBandwidth(size_t{1} << 30);
 
     const std::string script = std::string(FMSTACK_SOURCE_DIR) + "/bench/torch_ckpt.py";
+    const bool fio = std::system("command -v fio > /dev/null") == 0;
     for (const double gb : sizes) {
       const State state = MakeState(static_cast<int64_t>(gb * 1e9));
       const double size = static_cast<double>(state.bytes);
       // The disk's limits on a file of the state's size, just before fmstack's run.
       std::cerr << fmt::format("{}: measuring the disk with fio/dd...\n", units::FormatBytes(size));
       const std::string disk_file = dir + "/dd.bin";
-      DiskWrite(disk_file, state.bytes);  // warm-up, as fmstack's save 1
+      DiskWrite(disk_file, state.bytes, fio);  // warm-up, as fmstack's save 1
       const double disk_read = DiskColdRead(disk_file);
       fs::remove(disk_file);
       std::cerr << fmt::format(
-          "{}: saving and writing with fio in turn, restoring cold, "
+          "{}: saving and writing with fio/dd in turn, restoring cold, "
           "training alongside...\n",
           units::FormatBytes(size));
       fs::remove_all(dir + "/engine");
@@ -272,7 +269,7 @@ int main(int argc, char** argv) {
       for (int64_t round = 0; round < 3; ++round) {
         for (int side = 0; side < 2; ++side) {
           if ((round + side) % 2 == 0) {
-            disk_writes.push_back(DiskWrite(disk_file, state.bytes));
+            disk_writes.push_back(DiskWrite(disk_file, state.bytes, fio));
             fs::remove(disk_file);
             continue;
           }
@@ -282,7 +279,7 @@ int main(int argc, char** argv) {
           runs.back().blocking_seconds = b.blocking_seconds;
         }
       }
-      const double disk_write = MedianOf(disk_writes);
+      const double disk_write = Median(disk_writes);
       std::vector<double> commit_ratios;  // each round's commit rate over its own fio's
       for (size_t r = 0; r < runs.size(); ++r)
         commit_ratios.push_back(size / runs[r].commit_seconds[0] / disk_writes[r]);
@@ -290,7 +287,7 @@ int main(int argc, char** argv) {
       auto median = [&](auto field) {
         std::vector<double> v;
         for (const ckpt::SaveTiming& r : runs) v.push_back(field(r));
-        return MedianOf(std::move(v));
+        return Median(std::move(v));
       };
       ckpt::SaveTiming blocking, t;
       blocking.blocking_seconds =
@@ -343,10 +340,8 @@ int main(int argc, char** argv) {
           restore_s.push_back(r->seconds);
         }
       }
-      std::sort(dd_s.begin(), dd_s.end());
-      std::sort(restore_s.begin(), restore_s.end());
-      const double dd_file_read = static_cast<double>(fs::file_size(file)) / dd_s[1];
-      const double restore_seconds = restore_s[1];
+      const double dd_file_read = static_cast<double>(fs::file_size(file)) / Median(dd_s);
+      const double restore_seconds = Median(restore_s);
 
       // Training alongside the background write.
       Loop loop;

@@ -36,6 +36,7 @@
 #include <optional>
 #include <vector>
 
+#include "bench/median.h"
 #include "bench/random_tokens.h"
 #include "bench/torch_peer.h"
 #include "catalog/catalog.h"
@@ -54,13 +55,10 @@
 
 namespace {
 
+using fmstack::bench::Median;
+
 using namespace fmstack;
 using Clock = std::chrono::steady_clock;
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // The catalog entry whose alias the device's name contains ("NVIDIA H100 80GB
 // HBM3" -> h100-80gb); null when none does.

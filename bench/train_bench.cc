@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "bench/median.h"
 #include "bench/random_tokens.h"
 #include "bench/torch_peer.h"
 #include "bench/torch_server.h"
@@ -44,6 +45,8 @@
 
 namespace {
 
+using fmstack::bench::Median;
+
 using namespace fmstack;
 
 double PeakRssBytes() {  // VmHWM: the high-water mark of resident memory
@@ -53,11 +56,6 @@ double PeakRssBytes() {  // VmHWM: the high-water mark of resident memory
     if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) * 1024.0;
   }
   return 0;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // "0.80 (0.72-0.83 over 9 rounds)"
