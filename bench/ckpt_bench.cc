@@ -22,6 +22,7 @@
 #include <cblas.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -106,19 +107,37 @@ void DropCache(const std::string& path) {
   ::close(fd);
 }
 
+// Every command the bench starts (dd, fio, the PyTorch peers) has a
+// deadline: a disk that stops answering fails the bench with the command's
+// name instead of hanging it. 30 minutes is far past any healthy run.
+constexpr int kCommandSeconds = 1800;
+
+std::string WithDeadline(const std::string& cmd) {
+  return fmt::format("timeout -k 10 {} {}", kCommandSeconds, cmd);
+}
+
+[[noreturn]] void CommandFailed(const std::string& cmd, int status, const std::string& out) {
+  const bool late = WIFEXITED(status) && WEXITSTATUS(status) == 124;
+  throw fmstack::Error(fmt::format("bench: command {}: {}{}",
+                                   late ? fmt::format("ran past {} s", kCommandSeconds) : "failed",
+                                   cmd, out.empty() ? "" : "\n" + out));
+}
+
 // Seconds a shell command takes.
 double Timed(const std::string& cmd) {
   const auto t = Clock::now();
-  if (std::system(cmd.c_str()) != 0) throw fmstack::Error("bench: command failed: " + cmd);
+  if (const int status = std::system(WithDeadline(cmd).c_str()); status != 0)
+    CommandFailed(cmd, status, "");
   return Since(t);
 }
 
 std::string Output(const std::string& cmd) {
-  std::FILE* p = ::popen(cmd.c_str(), "r");
+  std::FILE* p = ::popen(WithDeadline(cmd).c_str(), "r");
+  if (p == nullptr) CommandFailed(cmd, -1, "");
   std::string out;
   char buf[4096];
-  while (p && std::fgets(buf, sizeof buf, p)) out += buf;
-  if (!p || ::pclose(p) != 0) throw fmstack::Error("bench: command failed: " + cmd + "\n" + out);
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  if (const int status = ::pclose(p); status != 0) CommandFailed(cmd, status, out);
   return out;
 }
 
