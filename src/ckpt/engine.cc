@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <future>
 #include <map>
 
@@ -253,12 +254,38 @@ void Engine::WriteFirstTier(Job& job) {
   }
   // Every slot is consumed even after an error, so that Save() never waits
   // for one; an abandoned save hands over no more, and what it handed over
-  // goes back to the pool unwritten.
+  // goes back to the pool unwritten. The sink writes a slot while this
+  // takes the next (Sink::Queue): `queued` holds the slots it has not yet
+  // reported written, oldest first. After a failed write none is in flight.
+  std::deque<Slot*> queued;
+  const auto release = [&](size_t n) {
+    for (; n > 0 && !queued.empty(); --n) {
+      pool_->Release(queued.front());
+      queued.pop_front();
+    }
+  };
+  const auto drain = [&] {
+    if (error.empty() && sink) {
+      try {
+        release(sink->Drain());
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    }
+    release(queued.size());
+  };
   WorkerPool hasher(1);
   for (int64_t i = 0; i < job.slots_total; ++i) {
     Slot* slot = nullptr;
     {
       std::unique_lock lock(mu_);
+      if (job.filled.empty() && !queued.empty()) {
+        // A copy through a pool smaller than the snapshot may be waiting
+        // for the very slots this writer holds.
+        lock.unlock();
+        drain();
+        lock.lock();
+      }
       cv_.wait(lock, [&] { return !job.filled.empty() || job.abandoned; });
       if (job.abandoned) break;  // Save() or Wait() has reported it
       slot = job.filled.front();
@@ -270,23 +297,28 @@ void Engine::WriteFirstTier(Job& job) {
     // 4.3 GB/s) held the disk idle for a third of its write (6.4 ms at
     // 1.31 GB/s), on the Intel VM.
     auto checksum = hasher.Submit([bytes] { return XXH3_64bits(bytes.data(), bytes.size()); });
+    queued.push_back(slot);
+    size_t written = queued.size();
     if (error.empty()) {
       try {
-        sink->Write(bytes);
+        written = sink->Queue(bytes);
       } catch (const std::exception& e) {
         error = e.what();
+        written = queued.size();
       }
     }
     job.entry.checksums.push_back(checksum.get());
-    pool_->Release(slot);
+    release(written);
   }
   if (Abandoned(job)) {
     ReleaseFilled(job);
-    sink.reset();  // discards the partial file
+    sink.reset();  // waits for its writes, then discards the partial file
+    release(queued.size());
     Note(fmt::format("checkpoint: {} tier: {} discarded (its save was abandoned)", tier.name(),
                      StepDirName(job.step())));
     return;
   }
+  drain();
   try {
     if (!error.empty()) throw Error(error);
     sink->Finish();

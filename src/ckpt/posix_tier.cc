@@ -10,9 +10,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <deque>
 #include <exception>
 #include <filesystem>
 #include <future>
@@ -101,6 +103,12 @@ class PosixSink final : public Sink {
     if (fd_ < 0) Fail("cannot create", path_);
   }
   ~PosixSink() override {
+    // No write may still go to the descriptor (or read a caller's buffer)
+    // once it is closed.
+    try {
+      Drain();
+    } catch (...) {  // an unfinished sink is discarded anyway
+    }
     if (fd_ >= 0) ::close(fd_);
     if (!finished_) ::unlink(path_.c_str());
   }
@@ -134,7 +142,40 @@ class PosixSink final : public Sink {
     }
   }
 
+  // Whole blocks from an aligned buffer go out as one pwrite on a writer
+  // of their own, kQueueWriters of them at once, and one more waits its
+  // turn: the disk always has writes to do. Anything else is written at
+  // once, after the queued writes.
+  size_t Queue(std::span<const char> data) override {
+    const bool whole = direct_ && pending_ == 0 && !data.empty() && data.size() % kBlock == 0 &&
+                       reinterpret_cast<uintptr_t>(data.data()) % kBlock == 0;
+    if (!whole) {
+      const size_t done = Drain();
+      Write(data);
+      return done + 1;
+    }
+    if (!queue_writers_) queue_writers_ = std::make_unique<WorkerPool>(kQueueWriters);
+    const int64_t offset = offset_;
+    queued_.push_back(queue_writers_->Submit([this, data, offset] { PwriteAt(data, offset); }));
+    Advance(data.size());
+    size_t done = 0;
+    while (!queued_.empty() &&
+           (queued_.size() > kQueueWriters ||
+            queued_.front().wait_for(std::chrono::seconds(0)) == std::future_status::ready)) {
+      SettleFront();
+      ++done;
+    }
+    return done;
+  }
+
+  size_t Drain() override {
+    const size_t done = queued_.size();
+    while (!queued_.empty()) SettleFront();
+    return done;
+  }
+
   void Finish() override {
+    Drain();
     if (direct_ && pending_ > 0) FlushBounce(true);
     if (size_ != offset_ && ::ftruncate(fd_, size_) != 0) Fail("ftruncate failed", path_);
     if (::fdatasync(fd_) != 0) Fail("fdatasync failed", path_);
@@ -149,6 +190,12 @@ class PosixSink final : public Sink {
  private:
   static constexpr size_t kBlock = 4096, kBounce = 4 << 20;
   static constexpr size_t kInFlight = 4, kMinPiece = 1 << 20;
+  // Queued 8 MiB slots, each one pwrite, two at a time with no gap between
+  // them: 2.13-2.22 GB/s (4 GB, three alternated rounds, Intel VM), against
+  // 1.80-2.01 for each slot as four 2 MiB pieces at once, waiting for all
+  // four before the next slot. Four at a time ran alike (1.99-2.22); four 2
+  // MiB or 4 MiB pieces at a time without the wait 2.05-2.09.
+  static constexpr size_t kQueueWriters = 2;
   struct FreeDeleter {
     void operator()(char* p) const { std::free(p); }
   };
@@ -195,6 +242,20 @@ class PosixSink final : public Sink {
     Advance(data.size());
   }
 
+  // Waits for the oldest queued write. When it failed, waits for the
+  // others too, so that none is left reading a buffer the caller frees.
+  void SettleFront() {
+    std::future<void> oldest = std::move(queued_.front());
+    queued_.pop_front();
+    try {
+      oldest.get();
+    } catch (...) {
+      for (std::future<void>& f : queued_) f.wait();
+      queued_.clear();
+      throw;
+    }
+  }
+
   void PwriteAt(std::span<const char> data, int64_t offset) const {
     while (!data.empty()) {
       const ssize_t n = ::pwrite(fd_, data.data(), data.size(), offset);
@@ -238,6 +299,8 @@ class PosixSink final : public Sink {
   // than one piece. Every PwriteInFlight waits for its pieces, so none is
   // in flight when the sink closes its file.
   std::unique_ptr<WorkerPool> writers_;
+  std::deque<std::future<void>> queued_;  // Queue's writes, oldest first
+  std::unique_ptr<WorkerPool> queue_writers_;
 };
 
 class PosixTier final : public Tier {

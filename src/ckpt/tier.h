@@ -22,6 +22,21 @@ class Sink {
   virtual ~Sink() = default;
   virtual void Write(std::span<const char> data) = 0;
   virtual void Finish() = 0;
+
+  // Writes `data` after everything before it, and may return while it is
+  // still being written, so that the disk is never idle between two
+  // buffers. Returns how many of the buffers handed to Queue, oldest first,
+  // are done with now (this one may be among them); the others must stay
+  // valid and unchanged until a later Queue or Drain reports them. When a
+  // queued write fails, the call that would report it throws, and by then
+  // no queued write is in flight: every buffer is free. By default: Write.
+  virtual size_t Queue(std::span<const char> data) {
+    Write(data);
+    return 1;
+  }
+  // Waits for every queued write; returns how many buffers that frees.
+  // Finish drains too, but the caller wants its buffers back first.
+  virtual size_t Drain() { return 0; }
 };
 
 // One reader of one file. The kernel keeps read-ahead state per open file:

@@ -1,6 +1,6 @@
 // util: a fixed set of threads that run submitted tasks, first in, first out.
-// The checkpoint writer hands every 8 MiB slot to helpers (three pieces
-// written at once, its hash beside them). std::async started and joined a
+// The checkpoint writer hands every 8 MiB slot to helpers (its write, and
+// its hash beside it). std::async started and joined a
 // thread for each: 65-79 us per three tasks on the Intel VM, against 14-21
 // us through standing threads (bench_ckpt prints both). At 1.8 GB/s a slot
 // takes 4.7 ms and the difference is 1%; at an NVMe drive's 7 GB/s, 5%.

@@ -383,6 +383,27 @@ TEST_F(EngineTest, SmallPoolStreamsTheSnapshot) {
   EXPECT_TRUE(Matches(state, l, 0, 1));
 }
 
+// The writer keeps slots in flight while it takes the next; with one slot
+// in the pool the copy waits for that very slot, so the writer must hand it
+// back before it waits for the next.
+TEST_F(EngineTest, OneSlotPoolStreamsTheSnapshot) {
+  const SyntheticState state = MakeState(5, 1000);  // 18 MB
+  EngineOptions o = Options();
+  o.chunk_bytes = 1 << 20;  // slow enough to write that one is still in flight when the next comes
+  o.pool_bytes = o.chunk_bytes;
+  o.slot_timeout_seconds = 20;
+  {
+    Engine engine(Tiers(), o);
+    engine.Save(SliceFor(state, 3, 0, 1));
+    EXPECT_EQ(engine.pool_bytes(), o.chunk_bytes);
+    engine.Wait();
+  }
+  Engine engine(Tiers(), Options());
+  Loaded l = TargetsFor(state, 0, 1);
+  ASSERT_TRUE(engine.Restore(l.targets).has_value());
+  EXPECT_TRUE(Matches(state, l, 0, 1));
+}
+
 TEST_F(EngineTest, IncompleteStepsAreCollectedOnStart) {
   SaveAsWorld(MakeState(6), 1, 1);
   fs::create_directories(Root("local") + "/step-00000002");
