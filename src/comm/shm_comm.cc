@@ -96,6 +96,7 @@ ShmCommunicator::ShmCommunicator(ShmOptions options) : options_(std::move(option
   // More ranks than cores: a spinning waiter would take the core the rank it
   // waits for needs, so waiters yield and sleep at once.
   spin_limit_ = oversubscribed_ ? 0 : 2000;
+  yield_limit_ = oversubscribed_ ? 1000 : 10;
   header_->pids[options_.rank] = static_cast<int32_t>(::getpid());
   if (options_.rank == 0) header_->cma_failed = 0;
   ProbeCrossMemoryAttach();
@@ -268,7 +269,7 @@ void ShmCommunicator::Wait(const char* op) {
       __builtin_ia32_pause();
       continue;
     }
-    if (spin < spin_limit_ + 10) {
+    if (spin < spin_limit_ + yield_limit_) {
       sched_yield();
       continue;
     }

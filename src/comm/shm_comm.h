@@ -217,10 +217,18 @@ class ShmCommunicator final : public Communicator {
   // FMSTACK_SHM_CMA_REDUCE=1: cross-memory attach for every collective over
   // 64 KiB, reductions too, whatever the rank count (comm_test runs it).
   bool cma_everywhere_ = false;
-  bool oversubscribed_ = false;     // more ranks than cores
-  bool post_wait_ = false;          // FMSTACK_SHM_POST_WAIT=1: the paths of shm_small.cc
-  size_t region_bytes_ = 0;         // per rank and parity: input, then (mid path) result
-  int spin_limit_ = 2000;           // pause-loop iterations before yielding in a barrier
+  bool oversubscribed_ = false;  // more ranks than cores
+  bool post_wait_ = false;       // FMSTACK_SHM_POST_WAIT=1: the paths of shm_small.cc
+  size_t region_bytes_ = 0;      // per rank and parity: input, then (mid path) result
+  int spin_limit_ = 2000;        // pause-loop iterations before yielding in a barrier
+  // sched_yield()s after that before sleeping on the futex. With more ranks
+  // than cores the rank a waiter waits for is often queued behind it on
+  // its own core, and a yield hands that core over at once where a sleep
+  // needs a wake-up: 4 ranks on 2 cores, 1-4 KiB allreduce, 0.31-0.32 and
+  // 0.75-0.77 GB/s busbw with 1000 yields in two runs, against 0.11-0.31
+  // and 0.28-0.76 with 10, which fell to 0.52x OpenMPI at 1 KiB in one of
+  // the two (Intel VM; no size slower with 1000, docs/comm.md).
+  int yield_limit_ = 10;
   std::vector<std::byte> scratch_;  // peers' chunks on the single-copy path
   PathTuner reduce_tuner_;
   PathTuner window_tuner_{PathTuner::Statistic::kMedian};
