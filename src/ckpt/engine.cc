@@ -298,13 +298,12 @@ void Engine::WriteFirstTier(Job& job) {
     // 1.31 GB/s), on the Intel VM.
     auto checksum = hasher.Submit([bytes] { return XXH3_64bits(bytes.data(), bytes.size()); });
     queued.push_back(slot);
-    size_t written = queued.size();
+    size_t written = queued.size();  // after a failed write none is in flight
     if (error.empty()) {
       try {
         written = sink->Queue(bytes);
       } catch (const std::exception& e) {
         error = e.what();
-        written = queued.size();
       }
     }
     job.entry.checksums.push_back(checksum.get());

@@ -94,7 +94,7 @@ ShmCommunicator::ShmCommunicator(ShmOptions options) : options_(std::move(option
   window_bytes_ = header_->window_bytes;  // rank 0's, which every rank must stage alike
   alt_window_bytes_ = header_->alt_window_bytes;
   // More ranks than cores: a spinning waiter would take the core the rank it
-  // waits for needs, so waiters yield and sleep at once.
+  // waits for needs, so waiters do not spin: they yield, then sleep.
   spin_limit_ = oversubscribed_ ? 0 : 2000;
   yield_limit_ = oversubscribed_ ? 1000 : 10;
   header_->pids[options_.rank] = static_cast<int32_t>(::getpid());

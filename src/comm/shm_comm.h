@@ -227,7 +227,9 @@ class ShmCommunicator final : public Communicator {
   // needs a wake-up: 4 ranks on 2 cores, 1-4 KiB allreduce, 0.31-0.32 and
   // 0.75-0.77 GB/s busbw with 1000 yields in two runs, against 0.11-0.31
   // and 0.28-0.76 with 10, which fell to 0.52x OpenMPI at 1 KiB in one of
-  // the two (Intel VM; no size slower with 1000, docs/comm.md).
+  // the two (Intel VM; against OpenMPI, at least as fast at 26 of 28 sizes
+  // from 1 KiB to 4 MiB, 4 and 8 ranks, and within 7% at the others;
+  // docs/comm.md).
   int yield_limit_ = 10;
   std::vector<std::byte> scratch_;  // peers' chunks on the single-copy path
   PathTuner reduce_tuner_;

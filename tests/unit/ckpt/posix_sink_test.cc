@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -30,7 +31,9 @@ struct FreeDeleter {
 using Aligned = std::unique_ptr<char, FreeDeleter>;
 
 Aligned AlignedBuffer(size_t bytes) {
-  return Aligned(static_cast<char*>(std::aligned_alloc(4096, bytes)));
+  Aligned buffer(static_cast<char*>(std::aligned_alloc(4096, bytes)));
+  if (!buffer) throw std::bad_alloc();
+  return buffer;
 }
 
 class PosixSinkTest : public ::testing::Test {
