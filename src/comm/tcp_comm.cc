@@ -104,22 +104,67 @@ void TcpCommunicator::AllReduce(View buf, ReduceOp op) {
     if (std::has_single_bit(static_cast<unsigned>(size())) &&
         buf.bytes() <= o_.doubling_max_bytes) {
       RecursiveDoubling(buf);
+    } else if (TunesWindow(buf.bytes())) {
+      TunedWindowAllReduce(buf);
     } else {
-      // Window by window: a whole 4 MiB buffer's reduce-scatter and its
-      // scratch no longer fit in cache next to the sockets' buffers, and
-      // ran at 0.6x the speed of 512 KiB windows (docs/comm.md).
-      const size_t w_bytes = std::max<size_t>(o_.window_bytes, 1);
-      const size_t windows = buf.bytes() / w_bytes + (buf.bytes() % w_bytes != 0 ? 1 : 0);
-      for (size_t w = 0; w < windows; ++w) {
-        const Range part = ShardOf(buf.count, static_cast<int>(windows), static_cast<int>(w));
-        const View window = buf.Sub(part.begin, part.count);
-        const std::vector<Range> ranges = Shards(window.count, size());
-        ReduceScatterSteps(window, ranges);
-        AllGatherSteps(window, ranges);
-      }
+      WindowedAllReduce(buf, o_.window_bytes);
     }
   });
   if (op == ReduceOp::kAvg) ScaleInPlace(buf.data, buf.count, buf.dtype, 1.0 / size());
+}
+
+// Window by window: a whole 4 MiB buffer's reduce-scatter and its scratch
+// no longer fit in cache next to the sockets' buffers, and ran at 0.6x the
+// speed of 512 KiB windows (docs/comm.md).
+void TcpCommunicator::WindowedAllReduce(View buf, size_t window_bytes) {
+  const size_t w_bytes = std::max<size_t>(window_bytes, 1);
+  const size_t windows = buf.bytes() / w_bytes + (buf.bytes() % w_bytes != 0 ? 1 : 0);
+  for (size_t w = 0; w < windows; ++w) {
+    const Range part = ShardOf(buf.count, static_cast<int>(windows), static_cast<int>(w));
+    const View window = buf.Sub(part.begin, part.count);
+    const std::vector<Range> ranges = Shards(window.count, size());
+    ReduceScatterSteps(window, ranges);
+    AllGatherSteps(window, ranges);
+  }
+}
+
+// Only where halving runs every window (a power of two, within
+// halving_max_bytes): there the window never changes the bits, so neither
+// does the choice. On the ring it would, and a job's result would then
+// depend on timing. Not where the mesh's ranks outnumber the cores: there
+// a call's time is mostly how the scheduler deals the cores out, and at 8
+// ranks on 2 cores the tuner kept 128 KiB windows at 1 MiB (0.58-0.59 GB/s
+// busbw) where 512 KiB ran 0.71-0.73.
+bool TcpCommunicator::TunesWindow(size_t bytes) const {
+  return o_.alt_window_bytes > 0 && o_.alt_window_bytes != o_.window_bytes &&
+         (!mesh_->crowded() || o_.tune_when_crowded) &&
+         std::has_single_bit(static_cast<unsigned>(size())) && bytes <= o_.halving_max_bytes &&
+         bytes > std::min(o_.alt_window_bytes, o_.window_bytes);
+}
+
+// Every rank makes the same calls in the same order, so every rank's tuner
+// plans the same; rank 0 times the exploring calls and decides, and its
+// choice reaches the others before the first call that uses it.
+void TcpCommunicator::TunedWindowAllReduce(View buf) {
+  const int size_class = PathTuner::SizeClass(buf.bytes());
+  const PathTuner::Plan plan = window_tuner_.Next(size_class);
+  uint8_t& choice = window_choice_.at(static_cast<size_t>(size_class));
+  if (plan.decide) {
+    std::byte decided{static_cast<uint8_t>(rank() == 0 && window_tuner_.Decide(size_class))};
+    BroadcastSteps(&decided, 1, 0);
+    choice = static_cast<uint8_t>(decided);
+  }
+  const bool alt = plan.explore ? plan.second : choice == 1;
+  // Timed calls start together, so that rank 0 is not charged for the
+  // tail of the previous call on its peers.
+  if (plan.time) BarrierSteps();
+  const auto start = std::chrono::steady_clock::now();
+  WindowedAllReduce(buf, alt ? o_.alt_window_bytes : o_.window_bytes);
+  if (plan.time && rank() == 0) {
+    window_tuner_.Record(
+        size_class, alt,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
 }
 
 // Step k exchanges the whole buffer with rank ^ 2^k. The sum is added
@@ -279,23 +324,27 @@ void TcpCommunicator::AllGather(View in, View out) {
 // the ranks below that bit.
 void TcpCommunicator::Broadcast(View buf, int root) {
   Guarded("broadcast", [&] {
-    if (buf.count == 0) return;
-    const int n = size(), rel = (rank() - root + n) % n;
-    int mask = 1;
-    for (; mask < n; mask <<= 1) {
-      if ((rel & mask) != 0) {
-        Transfer t = Recv((rel - mask + root) % n, buf.data, buf.bytes());
-        mesh_->Run(std::span(&t, 1), "broadcast");
-        break;
-      }
-    }
-    for (mask >>= 1; mask > 0; mask >>= 1) {
-      if (rel + mask < n) {
-        Transfer t = Send((rel + mask + root) % n, buf.data, buf.bytes());
-        mesh_->Run(std::span(&t, 1), "broadcast");
-      }
-    }
+    if (buf.count > 0) BroadcastSteps(buf.data, buf.bytes(), root);
   });
+}
+
+// A binomial tree rooted at `root`.
+void TcpCommunicator::BroadcastSteps(std::byte* data, size_t bytes, int root) {
+  const int n = size(), rel = (rank() - root + n) % n;
+  int mask = 1;
+  for (; mask < n; mask <<= 1) {
+    if ((rel & mask) != 0) {
+      Transfer t = Recv((rel - mask + root) % n, data, bytes);
+      mesh_->Run(std::span(&t, 1), "broadcast");
+      break;
+    }
+  }
+  for (mask >>= 1; mask > 0; mask >>= 1) {
+    if (rel + mask < n) {
+      Transfer t = Send((rel + mask + root) % n, data, bytes);
+      mesh_->Run(std::span(&t, 1), "broadcast");
+    }
+  }
 }
 
 void TcpCommunicator::AllToAll(View in, View out) {
@@ -341,15 +390,17 @@ void TcpCommunicator::SendRecv(View send, int to, View recv, int from) {
 // Dissemination: in round k every rank signals rank + 2^k and waits for
 // rank - 2^k; after ceil(log2 n) rounds each has heard from all.
 void TcpCommunicator::Barrier() {
-  Guarded("barrier", [&] {
-    const int n = size();
-    std::byte out{1}, in{0};
-    for (int dist = 1; dist < n; dist <<= 1) {
-      Transfer round[2] = {Send((rank() + dist) % n, &out, 1),
-                           Recv((rank() - dist + n) % n, &in, 1)};
-      mesh_->Run(round, "barrier");
-    }
-  });
+  Guarded("barrier", [&] { BarrierSteps(); });
+}
+
+// Dissemination: log2 n rounds of one byte to rank + 2^k.
+void TcpCommunicator::BarrierSteps() {
+  const int n = size();
+  std::byte out{1}, in{0};
+  for (int dist = 1; dist < n; dist <<= 1) {
+    Transfer round[2] = {Send((rank() + dist) % n, &out, 1), Recv((rank() - dist + n) % n, &in, 1)};
+    mesh_->Run(round, "barrier");
+  }
 }
 
 }  // namespace fmstack::comm

@@ -3,7 +3,9 @@
 // together in the calling thread:
 //   - allreduce: recursive doubling (log2 n exchanges of the whole buffer)
 //     up to TcpOptions::doubling_max_bytes when n is a power of two, else a
-//     reduce-scatter then an allgather, window by window;
+//     reduce-scatter then an allgather, window by window; with a power of
+//     two, larger ones time two window sizes on their own calls and keep the
+//     faster (path_tuner.h), since which wins differs between machines;
 //   - reduce-scatter and allgather (uneven ranges too): recursive halving
 //     and doubling when n is a power of two (log2 n steps), else rings
 //     (n - 1 steps); reductions take each piece as it arrives;
@@ -15,13 +17,16 @@
 // against.
 #pragma once
 
+#include <array>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "comm/abort_latch.h"
 #include "comm/communicator.h"
+#include "comm/path_tuner.h"
 #include "comm/tcp_mesh.h"
 #include "comm/tcp_store.h"
 
@@ -42,6 +47,18 @@ struct TcpOptions : TcpMeshOptions {
   // A larger allreduce runs as a reduce-scatter and an allgather on each
   // window of about this size in turn, so that its data stays in cache.
   size_t window_bytes = 512 << 10;
+  // With a power-of-two number of ranks, where the window does not change
+  // the bits (halving sums each element along one path), an allreduce
+  // larger than this also runs in windows of this size on some of its own
+  // calls, timed against window_bytes, and keeps the faster per size class
+  // (path_tuner.h); 0: never. On the 2-vCPU Zen 4 VM (2026-11-28), 2 ranks
+  // on loopback at 1-4 MiB ran 3.4-3.7 GB/s busbw with 128 KiB windows
+  // against 1.9-2.5 with 512 KiB, where 8 ranks ran faster with 512 KiB and
+  // an AMD Zen 1 VM had found 256 KiB slower than 512 KiB (docs/comm.md).
+  size_t alt_window_bytes = 128 << 10;
+  // Tune even where the mesh's ranks outnumber the cores (below, the tuner
+  // is off there): for tests that must exercise it on any machine.
+  bool tune_when_crowded = false;
 };
 
 class TcpCommunicator final : public RangeCommunicator {
@@ -71,6 +88,11 @@ class TcpCommunicator final : public RangeCommunicator {
   [[noreturn]] void Fail(const char* op, const std::string& transport_error);
   int JobRank(int group_rank) const;
   void RecursiveDoubling(View buf);
+  void WindowedAllReduce(View buf, size_t window_bytes);
+  bool TunesWindow(size_t bytes) const;
+  void TunedWindowAllReduce(View buf);
+  void BroadcastSteps(std::byte* data, size_t bytes, int root);
+  void BarrierSteps();
   bool ByHalving(View buf, const std::vector<Range>& ranges) const;
   void ReduceScatterSteps(View buf, const std::vector<Range>& ranges);
   void AllGatherSteps(View buf, const std::vector<Range>& ranges);
@@ -83,6 +105,10 @@ class TcpCommunicator final : public RangeCommunicator {
   std::unique_ptr<TcpMesh> mesh_;
   AbortLatch abort_;
   std::vector<std::byte> scratch_;
+  // Rank 0 times and decides; its choice per size class (1: alt window)
+  // reaches the others by a broadcast on the first call after exploring.
+  PathTuner window_tuner_{PathTuner::Statistic::kMedian};
+  std::array<uint8_t, PathTuner::kClasses> window_choice_{};
 };
 
 }  // namespace fmstack::comm

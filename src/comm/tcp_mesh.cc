@@ -176,8 +176,8 @@ TcpMesh::TcpMesh(TcpStore& store, TcpMeshOptions options)
   // Spinning only pays when the peer being waited for has a core to run
   // on; with more ranks of this mesh on this machine than cores (nodes in
   // network namespaces of one host), every wait sleeps at once.
-  if (!o_.busy_poll && colocated_ > static_cast<int>(std::thread::hardware_concurrency()))
-    o_.spin = std::chrono::microseconds(0);
+  crowded_ = colocated_ > static_cast<int>(std::thread::hardware_concurrency());
+  if (!o_.busy_poll && crowded_) o_.spin = std::chrono::microseconds(0);
   const int one = 1;
   for (const int fd : fds_) {
     if (fd < 0) continue;

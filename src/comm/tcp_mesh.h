@@ -74,6 +74,8 @@ class TcpMesh {
 
   int rank() const { return o_.rank; }
   int size() const { return o_.size; }
+  // More ranks of this mesh share this machine than it has cores.
+  bool crowded() const { return crowded_; }
 
   // Moves every transfer to completion, all at once. At most one send and
   // one receive per peer. Each message carries its length, so a peer that
@@ -95,6 +97,7 @@ class TcpMesh {
   TcpMeshOptions o_;
   std::vector<int> fds_;  // by group rank; -1 for this rank
   int colocated_ = 1;     // ranks of this mesh on this machine, this one included
+  bool crowded_ = false;  // colocated_ > cores
   std::atomic<bool> shut_{false};
   std::vector<pollfd> waits_;  // Run's poll set, kept to spare an allocation per sleep
 };

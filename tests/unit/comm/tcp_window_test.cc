@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/path_tuner.h"
 #include "comm/tcp_comm.h"
 #include "comm/tcp_store.h"
 
@@ -24,12 +25,19 @@ float Value(int rank, size_t i) {
          static_cast<float>(rank) * 1e-3f;
 }
 
-// Every rank's buffer after one allreduce of `count` floats, with windows of
-// `window_bytes`.
-std::vector<std::vector<float>> AllReduceOnThreads(int ranks, size_t count, size_t window_bytes,
-                                                   const std::string& prefix) {
+struct Calls {
+  std::vector<std::vector<float>> first;  // every rank's result of the first call
+  std::vector<int> differing;             // per rank: later calls whose bits differ from it
+};
+
+// `calls` allreduces of the same `count` floats on every rank, with windows
+// of `window_bytes` (and, where the communicator tunes them, of
+// `alt_window_bytes`).
+Calls RepeatOnThreads(int ranks, size_t count, size_t window_bytes, size_t alt_window_bytes,
+                      int calls, const std::string& prefix) {
   TcpStoreServer server("127.0.0.1", 0, kSecret);
-  std::vector<std::vector<float>> bufs(static_cast<size_t>(ranks), std::vector<float>(count));
+  Calls out{std::vector<std::vector<float>>(static_cast<size_t>(ranks)),
+            std::vector<int>(static_cast<size_t>(ranks))};
   std::vector<std::string> errors(static_cast<size_t>(ranks));
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r) {
@@ -42,10 +50,20 @@ std::vector<std::vector<float>> AllReduceOnThreads(int ranks, size_t count, size
         o.timeout = std::chrono::seconds(20);
         o.store = std::make_shared<TcpStore>("127.0.0.1", server.port(), kSecret);
         o.window_bytes = window_bytes;
+        o.alt_window_bytes = alt_window_bytes;
+        o.tune_when_crowded = true;  // ranks as threads may outnumber the cores
         TcpCommunicator comm(o);
-        std::vector<float>& buf = bufs[static_cast<size_t>(r)];
-        for (size_t i = 0; i < count; ++i) buf[i] = Value(r, i);
-        comm.AllReduce(std::span<float>(buf), ReduceOp::kSum);
+        std::vector<float> buf(count);
+        for (int call = 0; call < calls; ++call) {
+          for (size_t i = 0; i < count; ++i) buf[i] = Value(r, i);
+          comm.AllReduce(std::span<float>(buf), ReduceOp::kSum);
+          std::vector<float>& first = out.first[static_cast<size_t>(r)];
+          if (call == 0) {
+            first = buf;
+          } else if (std::memcmp(first.data(), buf.data(), count * sizeof(float)) != 0) {
+            ++out.differing[static_cast<size_t>(r)];
+          }
+        }
       } catch (const std::exception& e) {
         errors[static_cast<size_t>(r)] = e.what();
       }
@@ -53,7 +71,14 @@ std::vector<std::vector<float>> AllReduceOnThreads(int ranks, size_t count, size
   }
   for (std::thread& t : threads) t.join();
   for (int r = 0; r < ranks; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
-  return bufs;
+  return out;
+}
+
+// Every rank's buffer after one allreduce of `count` floats, with windows of
+// `window_bytes`.
+std::vector<std::vector<float>> AllReduceOnThreads(int ranks, size_t count, size_t window_bytes,
+                                                   const std::string& prefix) {
+  return RepeatOnThreads(ranks, count, window_bytes, 0, 1, prefix).first;
 }
 
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
@@ -80,6 +105,37 @@ TEST(TcpWindows, EveryRankGetsTheSameBitsAndTheSumItExpects) {
       const auto whole = AllReduceOnThreads(ranks, count, SIZE_MAX, "x" + std::to_string(ranks));
       EXPECT_TRUE(SameBits(windowed[0], whole[0])) << ranks << " ranks";
     }
+  }
+}
+
+// With a power of two of ranks, calls beyond one period of the tuner
+// (path_tuner.h) time windows of 4 KiB against 512 KiB and then keep rank
+// 0's choice, which the others must learn: a rank that kept its own would
+// send 2 KiB pieces where its peer expects 200 KiB, and the mesh names
+// the mismatch. Each element's path does not depend on the window, so
+// every call, exploring or not, gives the bits of an untuned allreduce.
+TEST(TcpWindows, TunedWindowsKeepTheBitsAndEveryRankFollowsRankZero) {
+  const size_t count = 100003;  // 400 KB
+  const int calls = PathTuner::kPeriod + PathTuner::kExplore + 4;
+  const Calls tuned = RepeatOnThreads(2, count, 4 << 10, 512 << 10, calls, "tuned2");
+  const auto untuned = AllReduceOnThreads(2, count, 512 << 10, "untuned2");
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(tuned.differing[static_cast<size_t>(r)], 0) << "rank " << r;
+    EXPECT_TRUE(SameBits(tuned.first[static_cast<size_t>(r)], untuned[0])) << "rank " << r;
+  }
+}
+
+// On the ring (3 ranks) the window decides where each element is summed,
+// so a tuned window would make the bits depend on timing: there the window
+// stays the one asked for, call after call.
+TEST(TcpWindows, OnTheRingTheWindowIsNotTuned) {
+  const size_t count = 100003;
+  const Calls ring =
+      RepeatOnThreads(3, count, 4 << 10, 512 << 10, PathTuner::kExplore + 4, "ring3");
+  const auto fixed = AllReduceOnThreads(3, count, 4 << 10, "fixed3");
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(ring.differing[static_cast<size_t>(r)], 0) << "rank " << r;
+    EXPECT_TRUE(SameBits(ring.first[static_cast<size_t>(r)], fixed[0])) << "rank " << r;
   }
 }
 
