@@ -319,16 +319,15 @@ void TcpCommunicator::AllGather(View in, View out) {
   AllGatherRanges(in, out, Shards(out.count, size()));
 }
 
-// A binomial tree rooted at `root`: a rank receives once from the rank
-// that differs in its lowest set bit (relative to the root), then sends to
-// the ranks below that bit.
 void TcpCommunicator::Broadcast(View buf, int root) {
   Guarded("broadcast", [&] {
     if (buf.count > 0) BroadcastSteps(buf.data, buf.bytes(), root);
   });
 }
 
-// A binomial tree rooted at `root`.
+// A binomial tree rooted at `root`: a rank receives once from the rank
+// that differs in its lowest set bit (relative to the root), then sends to
+// the ranks below that bit.
 void TcpCommunicator::BroadcastSteps(std::byte* data, size_t bytes, int root) {
   const int n = size(), rel = (rank() - root + n) % n;
   int mask = 1;
@@ -387,13 +386,12 @@ void TcpCommunicator::SendRecv(View send, int to, View recv, int from) {
   });
 }
 
-// Dissemination: in round k every rank signals rank + 2^k and waits for
-// rank - 2^k; after ceil(log2 n) rounds each has heard from all.
 void TcpCommunicator::Barrier() {
   Guarded("barrier", [&] { BarrierSteps(); });
 }
 
-// Dissemination: log2 n rounds of one byte to rank + 2^k.
+// Dissemination: in round k every rank signals rank + 2^k and waits for
+// rank - 2^k; after ceil(log2 n) rounds each has heard from all.
 void TcpCommunicator::BarrierSteps() {
   const int n = size();
   std::byte out{1}, in{0};
