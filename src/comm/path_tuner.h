@@ -11,11 +11,13 @@
 // Every rank of a group must take the same way on every call. Each rank
 // keeps its own tuner, and ranks make the same calls in the same order, so
 // Next() gives all of them the same plan; only the decision itself crosses
-// between ranks, and the caller carries it (the shared-memory segment).
+// between ranks, and the caller carries it (the shared-memory segment, a
+// broadcast over TCP): see Call().
 #pragma once
 
 #include <array>
 #include <bit>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -83,6 +85,32 @@ class PathTuner {
     return Summary(c.timed[1]) < Summary(c.timed[0]);
   }
 
+  // One call of `bytes` the way Next() plans it, on every rank of the group:
+  //   - share(size_class, mine) runs on the first call after exploring. It
+  //     gets this rank's decision (Decide() on the deciding rank, false on
+  //     the others) and returns the deciding rank's, which every rank then
+  //     follows until the next period decides again;
+  //   - sync() starts each timed call on every rank together, so that the
+  //     deciding rank is not charged for the tail of the previous call on
+  //     its peers (with more ranks than cores that tail is long after a
+  //     call with large windows, and would be charged to the way timed next);
+  //   - run(second) is the call itself, the second way or the first.
+  template <class Share, class Sync, class Run>
+  void Call(size_t bytes, bool decider, const Share& share, const Sync& sync, const Run& run) {
+    const int size_class = SizeClass(bytes);
+    const Plan plan = Next(size_class);
+    Class& c = classes_.at(static_cast<size_t>(size_class));
+    if (plan.decide) c.chosen = share(size_class, decider && Decide(size_class));
+    const bool second = plan.explore ? plan.second : c.chosen;
+    if (plan.time) sync();
+    const auto start = std::chrono::steady_clock::now();
+    run(second);
+    if (plan.time && decider) {
+      Record(size_class, second,
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+  }
+
  private:
   static constexpr double kNever = std::numeric_limits<double>::infinity();
   struct Timed {
@@ -92,6 +120,7 @@ class PathTuner {
   struct Class {
     uint64_t calls = 0;
     std::array<Timed, 2> timed{};
+    bool chosen = false;  // the group's decision, as Call() last shared it
   };
 
   double Summary(const Timed& way) const {

@@ -76,25 +76,14 @@ size_t ShmCommunicator::ResolveAltWindow() const {
 template <class Run>
 void ShmCommunicator::RunTuned(PathTuner& tuner, std::atomic<int32_t>* choices, size_t bytes,
                                const Run& run) {
-  const int size_class = PathTuner::SizeClass(bytes);
-  const PathTuner::Plan plan = tuner.Next(size_class);
-  if (plan.decide) {
+  const auto share = [&](int size_class, bool mine) {
     // Rank 0 publishes before the barrier; the others read after it.
-    if (options_.rank == 0) choices[size_class].store(tuner.Decide(size_class) ? 1 : 0);
+    if (options_.rank == 0) choices[size_class].store(mine ? 1 : 0);
     Wait("allreduce");
-  }
-  const bool second = plan.explore ? plan.second : choices[size_class].load() == 1;
-  // A timed call starts together: otherwise rank 0's time would hold
-  // the tail of the previous call on its peers, and with more ranks than
-  // cores that tail is long after a call with large windows, so it would be
-  // charged to the way timed next.
-  if (plan.time) Wait("allreduce");
-  const auto start = std::chrono::steady_clock::now();
-  run(second);
-  if (plan.time && options_.rank == 0) {
-    tuner.Record(size_class, second,
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
+    return choices[size_class].load() == 1;
+  };
+  tuner.Call(
+      bytes, options_.rank == 0, share, [&] { Wait("allreduce"); }, run);
 }
 
 void ShmCommunicator::TunedAllReduce(View buf, ReduceOp op) {

@@ -142,29 +142,17 @@ bool TcpCommunicator::TunesWindow(size_t bytes) const {
          bytes > std::min(o_.alt_window_bytes, o_.window_bytes);
 }
 
-// Every rank makes the same calls in the same order, so every rank's tuner
-// plans the same; rank 0 times the exploring calls and decides, and its
-// choice reaches the others before the first call that uses it.
+// Rank 0 times the exploring calls and decides; its choice reaches the
+// others in a one-byte broadcast before the first call that uses it.
 void TcpCommunicator::TunedWindowAllReduce(View buf) {
-  const int size_class = PathTuner::SizeClass(buf.bytes());
-  const PathTuner::Plan plan = window_tuner_.Next(size_class);
-  uint8_t& choice = window_choice_.at(static_cast<size_t>(size_class));
-  if (plan.decide) {
-    std::byte decided{static_cast<uint8_t>(rank() == 0 && window_tuner_.Decide(size_class))};
+  const auto share = [&](int, bool mine) {
+    std::byte decided{static_cast<uint8_t>(mine)};
     BroadcastSteps(&decided, 1, 0);
-    choice = static_cast<uint8_t>(decided);
-  }
-  const bool alt = plan.explore ? plan.second : choice == 1;
-  // Timed calls start together, so that rank 0 is not charged for the
-  // tail of the previous call on its peers.
-  if (plan.time) BarrierSteps();
-  const auto start = std::chrono::steady_clock::now();
-  WindowedAllReduce(buf, alt ? o_.alt_window_bytes : o_.window_bytes);
-  if (plan.time && rank() == 0) {
-    window_tuner_.Record(
-        size_class, alt,
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
+    return decided == std::byte{1};
+  };
+  window_tuner_.Call(
+      buf.bytes(), rank() == 0, share, [&] { BarrierSteps(); },
+      [&](bool alt) { WindowedAllReduce(buf, alt ? o_.alt_window_bytes : o_.window_bytes); });
 }
 
 // Step k exchanges the whole buffer with rank ^ 2^k. The sum is added

@@ -17,9 +17,7 @@
 // against.
 #pragma once
 
-#include <array>
 #include <chrono>
-#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -105,10 +103,8 @@ class TcpCommunicator final : public RangeCommunicator {
   std::unique_ptr<TcpMesh> mesh_;
   AbortLatch abort_;
   std::vector<std::byte> scratch_;
-  // Rank 0 times and decides; its choice per size class (1: alt window)
-  // reaches the others by a broadcast on the first call after exploring.
+  // Per size class: the second way is the alt window.
   PathTuner window_tuner_{PathTuner::Statistic::kMedian};
-  std::array<uint8_t, PathTuner::kClasses> window_choice_{};
 };
 
 }  // namespace fmstack::comm
