@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -22,6 +23,19 @@ size_t ShmCommunicator::HeaderBytes() {
   return (sizeof(Header) + 4095) / 4096 * 4096;
 }
 
+// FMSTACK_SHM_POST_WAIT: unset, the post-and-wait paths where every rank has
+// a core (with more ranks than cores they measured slower from 16 KiB,
+// docs/comm.md); "1", everywhere, the two-round reductions included; "0",
+// never.
+bool ShmCommunicator::PostWaitWanted(bool oversubscribed) {
+  const char* v = std::getenv("FMSTACK_SHM_POST_WAIT");
+  if (v == nullptr || *v == '\0') return !oversubscribed;
+  const std::string s(v);
+  if (s != "0" && s != "1")
+    throw CommError(fmt::format("FMSTACK_SHM_POST_WAIT={}: expected 0 or 1", s), -1);
+  return s == "1";
+}
+
 ShmCommunicator::ShmCommunicator(ShmOptions options) : options_(std::move(options)) {
   const int P = options_.size;
   if (P > kMaxLocal)
@@ -35,11 +49,7 @@ ShmCommunicator::ShmCommunicator(ShmOptions options) : options_(std::move(option
   oversubscribed_ = static_cast<unsigned>(P) > std::thread::hardware_concurrency();
   // A Docker container's /dev/shm is 64 MB by default: the regions are only
   // as large as the paths that use them.
-  // Opt-in until two clean-clone CI failures of the checkpointless test
-  // with it on (a peer restore refused, a rank restarted instead of
-  // replaced; neither reproduced in 50 loaded local runs) are explained.
-  const char* post_wait = std::getenv("FMSTACK_SHM_POST_WAIT");
-  post_wait_ = post_wait != nullptr && std::string(post_wait) == "1";
+  post_wait_ = PostWaitWanted(oversubscribed_);
   region_bytes_ = !post_wait_ ? 0 : oversubscribed_ ? 2 * kMidBytes : kSmallBytes;
   mapped_bytes_ =
       HeaderBytes() + static_cast<size_t>(P) * (options_.slot_bytes + 2 * region_bytes_);
@@ -68,6 +78,17 @@ ShmCommunicator::ShmCommunicator(ShmOptions options) : options_(std::move(option
     if (fd < 0)
       throw CommError(fmt::format("shm: cannot open /dev/shm{}: {}", name, std::strerror(errno)),
                       -1);
+    // Mapping more than local rank 0 reserved would be a SIGBUS later.
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != mapped_bytes_) {
+      const auto made = static_cast<int64_t>(st.st_size);
+      ::close(fd);
+      throw CommError(fmt::format("shm: /dev/shm{} is {} bytes where local rank {} expects {}: "
+                                  "the ranks of a node differ in slot size or in "
+                                  "FMSTACK_SHM_POST_WAIT",
+                                  name, made, options_.rank, mapped_bytes_),
+                      -1);
+    }
   }
   void* p = ::mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);

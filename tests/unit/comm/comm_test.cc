@@ -222,9 +222,11 @@ TEST_P(CommTest, EveryCollectiveMatchesTheReference) {
   ExpectAllOk(RunRanks(GetParam(), AllCollectives, server));
 }
 
-// An opt-in variable set to 1 for the ranks forked while it lives.
+// A variable set (to 1 unless said) for the ranks forked while it lives.
 struct OptIn {
-  explicit OptIn(const char* name) : name_(name) { ::setenv(name, "1", 1); }
+  explicit OptIn(const char* name, const char* value = "1") : name_(name) {
+    ::setenv(name, value, 1);
+  }
   ~OptIn() { ::unsetenv(name_); }
   OptIn(const OptIn&) = delete;
   OptIn& operator=(const OptIn&) = delete;
@@ -232,8 +234,10 @@ struct OptIn {
  private:
   const char* name_;
 };
+// The post-and-wait paths everywhere ("1"), or nowhere ("0"); by default
+// they run where every local rank has a core.
 struct PostWait : OptIn {
-  PostWait() : OptIn("FMSTACK_SHM_POST_WAIT") {}
+  explicit PostWait(const char* value = "1") : OptIn("FMSTACK_SHM_POST_WAIT", value) {}
 };
 
 // Every collective over 64 KiB through cross-memory attach, reductions too
@@ -265,6 +269,16 @@ TEST(CommTest, AllReduceAlongRailsAndThroughLeadersMatchesTheReference) {
 TEST(CommTest, PostAndWaitPathsMatchTheReference) {
   const PostWait on;
   for (const Layout& layout : {Layout{1, 2}, Layout{2, 2}, Layout{1, 5}, Layout{2, 4}}) {
+    TcpStoreServer server("127.0.0.1", 0, kSecret);
+    ExpectAllOk(RunRanks(layout, AllCollectives, server));
+  }
+}
+
+// The barrier paths on layouts whose ranks would take post-and-wait by
+// default wherever they fit the cores.
+TEST(CommTest, BarrierPathsMatchTheReference) {
+  const PostWait off("0");
+  for (const Layout& layout : {Layout{1, 2}, Layout{2, 2}}) {
     TcpStoreServer server("127.0.0.1", 0, kSecret);
     ExpectAllOk(RunRanks(layout, AllCollectives, server));
   }
@@ -357,9 +371,9 @@ TEST(CommTest, RunToRunBitwiseIdentical) {
 }
 
 // Small reductions inside a node take the two-barrier direct path; with
-// slots smaller than the message they take the windowed one. Both sum in
-// rank order, so every rank's bits agree between the two (sum and average,
-// f32 and bf16).
+// slots smaller than the message they take the windowed one; up to 64 KiB
+// with post-and-wait on, the regions. All sum in rank order, so every
+// rank's bits agree among the three (sum and average, f32 and bf16).
 TEST(CommTest, DirectSmallReductionsEqualTheWindowedOnesBitForBit) {
   TcpStoreServer server("127.0.0.1", 0, kSecret);
   auto body = [](Communicator& c, const CommOptions& o) {
@@ -383,14 +397,23 @@ TEST(CommTest, DirectSmallReductionsEqualTheWindowedOnesBitForBit) {
   // Each run is a generation of its own: its store keys and segment are new.
   int64_t generation = 0;
   for (const int procs : {2, 4}) {
-    const int64_t direct = generation++, windowed = generation++;
-    ExpectAllOk(RunRanks({1, procs}, body, server, direct, 4 << 20));  // direct up to its bound
-    ExpectAllOk(RunRanks({1, procs}, body, server, windowed, 256));    // windows of 256 bytes
+    const int64_t direct = generation++, windowed = generation++, posted = generation++;
+    {
+      const PostWait off("0");
+      ExpectAllOk(RunRanks({1, procs}, body, server, direct, 4 << 20));  // direct up to its bound
+      ExpectAllOk(RunRanks({1, procs}, body, server, windowed, 256));    // windows of 256 bytes
+    }
+    {
+      const PostWait on;
+      ExpectAllOk(RunRanks({1, procs}, body, server, posted, 4 << 20));
+    }
     TcpStore check("127.0.0.1", server.port(), kSecret);
+    const auto bits = [&](int64_t g, int r) {
+      return check.Get(fmt::format("bits/g{}/r{}", g, r), std::chrono::seconds(1));
+    };
     for (int r = 0; r < procs; ++r) {
-      EXPECT_EQ(check.Get(fmt::format("bits/g{}/r{}", direct, r), std::chrono::seconds(1)),
-                check.Get(fmt::format("bits/g{}/r{}", windowed, r), std::chrono::seconds(1)))
-          << procs << " ranks, rank " << r;
+      EXPECT_EQ(bits(direct, r), bits(windowed, r)) << procs << " ranks, rank " << r;
+      EXPECT_EQ(bits(direct, r), bits(posted, r)) << procs << " ranks, rank " << r;
     }
   }
 }

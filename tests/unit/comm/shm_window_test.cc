@@ -1,10 +1,13 @@
 // The shared-memory reduction window: how it is sized, that a bad ask is a
 // clear error, and that every rank of a node stages local rank 0's window
 // even when their own asks differ (if each staged its own, the passes would
-// not line up and the sums would be wrong or the barriers would time out).
+// not line up and the sums would be wrong or the barriers would time out);
+// and that a rank whose segment would differ from local rank 0's is refused.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -155,6 +158,45 @@ TEST(ShmWindow, OnlyAWindowSizedFromTheL3IsTuned) {
   o.slot_bytes = 4 << 20;
   o.window_bytes = 2 << 20;
   EXPECT_EQ(ShmCommunicator(o).alt_window_bytes(), 0u);
+}
+
+// The segment's size follows the post-and-wait setting; a rank that does
+// not share local rank 0's must fail naming it, not map past the end of the
+// segment and die of SIGBUS in its first collective.
+void RankWithAnotherPostWait(int rank, int size, uint16_t port) {
+  ::setenv("FMSTACK_SHM_POST_WAIT", rank == 0 ? "1" : "0", 1);
+  ShmOptions o = RankOptions("postwait", rank, size, port);
+  o.slot_bytes = 64 << 10;
+  o.timeout = std::chrono::seconds(2);
+  try {
+    ShmCommunicator c(o);
+  } catch (const CommError& e) {
+    const std::string what = e.what();
+    // Local rank 0 waits for peers that gave up: it may fail either way.
+    if (rank == 0 || what.find("FMSTACK_SHM_POST_WAIT") != std::string::npos) return;
+    throw Error("rank " + std::to_string(rank) + ": " + what);
+  }
+  if (rank != 0) throw Error("rank " + std::to_string(rank) + " attached to rank 0's segment");
+}
+
+TEST(ShmSegment, ARankThatDisagreesOnPostAndWaitFailsNamingIt) {
+  ExpectThreeRanksClean(RankWithAnotherPostWait);
+}
+
+TEST(ShmSegment, APostAndWaitValueOtherThanZeroOrOneIsRefused) {
+  ::setenv("FMSTACK_SHM_POST_WAIT", "yes", 1);
+  ShmOptions o;
+  o.segment = "fmstack.window-test";
+  o.size = 2;
+  try {
+    ShmCommunicator c(o);
+    ADD_FAILURE() << "FMSTACK_SHM_POST_WAIT=yes was accepted";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("FMSTACK_SHM_POST_WAIT=yes: expected 0 or 1"),
+              std::string::npos)
+        << e.what();
+  }
+  ::unsetenv("FMSTACK_SHM_POST_WAIT");
 }
 
 }  // namespace
