@@ -24,16 +24,16 @@ size_t ShmCommunicator::HeaderBytes() {
 }
 
 // FMSTACK_SHM_POST_WAIT: unset, the post-and-wait paths where every rank has
-// a core (with more ranks than cores they measured slower from 16 KiB,
-// docs/comm.md); "1", everywhere, the two-round reductions included; "0",
-// never.
-bool ShmCommunicator::PostWaitWanted(bool oversubscribed) {
+// a core, and with more ranks than cores only where the direct path would
+// serve (they measured slower above that, docs/comm.md); "1", everywhere,
+// the two-round reductions included; "0", never.
+ShmCommunicator::PostWait ShmCommunicator::PostWaitSetting() {
   const char* v = std::getenv("FMSTACK_SHM_POST_WAIT");
-  if (v == nullptr || *v == '\0') return !oversubscribed;
+  if (v == nullptr || *v == '\0') return PostWait::kDefault;
   const std::string s(v);
   if (s != "0" && s != "1")
     throw CommError(fmt::format("FMSTACK_SHM_POST_WAIT={}: expected 0 or 1", s), -1);
-  return s == "1";
+  return s == "1" ? PostWait::kEverywhere : PostWait::kOff;
 }
 
 ShmCommunicator::ShmCommunicator(ShmOptions options) : options_(std::move(options)) {
@@ -49,8 +49,10 @@ ShmCommunicator::ShmCommunicator(ShmOptions options) : options_(std::move(option
   oversubscribed_ = static_cast<unsigned>(P) > std::thread::hardware_concurrency();
   // A Docker container's /dev/shm is 64 MB by default: the regions are only
   // as large as the paths that use them.
-  post_wait_ = PostWaitWanted(oversubscribed_);
-  region_bytes_ = !post_wait_ ? 0 : oversubscribed_ ? 2 * kMidBytes : kSmallBytes;
+  post_wait_ = PostWaitSetting();
+  region_bytes_ = post_wait_ == PostWait::kOff                             ? 0
+                  : oversubscribed_ && post_wait_ == PostWait::kEverywhere ? 2 * kMidBytes
+                                                                           : kSmallBytes;
   mapped_bytes_ =
       HeaderBytes() + static_cast<size_t>(P) * (options_.slot_bytes + 2 * region_bytes_);
   const std::string name = "/" + options_.segment;

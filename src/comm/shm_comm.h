@@ -14,9 +14,10 @@
 // or the kernel refuses cross-memory attach, it times two sizes of window
 // through the slots instead (StagedBytes; both in shm_tuning.cc).
 // FMSTACK_SHM_CMA_REDUCE=1 sends everything through cross-memory attach.
-// Where every rank has a core, messages up to 64 KiB skip the barriers
-// instead: one post and one wait (shm_small.cc; FMSTACK_SHM_POST_WAIT=0
-// turns that off, =1 on everywhere).
+// Small messages (up to 64 KiB where every rank has a core; ranks x bytes
+// up to 16 KiB where they outnumber the cores) skip the barriers instead:
+// one post and one wait (shm_small.cc; FMSTACK_SHM_POST_WAIT=0 turns that
+// off, =1 on everywhere).
 #pragma once
 
 #include <atomic>
@@ -152,14 +153,25 @@ class ShmCommunicator final : public Communicator {
   // 0.89x, so not there). Two regions per rank alternate: by
   // the time a rank starts operation k, every peer has started k - 1, so none
   // still reads its region of k - 2.
-  // On by default only where every rank has a core: 2 ranks on the Zen 4
-  // VM, 8 alternated runs, 4 KiB allreduce 0.88-1.30x OpenMPI against
-  // 0.73-1.06x on the two barriers. 4 ranks on its 2 cores lost from 64 KiB
-  // (0.81-2.04x against 1.95-3.66x, 5 runs), so there it takes "1".
+  // By default, where every rank has a core: 2 ranks on the Zen 4 VM, 8
+  // alternated runs, 4 KiB allreduce 0.88-1.30x OpenMPI against 0.73-1.06x
+  // on the two barriers. With more ranks than cores, only up to the direct
+  // path's bound (ranks x bytes <= 16 KiB): 4 ranks on 2 cores, 1 KiB,
+  // 0.30-0.49 GB/s busbw against 0.19-0.26 (8 ranks 0.12-0.18 against
+  // 0.09-0.12), where from 64 KiB the regions lost (0.81-2.04x OpenMPI
+  // against 1.95-3.66x); the two-round reductions only with "1".
   static constexpr size_t kSmallBytes = 64 << 10;
   static constexpr size_t kMidBytes = 1 << 20;
-  bool UseSmall(size_t bytes) const { return post_wait_ && bytes <= kSmallBytes; }
-  bool UseMid(size_t bytes) const { return post_wait_ && oversubscribed_ && bytes <= kMidBytes; }
+  enum class PostWait { kOff, kDefault, kEverywhere };  // "0", unset, "1"
+  static PostWait PostWaitSetting();
+  bool UseSmall(size_t bytes) const {
+    if (post_wait_ == PostWait::kOff || bytes > kSmallBytes) return false;
+    return !oversubscribed_ || post_wait_ == PostWait::kEverywhere ||
+           bytes * static_cast<size_t>(options_.size) <= kDirectReadBytes;
+  }
+  bool UseMid(size_t bytes) const {
+    return post_wait_ == PostWait::kEverywhere && oversubscribed_ && bytes <= kMidBytes;
+  }
   std::byte* Region(int r, uint32_t op) const;
   // Starts the next operation: posts this rank's bytes and waits for every
   // peer's; afterwards small_srcs_[r] is rank r's posted input.
@@ -222,11 +234,10 @@ class ShmCommunicator final : public Communicator {
   // FMSTACK_SHM_CMA_REDUCE=1: cross-memory attach for every collective over
   // 64 KiB, reductions too, whatever the rank count (comm_test runs it).
   bool cma_everywhere_ = false;
-  bool oversubscribed_ = false;  // more ranks than cores
-  bool post_wait_ = false;       // the paths of shm_small.cc (PostWaitWanted)
-  static bool PostWaitWanted(bool oversubscribed);
-  size_t region_bytes_ = 0;  // per rank and parity: input, then (mid path) result
-  int spin_limit_ = 2000;    // pause-loop iterations before yielding in a barrier
+  bool oversubscribed_ = false;              // more ranks than cores
+  PostWait post_wait_ = PostWait::kDefault;  // the paths of shm_small.cc
+  size_t region_bytes_ = 0;                  // per rank and parity: input, then (mid path) result
+  int spin_limit_ = 2000;                    // pause-loop iterations before yielding in a barrier
   // sched_yield()s after that before sleeping on the futex. With more ranks
   // than cores the rank a waiter waits for is often queued behind it on
   // its own core, and a yield hands that core over at once where a sleep

@@ -35,7 +35,7 @@ void ShmCommunicator::WaitPosted(int r, uint32_t seq, const char* op) {
     if (reached()) return;
     __builtin_ia32_pause();
   }
-  for (int i = 0; i < 10; ++i) {
+  for (int i = 0; i < yield_limit_; ++i) {  // as the barrier waits (yield_limit_'s comment)
     if (reached()) return;
     sched_yield();
   }
