@@ -179,7 +179,8 @@ class ShmCommunicator final : public Communicator {
   // Raises this rank's sequence number / waits until every peer's reaches ours.
   void Post();
   void WaitAll(const char* op);
-  void WaitPosted(int r, uint32_t seq, const char* op);
+  void WaitPosted(int r, uint32_t seq, const char* op,
+                  std::chrono::steady_clock::time_point deadline);
   void SmallReduce(View buf, ReduceOp op, int root, bool all);
   void MidReduce(View buf, ReduceOp op, int root, bool all);
   void SmallReduceScatter(View in, View out, Range mine, ReduceOp op);

@@ -25,7 +25,8 @@ std::byte* ShmCommunicator::Region(int r, uint32_t op) const {
 
 // Spins while the peer is probably on its way, then sleeps on its sequence
 // word; checks for an abort, a dead peer and the deadline as Wait does.
-void ShmCommunicator::WaitPosted(int r, uint32_t seq, const char* op) {
+void ShmCommunicator::WaitPosted(int r, uint32_t seq, const char* op,
+                                 std::chrono::steady_clock::time_point deadline) {
   std::atomic<uint32_t>& word = header_->posted[r].seq;
   // Sequence numbers wrap; a peer is at most one operation ahead or behind.
   const auto reached = [&] {
@@ -39,8 +40,7 @@ void ShmCommunicator::WaitPosted(int r, uint32_t seq, const char* op) {
     if (reached()) return;
     sched_yield();
   }
-  const auto start = std::chrono::steady_clock::now();
-  auto next_check = start;
+  auto next_check = std::chrono::steady_clock::now();
   while (true) {
     header_->sleepers.fetch_add(1, std::memory_order_seq_cst);
     const uint32_t seen = word.load(std::memory_order_seq_cst);
@@ -60,7 +60,7 @@ void ShmCommunicator::WaitPosted(int r, uint32_t seq, const char* op) {
       throw CommError(fmt::format("{} on rank {}: {}", op, JobRank(options_.rank), why),
                       JobRank(r));
     }
-    if (now - start > options_.timeout) {
+    if (now > deadline) {
       throw CommError(fmt::format("{} on rank {}: timed out after {} ms waiting for rank {} of "
                                   "this node (every process is alive: one may be hung)",
                                   op, JobRank(options_.rank), options_.timeout.count(), JobRank(r)),
@@ -75,9 +75,12 @@ void ShmCommunicator::Post() {
   if (header_->sleepers.load(std::memory_order_seq_cst) > 0) FutexWakeAll(&word);
 }
 
+// One deadline for all the peers: waiting for each in turn with a timeout
+// of its own could take (ranks - 1) times the timeout.
 void ShmCommunicator::WaitAll(const char* op) {
+  const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
   for (int r = 0; r < options_.size; ++r) {
-    if (r != options_.rank) WaitPosted(r, small_seq_, op);
+    if (r != options_.rank) WaitPosted(r, small_seq_, op, deadline);
   }
 }
 

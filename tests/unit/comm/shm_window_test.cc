@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/shm_comm.h"
@@ -181,6 +182,41 @@ void RankWithAnotherPostWait(int rank, int size, uint16_t port) {
 
 TEST(ShmSegment, ARankThatDisagreesOnPostAndWaitFailsNamingIt) {
   ExpectThreeRanksClean(RankWithAnotherPostWait);
+}
+
+// A post-and-wait call has one deadline for all its peers. Rank 1 posts
+// late (0.8 s) and rank 2 never does: rank 0 must give up about 1 s after
+// it started, not 1 s after rank 1 came (1.8 s), as a timeout of its own
+// per peer would.
+void RankAgainstTheDeadline(int rank, int size, uint16_t port) {
+  ::setenv("FMSTACK_SHM_POST_WAIT", "1", 1);
+  ShmOptions o = RankOptions("deadline", rank, size, port);
+  o.slot_bytes = 64 << 10;
+  o.timeout = std::chrono::seconds(1);
+  ShmCommunicator c(o);
+  if (rank == 2) {
+    std::this_thread::sleep_for(std::chrono::seconds(3));  // alive and silent
+    return;
+  }
+  if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  std::vector<float> buf(1024, 1.0f);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    c.AllReduce(View(std::span<float>(buf)), ReduceOp::kSum);
+  } catch (const CommError& e) {
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (std::string(e.what()).find("timed out") == std::string::npos)
+      throw Error("rank " + std::to_string(rank) + ": " + e.what());
+    if (rank == 0 && waited > 1.4)
+      throw Error("rank 0 gave up after " + std::to_string(waited) + " s with a 1 s timeout");
+    return;
+  }
+  throw Error("rank " + std::to_string(rank) + ": the allreduce returned without rank 2");
+}
+
+TEST(ShmSegment, APostAndWaitCallHasOneDeadlineForAllItsPeers) {
+  ExpectThreeRanksClean(RankAgainstTheDeadline);
 }
 
 TEST(ShmSegment, APostAndWaitValueOtherThanZeroOrOneIsRefused) {
