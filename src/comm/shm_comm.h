@@ -136,9 +136,13 @@ class ShmCommunicator final : public Communicator {
   void DirectReduce(View buf, ReduceOp op, int root, bool all, const char* name);
   static constexpr size_t kDirectReadBytes = 16 << 10;
   static constexpr size_t kDirectReadBytesCorePerRank = 512 << 10;
-  bool UseDirect(size_t bytes) const {
+  // Whether every rank may read all ranks' copies of `bytes` (the bound above).
+  bool ReadsEveryCopy(size_t bytes) const {
     const size_t bound = oversubscribed_ ? kDirectReadBytes : kDirectReadBytesCorePerRank;
-    return bytes * static_cast<size_t>(options_.size) <= bound && bytes <= options_.slot_bytes;
+    return bytes * static_cast<size_t>(options_.size) <= bound;
+  }
+  bool UseDirect(size_t bytes) const {
+    return ReadsEveryCopy(bytes) && bytes <= options_.slot_bytes;
   }
 
   // Messages up to kSmallBytes skip the barriers (shm_small.cc): each rank
@@ -166,8 +170,7 @@ class ShmCommunicator final : public Communicator {
   static PostWait PostWaitSetting();
   bool UseSmall(size_t bytes) const {
     if (post_wait_ == PostWait::kOff || bytes > kSmallBytes) return false;
-    return !oversubscribed_ || post_wait_ == PostWait::kEverywhere ||
-           bytes * static_cast<size_t>(options_.size) <= kDirectReadBytes;
+    return !oversubscribed_ || post_wait_ == PostWait::kEverywhere || ReadsEveryCopy(bytes);
   }
   bool UseMid(size_t bytes) const {
     return post_wait_ == PostWait::kEverywhere && oversubscribed_ && bytes <= kMidBytes;
