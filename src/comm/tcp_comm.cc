@@ -11,15 +11,8 @@
 namespace fmstack::comm {
 namespace {
 
-// What a ring step's receive reduces into as it arrives.
-struct AddTarget {
-  std::byte* dst;
-  const std::byte* src;
-  DType dtype;
-};
-
 void AddArrived(void* ctx, size_t begin, size_t end) {
-  const auto& a = *static_cast<const AddTarget*>(ctx);
+  const auto& a = *static_cast<const ReduceInto*>(ctx);
   const size_t es = DTypeSize(a.dtype);
   AddInto(a.dst + begin, a.src + begin, (end - begin) / es, a.dtype);
 }
@@ -53,9 +46,25 @@ Range SpanOf(const std::vector<Range>& ranges, int first, int count) {
   return Range{a.begin, b.end() - a.begin};
 }
 
+// Elements [first, first + count) of a chunk of n elements cut in `parts`
+// shards, as one range.
+Range ShardSpan(size_t n, int parts, int first, int count) {
+  const Range a = ShardOf(n, parts, first);
+  const Range b = ShardOf(n, parts, first + count - 1);
+  return Range{a.begin, b.end() - a.begin};
+}
+
 }  // namespace
 
 TcpCommunicator::TcpCommunicator(TcpOptions options) : o_(std::move(options)) {
+  if (o_.pipeline_chunk_bytes != 0 && (o_.pipeline_chunk_bytes < kMinPipelineChunkBytes ||
+                                       o_.pipeline_chunk_bytes > kMaxPipelineChunkBytes)) {
+    throw CommError(
+        fmt::format("tcp: a pipeline chunk of {} bytes (FMSTACK_TCP_PIPELINE_BYTES) "
+                    "is outside [{}, {}]; 0 turns the pipeline off",
+                    o_.pipeline_chunk_bytes, kMinPipelineChunkBytes, kMaxPipelineChunkBytes),
+        -1);
+  }
   if (o_.size <= 1) return;
   try {
     mesh_ = std::make_unique<TcpMesh>(*o_.store, static_cast<const TcpMeshOptions&>(o_));
@@ -107,7 +116,7 @@ void TcpCommunicator::AllReduce(View buf, ReduceOp op) {
     } else if (TunesWindow(buf.bytes())) {
       TunedWindowAllReduce(buf);
     } else {
-      WindowedAllReduce(buf, o_.window_bytes);
+      MainWayAllReduce(buf);
     }
   });
   if (op == ReduceOp::kAvg) ScaleInPlace(buf.data, buf.count, buf.dtype, 1.0 / size());
@@ -137,7 +146,7 @@ void TcpCommunicator::WindowedAllReduce(View buf, size_t window_bytes) {
 // busbw) where 512 KiB ran 0.71-0.73.
 bool TcpCommunicator::TunesWindow(size_t bytes) const {
   return o_.alt_window_bytes > 0 && o_.alt_window_bytes != o_.window_bytes &&
-         (!mesh_->crowded() || o_.tune_when_crowded) &&
+         (!mesh_->crowded() || o_.adapt_when_crowded) &&
          std::has_single_bit(static_cast<unsigned>(size())) && bytes <= o_.halving_max_bytes &&
          bytes > std::min(o_.alt_window_bytes, o_.window_bytes);
 }
@@ -152,7 +161,91 @@ void TcpCommunicator::TunedWindowAllReduce(View buf) {
   };
   window_tuner_.Call(
       buf.bytes(), rank() == 0, share, [&] { BarrierSteps(); },
-      [&](bool alt) { WindowedAllReduce(buf, alt ? o_.alt_window_bytes : o_.window_bytes); });
+      [&](bool alt) {
+        if (alt) return WindowedAllReduce(buf, o_.alt_window_bytes);
+        MainWayAllReduce(buf);
+      });
+}
+
+// Where the chunks fill a pipeline, the halving that windows would run,
+// with no window waiting for the one before.
+bool TcpCommunicator::UsesPipeline(size_t bytes) const {
+  return o_.pipeline_chunk_bytes > 0 && std::has_single_bit(static_cast<unsigned>(size())) &&
+         bytes <= o_.halving_max_bytes && (!mesh_->crowded() || o_.adapt_when_crowded) &&
+         bytes / o_.pipeline_chunk_bytes >= kPipelineMinChunks;
+}
+
+void TcpCommunicator::MainWayAllReduce(View buf) {
+  if (UsesPipeline(buf.bytes())) return PipelinedAllReduce(buf);
+  WindowedAllReduce(buf, o_.window_bytes);
+}
+
+// Halving and doubling on chunks of about pipeline_chunk_bytes, every
+// chunk's steps in one mesh Run: chunk k's step s starts as soon as its
+// step s - 1 has arrived, while later chunks still travel, so no step
+// waits for the whole buffer's previous step. Each send and receive waits
+// (`after`) for the chunk's previous receive, and so for all before it:
+// a send carries what those brought, and a reduction must follow the
+// previous step's to sum in HalvingReduceScatter's order, for its bits.
+// Step s of chunk k is listed at time k + s, so that to each peer a
+// chunk's later step queues behind the next chunk's earlier one.
+void TcpCommunicator::PipelinedAllReduce(View buf) {
+  const size_t segment_chunks =
+      std::max<size_t>(o_.pipeline_run_bytes / o_.pipeline_chunk_bytes, 1);
+  const size_t chunks = std::max<size_t>(buf.bytes() / o_.pipeline_chunk_bytes, 1);
+  for (size_t first = 0; first < chunks; first += segment_chunks) {
+    const size_t count = std::min(segment_chunks, chunks - first);
+    const Range a = ShardOf(buf.count, static_cast<int>(chunks), static_cast<int>(first));
+    const Range b =
+        ShardOf(buf.count, static_cast<int>(chunks), static_cast<int>(first + count - 1));
+    PipelinedSegment(buf.Sub(a.begin, b.end() - a.begin), count);
+  }
+}
+
+void TcpCommunicator::PipelinedSegment(View buf, size_t chunks) {
+  const int n = size(), r = rank(), steps = std::countr_zero(static_cast<unsigned>(n));
+  const size_t es = DTypeSize(buf.dtype);
+  const size_t largest = ShardOf(buf.count, static_cast<int>(chunks), 0).count;
+  scratch_.resize(static_cast<size_t>(steps) * largest * es);
+  pipe_.clear();
+  pipe_.reserve(chunks * static_cast<size_t>(steps) * 4);
+  targets_.clear();
+  targets_.reserve(chunks * static_cast<size_t>(steps));
+  std::vector<int64_t> arrived(chunks, -1);  // per chunk, its last step's receive
+  const int stages = 2 * steps;
+  for (size_t t = 0; t + 1 < chunks + static_cast<size_t>(stages); ++t) {
+    for (int s = 0; s < stages; ++s) {
+      if (t < static_cast<size_t>(s) || t - static_cast<size_t>(s) >= chunks) continue;
+      const size_t k = t - static_cast<size_t>(s);
+      const Range chunk = ShardOf(buf.count, static_cast<int>(chunks), static_cast<int>(k));
+      std::byte* const base = buf.data + chunk.begin * es;
+      Transfer send, recv;
+      if (s < steps) {
+        const int half = n >> (s + 1), lo = r & ~(2 * half - 1);
+        const bool upper = (r & half) != 0;
+        const Range keep = ShardSpan(chunk.count, n, upper ? lo + half : lo, half);
+        const Range give = ShardSpan(chunk.count, n, upper ? lo : lo + half, half);
+        std::byte* const into = scratch_.data() + static_cast<size_t>(s) * largest * es;
+        send = Send(r ^ half, base + give.begin * es, give.count * es);
+        recv = Recv(r ^ half, into, keep.count * es);
+        recv.align = es;
+        recv.notify_bytes = o_.reduce_chunk_bytes;
+        recv.on_data = &AddArrived;
+        recv.ctx = &targets_.emplace_back(ReduceInto{base + keep.begin * es, into, buf.dtype});
+      } else {
+        const int mask = 1 << (s - steps), peer = r ^ mask;
+        const Range mine = ShardSpan(chunk.count, n, r & ~(mask - 1), mask);
+        const Range theirs = ShardSpan(chunk.count, n, peer & ~(mask - 1), mask);
+        send = Send(peer, base + mine.begin * es, mine.count * es);
+        recv = Recv(peer, base + theirs.begin * es, theirs.count * es);
+      }
+      send.after = recv.after = arrived[k];
+      pipe_.push_back(send);
+      arrived[k] = static_cast<int64_t>(pipe_.size());
+      pipe_.push_back(recv);
+    }
+  }
+  mesh_->Run(pipe_, "allreduce");
 }
 
 // Step k exchanges the whole buffer with rank ^ 2^k. The sum is added
@@ -183,7 +276,7 @@ void TcpCommunicator::RingReduceScatter(View buf, const std::vector<Range>& rang
   for (int s = 0; s < n - 1; ++s) {
     const Range& out = ranges[(r - s - 1 + 2 * n) % n];
     const Range& in = ranges[(r - s - 2 + 2 * n) % n];
-    AddTarget target{buf.data + in.begin * es, scratch_.data(), buf.dtype};
+    ReduceInto target{buf.data + in.begin * es, scratch_.data(), buf.dtype};
     Transfer step[2];
     int k = 0;
     if (out.count > 0) step[k++] = Send(next, buf.data + out.begin * es, out.count * es);
@@ -231,7 +324,7 @@ void TcpCommunicator::HalvingReduceScatter(View buf, const std::vector<Range>& r
     const Range keep = SpanOf(ranges, upper ? lo + half : lo, half);
     const Range give = SpanOf(ranges, upper ? lo : lo + half, half);
     scratch_.resize(keep.count * es);
-    AddTarget target{buf.data + keep.begin * es, scratch_.data(), buf.dtype};
+    ReduceInto target{buf.data + keep.begin * es, scratch_.data(), buf.dtype};
     Transfer step[2];
     int k = 0;
     if (give.count > 0) step[k++] = Send(r ^ half, buf.data + give.begin * es, give.count * es);

@@ -5,7 +5,9 @@
 //     up to TcpOptions::doubling_max_bytes when n is a power of two, else a
 //     reduce-scatter then an allgather, window by window; with a power of
 //     two, larger ones time two window sizes on their own calls and keep the
-//     faster (path_tuner.h), since which wins differs between machines;
+//     faster (path_tuner.h), since which wins differs between machines,
+//     and from 1 MiB the larger of the two is a pipeline of chunks, every
+//     chunk's steps in one Run, each starting as its previous one arrives;
 //   - reduce-scatter and allgather (uneven ranges too): recursive halving
 //     and doubling when n is a power of two (log2 n steps), else rings
 //     (n - 1 steps); reductions take each piece as it arrives;
@@ -54,9 +56,26 @@ struct TcpOptions : TcpMeshOptions {
   // against 1.9-2.5 with 512 KiB, where 8 ranks ran faster with 512 KiB and
   // an AMD Zen 1 VM had found 256 KiB slower than 512 KiB (docs/comm.md).
   size_t alt_window_bytes = 128 << 10;
-  // Tune even where the mesh's ranks outnumber the cores (below, the tuner
-  // is off there): for tests that must exercise it on any machine.
-  bool tune_when_crowded = false;
+  // With a power-of-two number of ranks, an allreduce of at least
+  // kPipelineMinChunks chunks of this size runs halving and doubling on
+  // them all in one pipeline (PipelinedAllReduce) instead of 512 KiB
+  // windows; 0: never. Not where the mesh's ranks outnumber the cores: on
+  // the 2-vCPU Zen 4 VM, 4 and 8 ranks ran 0.8-1.0x the windows there.
+  size_t pipeline_chunk_bytes = 256 << 10;
+  // One mesh Run covers at most this much of a pipelined allreduce, so
+  // that the Run's one deadline still scales with the buffer.
+  size_t pipeline_run_bytes = 32 << 20;
+  // Tune windows and pipeline even where the mesh's ranks outnumber the
+  // cores (below, both are off there): for tests that must exercise them
+  // on any machine.
+  bool adapt_when_crowded = false;
+};
+
+// What a receive reduces into as it arrives: dst += src, element-wise.
+struct ReduceInto {
+  std::byte* dst;
+  const std::byte* src;
+  DType dtype;
 };
 
 class TcpCommunicator final : public RangeCommunicator {
@@ -89,6 +108,10 @@ class TcpCommunicator final : public RangeCommunicator {
   void WindowedAllReduce(View buf, size_t window_bytes);
   bool TunesWindow(size_t bytes) const;
   void TunedWindowAllReduce(View buf);
+  bool UsesPipeline(size_t bytes) const;
+  void MainWayAllReduce(View buf);
+  void PipelinedAllReduce(View buf);
+  void PipelinedSegment(View buf, size_t chunks);
   void BroadcastSteps(std::byte* data, size_t bytes, int root);
   void BarrierSteps();
   bool ByHalving(View buf, const std::vector<Range>& ranges) const;
@@ -103,6 +126,13 @@ class TcpCommunicator final : public RangeCommunicator {
   std::unique_ptr<TcpMesh> mesh_;
   AbortLatch abort_;
   std::vector<std::byte> scratch_;
+  // Fewer chunks than this leave the pipeline mostly filling and draining:
+  // 1 and 2 chunks of 128-256 KiB ran 0.5-0.6x one window (docs/comm.md).
+  static constexpr size_t kPipelineMinChunks = 4;
+  static constexpr size_t kMinPipelineChunkBytes = 4 << 10;
+  static constexpr size_t kMaxPipelineChunkBytes = 64 << 20;
+  std::vector<Transfer> pipe_;       // PipelinedSegment's transfers
+  std::vector<ReduceInto> targets_;  // and its reductions' targets
   // Per size class: the second way is the alt window.
   PathTuner window_tuner_{PathTuner::Statistic::kMedian};
 };

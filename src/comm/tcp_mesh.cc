@@ -367,30 +367,62 @@ bool TcpMesh::Advance(Transfer& t, const char* op) {
   return true;
 }
 
+// Lanes: the transfers of one peer and direction, in list order, since a
+// socket carries one message after another. Each lane's head moves; a
+// head whose `after` has not finished waits, and so does the rest of its
+// lane.
 void TcpMesh::Run(std::span<Transfer> transfers, const char* op) {
   const auto deadline = Clock::now() + o_.timeout;
-  for (Transfer& t : transfers) {
+  const auto finished = [](const Transfer& t) {
+    return t.header_done == kHeaderBytes && t.done == t.bytes;
+  };
+  lane_tail_.assign(2 * static_cast<size_t>(o_.size), -1);
+  next_.assign(transfers.size(), -1);
+  heads_.clear();
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    Transfer& t = transfers[i];
     t.header = t.kind == Transfer::kSend ? t.bytes : 0;
     t.header_done = t.done = t.notified = 0;
     if (t.peer < 0 || t.peer >= o_.size || t.peer == o_.rank) {
       throw Error(fmt::format("{} on rank {}: peer {} outside the group of {} (or this rank)", op,
                               JobRank(o_.rank), t.peer, o_.size));
     }
+    if (t.after >= static_cast<int64_t>(i)) {
+      throw Error(
+          fmt::format("{} on rank {}: transfer {} waits for transfer {}, not an earlier one", op,
+                      JobRank(o_.rank), i, t.after));
+    }
+    int64_t& tail = lane_tail_[2 * static_cast<size_t>(t.peer) + t.kind];
+    if (tail < 0) {
+      heads_.push_back(static_cast<int64_t>(i));
+    } else {
+      next_[static_cast<size_t>(tail)] = static_cast<int64_t>(i);
+    }
+    tail = static_cast<int64_t>(i);
   }
-  const auto finished = [](const Transfer& t) {
-    return t.header_done == kHeaderBytes && t.done == t.bytes;
+  const auto blocked = [&](const Transfer& t) {
+    return t.after >= 0 && !finished(transfers[static_cast<size_t>(t.after)]);
   };
   auto spin_until = Clock::now() + o_.spin;
   int yields = 0;
   for (;;) {
-    bool moved = false, left = false;
-    for (Transfer& t : transfers) {
-      if (finished(t)) continue;
-      moved |= Advance(t, op);
-      left |= !finished(t);
+    bool moved = false;
+    for (size_t h = 0; h < heads_.size();) {
+      Transfer& t = transfers[static_cast<size_t>(heads_[h])];
+      if (!blocked(t)) moved |= Advance(t, op);
+      if (!finished(t)) {
+        ++h;
+        continue;
+      }
+      heads_[h] = next_[static_cast<size_t>(heads_[h])];
+      if (heads_[h] < 0) {
+        heads_[h] = heads_.back();
+        heads_.pop_back();
+      }
     }
-    if (!left) return;
-    if (shut_) Lost(transfers.front(), op, "the communicator was shut down");
+    if (heads_.empty()) return;
+    if (shut_)
+      Lost(transfers[static_cast<size_t>(heads_.front())], op, "the communicator was shut down");
     const auto now = Clock::now();
     if (moved) {
       spin_until = now + o_.spin;
@@ -398,9 +430,8 @@ void TcpMesh::Run(std::span<Transfer> transfers, const char* op) {
       continue;
     }
     if (now >= deadline) {
-      for (const Transfer& t : transfers) {
-        if (!finished(t)) Lost(t, op, fmt::format("timed out after {} ms", o_.timeout.count()));
-      }
+      Lost(transfers[static_cast<size_t>(heads_.front())], op,
+           fmt::format("timed out after {} ms", o_.timeout.count()));
     }
     if (o_.busy_poll || now < spin_until) continue;
     // Then give the core away a few times before sleeping: where ranks
@@ -412,11 +443,14 @@ void TcpMesh::Run(std::span<Transfer> transfers, const char* op) {
       continue;
     }
     waits_.clear();
-    for (const Transfer& t : transfers) {
-      if (finished(t)) continue;
+    for (const int64_t i : heads_) {
+      const Transfer& t = transfers[static_cast<size_t>(i)];
+      if (blocked(t)) continue;
       waits_.push_back({fds_[static_cast<size_t>(t.peer)],
                         static_cast<short>(t.kind == Transfer::kSend ? POLLOUT : POLLIN), 0});
     }
+    // Never empty: the earliest unfinished transfer heads its lane, and
+    // what it waits for comes earlier still, so it is not blocked.
     ::poll(waits_.data(), waits_.size(), LeftMs(deadline));
   }
 }

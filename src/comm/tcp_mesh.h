@@ -20,6 +20,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
@@ -57,6 +58,9 @@ struct Transfer {
   size_t notify_bytes = 0;  // on_data at least this far apart (0: at the end)
   void (*on_data)(void* ctx, size_t begin, size_t end) = nullptr;
   void* ctx = nullptr;
+  // Index, in the same Run, of an earlier transfer that must finish (its
+  // on_data included) before this one starts; -1: none.
+  int64_t after = -1;
   // Progress, private to TcpMesh::Run.
   size_t header_done = 0, done = 0, notified = 0;
   uint64_t header = 0;
@@ -77,11 +81,12 @@ class TcpMesh {
   // More ranks of this mesh share this machine than it has cores.
   bool crowded() const { return crowded_; }
 
-  // Moves every transfer to completion, all at once. At most one send and
-  // one receive per peer. Each message carries its length, so a peer that
-  // called with another size is an error, not silent corruption. Throws
-  // Error naming the peer and the bytes still missing on a closed
-  // connection, a size mismatch, Shutdown(), or the timeout.
+  // Moves every transfer to completion, all at once. Transfers to (from)
+  // the same peer go one after another in list order, so both sides must
+  // list them in the same order; others move together. Each message carries its length, so a peer
+  // that called with another size is an error, not silent corruption. Throws Error naming the peer
+  // and the bytes still missing on a closed connection, a size mismatch, Shutdown(), or the
+  // timeout.
   void Run(std::span<Transfer> transfers, const char* op);
 
   // Thread-safe: shuts every connection down, so that this rank's pending
@@ -99,7 +104,11 @@ class TcpMesh {
   int colocated_ = 1;     // ranks of this mesh on this machine, this one included
   bool crowded_ = false;  // colocated_ > cores
   std::atomic<bool> shut_{false};
-  std::vector<pollfd> waits_;  // Run's poll set, kept to spare an allocation per sleep
+  // Run's working state, kept to spare allocations: its poll set, each
+  // lane's last transfer (by peer and kind), each transfer's successor in
+  // its lane, and the lanes' current transfers.
+  std::vector<pollfd> waits_;
+  std::vector<int64_t> lane_tail_, next_, heads_;
 };
 
 }  // namespace fmstack::comm

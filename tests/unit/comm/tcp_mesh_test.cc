@@ -1,7 +1,8 @@
 // The TCP mesh's handshake and framing, with ranks as threads: a stranger
 // that connects to a rank's published port without the key it published is
 // refused, the mesh still forms, and a message of the wrong size is an
-// error naming the peer.
+// error naming the peer; several transfers to one peer move in list order,
+// each after the one it waits for.
 #include "comm/tcp_mesh.h"
 
 #include <arpa/inet.h>
@@ -141,6 +142,96 @@ TEST(TcpMesh, AMessageOfTheWrongSizeNamesThePeer) {
   rank1.join();
   EXPECT_NE(error1.find("receiving from rank 0"), std::string::npos) << error1;
   EXPECT_NE(error1.find("sent 48 bytes where this rank expected 64"), std::string::npos) << error1;
+}
+
+// Rank 0 lists a small send, a 4 MiB receive, and a send of what that
+// receive brings, which waits for it: rank 1 gets its own 4 MiB back. Sent
+// before the receive finished, it would carry zeros; sent out of list
+// order, rank 1 would name a size mismatch.
+TEST(TcpMesh, TransfersToOnePeerMoveInListOrderEachAfterWhatItWaitsFor) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  TcpStore store0("127.0.0.1", server.port(), kSecret);
+  TcpStore store1("127.0.0.1", server.port(), kSecret);
+  const size_t n = 1 << 20;
+  std::vector<float> small(1000, 7.0f), echo(n), mine(n), back(n), got_small(1000);
+  for (size_t i = 0; i < n; ++i) mine[i] = static_cast<float>(i % 4099) + 0.5f;
+  std::string error0, error1;
+  std::thread rank0([&] {
+    try {
+      TcpMesh mesh(store0, Options(0));
+      Transfer steps[3] = {Message(Transfer::kSend, 1, small.data(), small.size() * 4),
+                           Message(Transfer::kRecv, 1, echo.data(), n * 4),
+                           Message(Transfer::kSend, 1, echo.data(), n * 4)};
+      steps[2].after = 1;
+      mesh.Run(steps, "echo");
+    } catch (const std::exception& e) {
+      error0 = e.what();
+    }
+  });
+  std::thread rank1([&] {
+    try {
+      TcpMesh mesh(store1, Options(1));
+      Transfer steps[3] = {Message(Transfer::kSend, 0, mine.data(), n * 4),
+                           Message(Transfer::kRecv, 0, got_small.data(), got_small.size() * 4),
+                           Message(Transfer::kRecv, 0, back.data(), n * 4)};
+      mesh.Run(steps, "echo");
+    } catch (const std::exception& e) {
+      error1 = e.what();
+    }
+  });
+  rank0.join();
+  rank1.join();
+  EXPECT_EQ(error0, "");
+  EXPECT_EQ(error1, "");
+  EXPECT_EQ(got_small[999], 7.0f);
+  EXPECT_EQ(std::memcmp(back.data(), mine.data(), n * 4), 0) << "the echo left before it arrived";
+}
+
+TEST(TcpMesh, ATransferThatWaitsForALaterOneIsRefused) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  TcpStore store0("127.0.0.1", server.port(), kSecret);
+  TcpStore store1("127.0.0.1", server.port(), kSecret);
+  std::string error0;
+  std::thread rank1([&] { TcpMesh mesh(store1, Options(1)); });
+  TcpMesh mesh(store0, Options(0));
+  rank1.join();
+  std::byte b[1];
+  Transfer steps[2] = {Message(Transfer::kSend, 1, b, 1), Message(Transfer::kRecv, 1, b, 1)};
+  steps[0].after = 1;
+  try {
+    mesh.Run(steps, "step");
+  } catch (const std::exception& e) {
+    error0 = e.what();
+  }
+  EXPECT_NE(error0.find("transfer 0 waits for transfer 1"), std::string::npos) << error0;
+}
+
+// Rank 1 takes the first of rank 0's three messages and leaves: rank 0's
+// Run fails at once, naming rank 1, instead of waiting out its timeout.
+TEST(TcpMesh, APeerThatLeavesMidRunIsNamed) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  TcpStore store0("127.0.0.1", server.port(), kSecret);
+  TcpStore store1("127.0.0.1", server.port(), kSecret);
+  std::vector<std::byte> a(4096), big(8 << 20), in(8 << 20);
+  std::string error0;
+  std::thread rank1([&] {
+    TcpMesh mesh(store1, Options(1));
+    Transfer t = Message(Transfer::kRecv, 0, a.data(), a.size());
+    mesh.Run(std::span(&t, 1), "leave");
+  });
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    TcpMesh mesh(store0, Options(0));
+    Transfer steps[3] = {Message(Transfer::kSend, 1, a.data(), a.size()),
+                         Message(Transfer::kSend, 1, big.data(), big.size()),
+                         Message(Transfer::kRecv, 1, in.data(), in.size())};
+    mesh.Run(steps, "leave");
+  } catch (const std::exception& e) {
+    error0 = e.what();
+  }
+  rank1.join();
+  EXPECT_NE(error0.find("rank 1"), std::string::npos) << error0;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << error0;
 }
 
 }  // namespace

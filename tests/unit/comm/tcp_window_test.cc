@@ -1,7 +1,8 @@
-// TcpCommunicator's allreduce window by window, with ranks as threads: the
-// windows change where each element is summed, never that every rank ends
-// with the same bits, nor (where one path sums each element whatever its
-// window, as halving does) the bits themselves.
+// TcpCommunicator's allreduce window by window and pipelined, with ranks as
+// threads: the windows change where each element is summed, never that
+// every rank ends with the same bits, nor (where one path sums each element
+// whatever its window, as halving does) the bits themselves; the pipeline
+// sums along halving's paths, so it gives the windows' bits.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -30,11 +31,17 @@ struct Calls {
   std::vector<int> differing;             // per rank: later calls whose bits differ from it
 };
 
-// `calls` allreduces of the same `count` floats on every rank, with windows
-// of `window_bytes` (and, where the communicator tunes them, of
-// `alt_window_bytes`).
-Calls RepeatOnThreads(int ranks, size_t count, size_t window_bytes, size_t alt_window_bytes,
-                      int calls, const std::string& prefix) {
+struct Way {
+  size_t window_bytes = 512 << 10;
+  size_t alt_window_bytes = 0;  // where the communicator tunes windows; 0: it does not
+  size_t pipeline_bytes = 0;    // the pipeline's chunk; 0: windows only
+  size_t pipeline_run_bytes = 32 << 20;
+};
+
+// `calls` allreduces of the same `count` floats on every rank, each the way
+// `way` says.
+Calls RepeatOnThreads(int ranks, size_t count, const Way& way, int calls,
+                      const std::string& prefix) {
   TcpStoreServer server("127.0.0.1", 0, kSecret);
   Calls out{std::vector<std::vector<float>>(static_cast<size_t>(ranks)),
             std::vector<int>(static_cast<size_t>(ranks))};
@@ -49,9 +56,11 @@ Calls RepeatOnThreads(int ranks, size_t count, size_t window_bytes, size_t alt_w
         o.size = ranks;
         o.timeout = std::chrono::seconds(20);
         o.store = std::make_shared<TcpStore>("127.0.0.1", server.port(), kSecret);
-        o.window_bytes = window_bytes;
-        o.alt_window_bytes = alt_window_bytes;
-        o.tune_when_crowded = true;  // ranks as threads may outnumber the cores
+        o.window_bytes = way.window_bytes;
+        o.alt_window_bytes = way.alt_window_bytes;
+        o.pipeline_chunk_bytes = way.pipeline_bytes;
+        o.pipeline_run_bytes = way.pipeline_run_bytes;
+        o.adapt_when_crowded = true;  // ranks as threads may outnumber the cores
         TcpCommunicator comm(o);
         std::vector<float> buf(count);
         for (int call = 0; call < calls; ++call) {
@@ -78,7 +87,7 @@ Calls RepeatOnThreads(int ranks, size_t count, size_t window_bytes, size_t alt_w
 // `window_bytes`.
 std::vector<std::vector<float>> AllReduceOnThreads(int ranks, size_t count, size_t window_bytes,
                                                    const std::string& prefix) {
-  return RepeatOnThreads(ranks, count, window_bytes, 0, 1, prefix).first;
+  return RepeatOnThreads(ranks, count, Way{.window_bytes = window_bytes}, 1, prefix).first;
 }
 
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
@@ -117,7 +126,8 @@ TEST(TcpWindows, EveryRankGetsTheSameBitsAndTheSumItExpects) {
 TEST(TcpWindows, TunedWindowsKeepTheBitsAndEveryRankFollowsRankZero) {
   const size_t count = 100003;  // 400 KB
   const int calls = PathTuner::kPeriod + PathTuner::kExplore + 4;
-  const Calls tuned = RepeatOnThreads(2, count, 4 << 10, 512 << 10, calls, "tuned2");
+  const Calls tuned = RepeatOnThreads(
+      2, count, Way{.window_bytes = 4 << 10, .alt_window_bytes = 512 << 10}, calls, "tuned2");
   const auto untuned = AllReduceOnThreads(2, count, 512 << 10, "untuned2");
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(tuned.differing[static_cast<size_t>(r)], 0) << "rank " << r;
@@ -131,11 +141,66 @@ TEST(TcpWindows, TunedWindowsKeepTheBitsAndEveryRankFollowsRankZero) {
 TEST(TcpWindows, OnTheRingTheWindowIsNotTuned) {
   const size_t count = 100003;
   const Calls ring =
-      RepeatOnThreads(3, count, 4 << 10, 512 << 10, PathTuner::kExplore + 4, "ring3");
+      RepeatOnThreads(3, count, Way{.window_bytes = 4 << 10, .alt_window_bytes = 512 << 10},
+                      PathTuner::kExplore + 4, "ring3");
   const auto fixed = AllReduceOnThreads(3, count, 4 << 10, "fixed3");
   for (int r = 0; r < 3; ++r) {
     EXPECT_EQ(ring.differing[static_cast<size_t>(r)], 0) << "rank " << r;
     EXPECT_TRUE(SameBits(ring.first[static_cast<size_t>(r)], fixed[0])) << "rank " << r;
+  }
+}
+
+// 200,003 floats in chunks of 4 KiB (195 chunks of uneven sizes), in Runs
+// of 64 KiB (13 of them): every rank ends with the bits of the allreduce
+// over the whole buffer at once, at 2, 4 and 8 ranks. Were a chunk's
+// reduction allowed ahead of its previous step's, the sum's order, and so
+// its bits, would depend on timing.
+TEST(TcpPipeline, EveryRankGetsTheBitsOfTheWholeBufferAllReduce) {
+  const size_t count = 200003;
+  for (const int ranks : {2, 4, 8}) {
+    const Way pipelined{.pipeline_bytes = 4 << 10, .pipeline_run_bytes = 64 << 10};
+    const auto piped = RepeatOnThreads(ranks, count, pipelined, 2, "p" + std::to_string(ranks));
+    const auto whole = AllReduceOnThreads(ranks, count, SIZE_MAX, "pw" + std::to_string(ranks));
+    for (int r = 0; r < ranks; ++r) {
+      EXPECT_TRUE(SameBits(piped.first[static_cast<size_t>(r)], whole[0]))
+          << ranks << " ranks: rank " << r << " differs from the whole-buffer allreduce";
+      EXPECT_EQ(piped.differing[static_cast<size_t>(r)], 0) << ranks << " ranks, rank " << r;
+    }
+    for (size_t i = 0; i < count; i += 997) {
+      double want = 0;
+      for (int r = 0; r < ranks; ++r) want += Value(r, i);
+      EXPECT_NEAR(piped.first[0][i], want, 1e-5 * want) << ranks << " ranks, element " << i;
+    }
+  }
+}
+
+// The tuner times the pipeline (16 KiB chunks, 25 of them) against 4 KiB
+// windows: every call, exploring or not, has the untuned bits, and the
+// ranks agree on the way each call takes (else the mesh would name a size
+// mismatch).
+TEST(TcpPipeline, TunedAgainstWindowsKeepsTheBits) {
+  const size_t count = 100003;
+  const int calls = PathTuner::kPeriod + PathTuner::kExplore + 4;
+  const Calls tuned = RepeatOnThreads(
+      2, count, Way{.alt_window_bytes = 4 << 10, .pipeline_bytes = 16 << 10}, calls, "ptuned2");
+  const auto untuned = AllReduceOnThreads(2, count, 512 << 10, "puntuned2");
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(tuned.differing[static_cast<size_t>(r)], 0) << "rank " << r;
+    EXPECT_TRUE(SameBits(tuned.first[static_cast<size_t>(r)], untuned[0])) << "rank " << r;
+  }
+}
+
+TEST(TcpPipeline, AChunkSizeOutsideItsBoundsIsRefusedNamingIt) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  TcpOptions o;
+  o.store = std::make_shared<TcpStore>("127.0.0.1", server.port(), kSecret);
+  o.pipeline_chunk_bytes = 100;
+  try {
+    TcpCommunicator comm(o);
+    FAIL() << "a 100-byte chunk was accepted";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("FMSTACK_TCP_PIPELINE_BYTES"), std::string::npos)
+        << e.what();
   }
 }
 
