@@ -127,7 +127,8 @@ class TcpCommunicator final : public RangeCommunicator {
   AbortLatch abort_;
   std::vector<std::byte> scratch_;
   // Fewer chunks than this leave the pipeline mostly filling and draining:
-  // 1 and 2 chunks of 128-256 KiB ran 0.5-0.6x one window (docs/comm.md).
+  // in bench comm, 1 and 2 chunks of 128-256 KiB ran 0.5-0.7x one window
+  // of the same bytes (docs/comm.md).
   static constexpr size_t kPipelineMinChunks = 4;
   static constexpr size_t kMinPipelineChunkBytes = 4 << 10;
   static constexpr size_t kMaxPipelineChunkBytes = 64 << 20;

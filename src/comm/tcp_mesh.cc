@@ -367,6 +367,12 @@ bool TcpMesh::Advance(Transfer& t, const char* op) {
   return true;
 }
 
+// The earliest unfinished transfer of a Run is the one this rank waits on:
+// it heads its lane, and what it waits for has finished.
+const Transfer& TcpMesh::Waited(std::span<const Transfer> transfers) const {
+  return transfers[static_cast<size_t>(*std::min_element(heads_.begin(), heads_.end()))];
+}
+
 // Lanes: the transfers of one peer and direction, in list order, since a
 // socket carries one message after another. Each lane's head moves; a
 // head whose `after` has not finished waits, and so does the rest of its
@@ -421,8 +427,7 @@ void TcpMesh::Run(std::span<Transfer> transfers, const char* op) {
       }
     }
     if (heads_.empty()) return;
-    if (shut_)
-      Lost(transfers[static_cast<size_t>(heads_.front())], op, "the communicator was shut down");
+    if (shut_) Lost(Waited(transfers), op, "the communicator was shut down");
     const auto now = Clock::now();
     if (moved) {
       spin_until = now + o_.spin;
@@ -430,8 +435,7 @@ void TcpMesh::Run(std::span<Transfer> transfers, const char* op) {
       continue;
     }
     if (now >= deadline) {
-      Lost(transfers[static_cast<size_t>(heads_.front())], op,
-           fmt::format("timed out after {} ms", o_.timeout.count()));
+      Lost(Waited(transfers), op, fmt::format("timed out after {} ms", o_.timeout.count()));
     }
     if (o_.busy_poll || now < spin_until) continue;
     // Then give the core away a few times before sleeping: where ranks
@@ -449,8 +453,7 @@ void TcpMesh::Run(std::span<Transfer> transfers, const char* op) {
       waits_.push_back({fds_[static_cast<size_t>(t.peer)],
                         static_cast<short>(t.kind == Transfer::kSend ? POLLOUT : POLLIN), 0});
     }
-    // Never empty: the earliest unfinished transfer heads its lane, and
-    // what it waits for comes earlier still, so it is not blocked.
+    // Never empty: Waited() is not blocked.
     ::poll(waits_.data(), waits_.size(), LeftMs(deadline));
   }
 }

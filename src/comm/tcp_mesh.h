@@ -98,6 +98,7 @@ class TcpMesh {
   int JobRank(int group_rank) const;
   bool Advance(Transfer& t, const char* op);
   [[noreturn]] void Lost(const Transfer& t, const char* op, const std::string& why) const;
+  const Transfer& Waited(std::span<const Transfer> transfers) const;
 
   TcpMeshOptions o_;
   std::vector<int> fds_;  // by group rank; -1 for this rank
