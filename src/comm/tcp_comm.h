@@ -60,7 +60,8 @@ struct TcpOptions : TcpMeshOptions {
   // kPipelineMinChunks chunks of this size runs halving and doubling on
   // them all in one pipeline (PipelinedAllReduce) instead of 512 KiB
   // windows; 0: never. Not where the mesh's ranks outnumber the cores: on
-  // the 2-vCPU Zen 4 VM, 4 and 8 ranks ran 0.8-1.0x the windows there.
+  // the 2-vCPU Zen 4 VM, 4 ranks ran 0.58-1.08x the windows' busbw at 1-64
+  // MiB, 8 ranks 0.79-0.94x from 4 MiB (docs/comm.md).
   size_t pipeline_chunk_bytes = 256 << 10;
   // One mesh Run covers at most this much of a pipelined allreduce, so
   // that the Run's one deadline still scales with the buffer.
