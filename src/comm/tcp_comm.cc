@@ -137,17 +137,21 @@ void TcpCommunicator::WindowedAllReduce(View buf, size_t window_bytes) {
   }
 }
 
-// Only where halving runs every window (a power of two, within
-// halving_max_bytes): there the window never changes the bits, so neither
-// does the choice. On the ring it would, and a job's result would then
-// depend on timing. Not where the mesh's ranks outnumber the cores: there
-// a call's time is mostly how the scheduler deals the cores out, and at 8
-// ranks on 2 cores the tuner kept 128 KiB windows at 1 MiB (0.58-0.59 GB/s
-// busbw) where 512 KiB ran 0.71-0.73.
+// Where halving runs every piece (a power of two, within
+// halving_max_bytes), how the buffer is cut never changes the bits, so
+// neither does a choice made from timings; on the ring it would, and a
+// job's result would then depend on timing. And where every rank has a
+// core: with more ranks than cores a call's time is mostly how the
+// scheduler deals the cores out (at 8 ranks on 2 cores the tuner kept 128
+// KiB windows at 1 MiB, 0.58-0.59 GB/s busbw, where 512 KiB ran 0.71-0.73),
+// and the pipeline has no idle time to fill.
+bool TcpCommunicator::MayAdapt(size_t bytes) const {
+  return std::has_single_bit(static_cast<unsigned>(size())) && bytes <= o_.halving_max_bytes &&
+         (!mesh_->crowded() || o_.adapt_when_crowded);
+}
+
 bool TcpCommunicator::TunesWindow(size_t bytes) const {
-  return o_.alt_window_bytes > 0 && o_.alt_window_bytes != o_.window_bytes &&
-         (!mesh_->crowded() || o_.adapt_when_crowded) &&
-         std::has_single_bit(static_cast<unsigned>(size())) && bytes <= o_.halving_max_bytes &&
+  return o_.alt_window_bytes > 0 && o_.alt_window_bytes != o_.window_bytes && MayAdapt(bytes) &&
          bytes > std::min(o_.alt_window_bytes, o_.window_bytes);
 }
 
@@ -170,8 +174,7 @@ void TcpCommunicator::TunedWindowAllReduce(View buf) {
 // Where the chunks fill a pipeline, the halving that windows would run,
 // with no window waiting for the one before.
 bool TcpCommunicator::UsesPipeline(size_t bytes) const {
-  return o_.pipeline_chunk_bytes > 0 && std::has_single_bit(static_cast<unsigned>(size())) &&
-         bytes <= o_.halving_max_bytes && (!mesh_->crowded() || o_.adapt_when_crowded) &&
+  return o_.pipeline_chunk_bytes > 0 && MayAdapt(bytes) &&
          bytes / o_.pipeline_chunk_bytes >= kPipelineMinChunks;
 }
 

@@ -107,6 +107,7 @@ class TcpCommunicator final : public RangeCommunicator {
   int JobRank(int group_rank) const;
   void RecursiveDoubling(View buf);
   void WindowedAllReduce(View buf, size_t window_bytes);
+  bool MayAdapt(size_t bytes) const;
   bool TunesWindow(size_t bytes) const;
   void TunedWindowAllReduce(View buf);
   bool UsesPipeline(size_t bytes) const;

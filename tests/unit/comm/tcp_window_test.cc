@@ -94,6 +94,14 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// Every rank's every call gave `want`'s bits.
+void ExpectEveryCallHas(const Calls& calls, const std::vector<float>& want) {
+  for (size_t r = 0; r < calls.first.size(); ++r) {
+    EXPECT_EQ(calls.differing[r], 0) << "rank " << r;
+    EXPECT_TRUE(SameBits(calls.first[r], want)) << "rank " << r;
+  }
+}
+
 // 200,003 floats in 4 KiB windows: 196 windows of uneven sizes, on the ring
 // (3 ranks) and on halving (2 and 4 ranks).
 TEST(TcpWindows, EveryRankGetsTheSameBitsAndTheSumItExpects) {
@@ -128,11 +136,7 @@ TEST(TcpWindows, TunedWindowsKeepTheBitsAndEveryRankFollowsRankZero) {
   const int calls = PathTuner::kPeriod + PathTuner::kExplore + 4;
   const Calls tuned = RepeatOnThreads(
       2, count, Way{.window_bytes = 4 << 10, .alt_window_bytes = 512 << 10}, calls, "tuned2");
-  const auto untuned = AllReduceOnThreads(2, count, 512 << 10, "untuned2");
-  for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(tuned.differing[static_cast<size_t>(r)], 0) << "rank " << r;
-    EXPECT_TRUE(SameBits(tuned.first[static_cast<size_t>(r)], untuned[0])) << "rank " << r;
-  }
+  ExpectEveryCallHas(tuned, AllReduceOnThreads(2, count, 512 << 10, "untuned2")[0]);
 }
 
 // On the ring (3 ranks) the window decides where each element is summed,
@@ -143,11 +147,7 @@ TEST(TcpWindows, OnTheRingTheWindowIsNotTuned) {
   const Calls ring =
       RepeatOnThreads(3, count, Way{.window_bytes = 4 << 10, .alt_window_bytes = 512 << 10},
                       PathTuner::kExplore + 4, "ring3");
-  const auto fixed = AllReduceOnThreads(3, count, 4 << 10, "fixed3");
-  for (int r = 0; r < 3; ++r) {
-    EXPECT_EQ(ring.differing[static_cast<size_t>(r)], 0) << "rank " << r;
-    EXPECT_TRUE(SameBits(ring.first[static_cast<size_t>(r)], fixed[0])) << "rank " << r;
-  }
+  ExpectEveryCallHas(ring, AllReduceOnThreads(3, count, 4 << 10, "fixed3")[0]);
 }
 
 // 200,003 floats in chunks of 4 KiB (195 chunks of uneven sizes), in Runs
@@ -183,11 +183,7 @@ TEST(TcpPipeline, TunedAgainstWindowsKeepsTheBits) {
   const int calls = PathTuner::kPeriod + PathTuner::kExplore + 4;
   const Calls tuned = RepeatOnThreads(
       2, count, Way{.alt_window_bytes = 4 << 10, .pipeline_bytes = 16 << 10}, calls, "ptuned2");
-  const auto untuned = AllReduceOnThreads(2, count, 512 << 10, "puntuned2");
-  for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(tuned.differing[static_cast<size_t>(r)], 0) << "rank " << r;
-    EXPECT_TRUE(SameBits(tuned.first[static_cast<size_t>(r)], untuned[0])) << "rank " << r;
-  }
+  ExpectEveryCallHas(tuned, AllReduceOnThreads(2, count, 512 << 10, "puntuned2")[0]);
 }
 
 TEST(TcpPipeline, AChunkSizeOutsideItsBoundsIsRefusedNamingIt) {
