@@ -29,7 +29,6 @@ using Clock = std::chrono::steady_clock;
 constexpr char kGreeting[] = "FMMESH01";
 constexpr size_t kGreetingBytes = sizeof kGreeting - 1;
 constexpr size_t kKeyBytes = 32;
-constexpr size_t kHeaderBytes = sizeof(uint64_t);
 
 int LeftMs(Clock::time_point deadline) {
   const auto left =
@@ -164,7 +163,10 @@ int Dial(const std::string& host, uint16_t port, Clock::time_point deadline,
 }  // namespace
 
 TcpMesh::TcpMesh(TcpStore& store, TcpMeshOptions options)
-    : o_(std::move(options)), fds_(static_cast<size_t>(o_.size), -1) {
+    : o_(std::move(options)),
+      fds_(static_cast<size_t>(o_.size), -1),
+      sent_(fds_.size(), 0),
+      received_(fds_.size(), 0) {
   try {
     Connect(store);
   } catch (...) {
@@ -324,12 +326,18 @@ void TcpMesh::Lost(const Transfer& t, const char* op, const std::string& why) co
 
 // One non-blocking step of `t`; true when bytes moved.
 bool TcpMesh::Advance(Transfer& t, const char* op) {
-  const int fd = fds_[static_cast<size_t>(t.peer)];
+  const auto peer = static_cast<size_t>(t.peer);
+  const int fd = fds_[peer];
+  uint64_t& stream = t.kind == Transfer::kSend ? sent_[peer] : received_[peer];
+  if (t.header_bytes == 0) {  // this message's frame starts here
+    t.header_bytes = FrameHeaderBytes(stream);
+    const uint64_t length = t.bytes;
+    if (t.kind == Transfer::kSend) std::memcpy(t.header, &length, sizeof length);
+  }
   iovec iov[2];
   int n_iov = 0;
-  if (t.header_done < kHeaderBytes) {
-    iov[n_iov++] = {reinterpret_cast<char*>(&t.header) + t.header_done,
-                    kHeaderBytes - t.header_done};
+  if (t.header_done < t.header_bytes) {
+    iov[n_iov++] = {t.header + t.header_done, t.header_bytes - t.header_done};
   }
   if (t.done < t.bytes) iov[n_iov++] = {t.data + t.done, t.bytes - t.done};
   msghdr msg{};
@@ -345,15 +353,21 @@ bool TcpMesh::Advance(Transfer& t, const char* op) {
     Lost(t, op, shut_ ? "the communicator was shut down" : "the connection was closed");
   }
   auto moved = static_cast<size_t>(n);
-  const size_t to_header = std::min(moved, kHeaderBytes - t.header_done);
+  stream += moved;
+  const bool had_length = t.header_done >= kFrameLengthBytes;
+  const size_t to_header = std::min(moved, t.header_bytes - t.header_done);
   t.header_done += to_header;
   moved -= to_header;
   t.done += moved;
-  if (t.kind == Transfer::kRecv && t.header_done == kHeaderBytes && t.header != t.bytes) {
-    Lost(t, op,
-         fmt::format("the peer sent {} bytes where this rank expected {} (the ranks called "
-                     "{} with different sizes)",
-                     t.header, t.bytes, op));
+  if (t.kind == Transfer::kRecv && !had_length && t.header_done >= kFrameLengthBytes) {
+    uint64_t length = 0;
+    std::memcpy(&length, t.header, sizeof length);
+    if (length != t.bytes) {
+      Lost(t, op,
+           fmt::format("the peer sent {} bytes where this rank expected {} (the ranks called "
+                       "{} with different sizes)",
+                       length, t.bytes, op));
+    }
   }
   if (t.on_data != nullptr && t.done > t.notified) {
     const size_t ready = t.done == t.bytes ? t.bytes : t.done / t.align * t.align;
@@ -380,15 +394,14 @@ const Transfer& TcpMesh::Waited(std::span<const Transfer> transfers) const {
 void TcpMesh::Run(std::span<Transfer> transfers, const char* op) {
   const auto deadline = Clock::now() + o_.timeout;
   const auto finished = [](const Transfer& t) {
-    return t.header_done == kHeaderBytes && t.done == t.bytes;
+    return t.header_bytes > 0 && t.header_done == t.header_bytes && t.done == t.bytes;
   };
   lane_tail_.assign(2 * static_cast<size_t>(o_.size), -1);
   next_.assign(transfers.size(), -1);
   heads_.clear();
   for (size_t i = 0; i < transfers.size(); ++i) {
     Transfer& t = transfers[i];
-    t.header = t.kind == Transfer::kSend ? t.bytes : 0;
-    t.header_done = t.done = t.notified = 0;
+    t.header_bytes = t.header_done = t.done = t.notified = 0;
     if (t.peer < 0 || t.peer >= o_.size || t.peer == o_.rank) {
       throw Error(fmt::format("{} on rank {}: peer {} outside the group of {} (or this rank)", op,
                               JobRank(o_.rank), t.peer, o_.size));

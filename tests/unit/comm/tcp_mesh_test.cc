@@ -2,7 +2,8 @@
 // that connects to a rank's published port without the key it published is
 // refused, the mesh still forms, and a message of the wrong size is an
 // error naming the peer; several transfers to one peer move in list order,
-// each after the one it waits for.
+// each after the one it waits for; every frame pads its message's bytes to
+// an aligned stream offset, and both ends agree on each padding.
 #include "comm/tcp_mesh.h"
 
 #include <arpa/inet.h>
@@ -142,6 +143,67 @@ TEST(TcpMesh, AMessageOfTheWrongSizeNamesThePeer) {
   rank1.join();
   EXPECT_NE(error1.find("receiving from rank 0"), std::string::npos) << error1;
   EXPECT_NE(error1.find("sent 48 bytes where this rank expected 64"), std::string::npos) << error1;
+}
+
+TEST(TcpMesh, EveryFramePutsItsBytesAtAnAlignedStreamOffset) {
+  for (uint64_t offset = 0; offset < 4 * kFrameAlign + 3; ++offset) {
+    const size_t header = FrameHeaderBytes(offset);
+    EXPECT_GE(header, kFrameLengthBytes) << "at stream offset " << offset;
+    EXPECT_LE(header, kFrameHeaderMax) << "at stream offset " << offset;
+    EXPECT_EQ((offset + header) % kFrameAlign, 0u) << "at stream offset " << offset;
+  }
+  EXPECT_EQ(FrameHeaderBytes(kFrameAlign - kFrameLengthBytes), kFrameLengthBytes);
+  EXPECT_EQ(FrameHeaderBytes(1'000'000 * kFrameAlign), kFrameAlign);
+}
+
+// Messages of sizes that leave the stream at every kind of offset, both
+// ways at once and over several Runs: each end pads by its own count of
+// the stream, so a disagreement would shift the bytes or fail the length.
+TEST(TcpMesh, MessagesOfEverySizeArriveWholeWhateverTheirPadding) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  TcpStore store0("127.0.0.1", server.port(), kSecret);
+  TcpStore store1("127.0.0.1", server.port(), kSecret);
+  const std::vector<size_t> sizes = {0, 1, 7, 8, 9, 63, 64, 65, 4095, 4097, 100'003, 1 << 20};
+  const auto pattern = [](int from, size_t message, size_t i) {
+    return static_cast<std::byte>((i * 131 + message * 17 + static_cast<size_t>(from) * 7) & 0xff);
+  };
+  std::string errors[2];
+  std::vector<std::vector<std::byte>> got[2];
+  const auto rank = [&](int me, TcpStore& store) {
+    try {
+      TcpMesh mesh(store, Options(me));
+      got[me].resize(sizes.size());
+      std::vector<std::vector<std::byte>> out(sizes.size());
+      for (size_t m = 0; m < sizes.size(); ++m) {
+        out[m].resize(sizes[m]);
+        for (size_t i = 0; i < sizes[m]; ++i) out[m][i] = pattern(me, m, i);
+        got[me][m].assign(sizes[m], std::byte{0});
+      }
+      for (size_t first = 0; first < sizes.size(); first += 4) {  // three Runs
+        std::vector<Transfer> step;
+        for (size_t m = first; m < std::min(first + 4, sizes.size()); ++m) {
+          step.push_back(Message(Transfer::kSend, 1 - me, out[m].data(), sizes[m]));
+          step.push_back(Message(Transfer::kRecv, 1 - me, got[me][m].data(), sizes[m]));
+        }
+        mesh.Run(step, "frames");
+      }
+    } catch (const std::exception& e) {
+      errors[me] = e.what();
+    }
+  };
+  std::thread rank0(rank, 0, std::ref(store0));
+  std::thread rank1(rank, 1, std::ref(store1));
+  rank0.join();
+  rank1.join();
+  ASSERT_EQ(errors[0], "");
+  ASSERT_EQ(errors[1], "");
+  for (int me = 0; me < 2; ++me) {
+    for (size_t m = 0; m < sizes.size(); ++m) {
+      size_t wrong = 0;
+      for (size_t i = 0; i < sizes[m]; ++i) wrong += got[me][m][i] != pattern(1 - me, m, i);
+      EXPECT_EQ(wrong, 0u) << "rank " << me << ", message " << m << " of " << sizes[m] << " bytes";
+    }
+  }
 }
 
 // Rank 0 lists a small send, a 4 MiB receive, and a send of what that
