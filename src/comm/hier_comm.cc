@@ -283,7 +283,7 @@ CommOptions OptionsFromEnv() {
   o.shm_slot_bytes = static_cast<size_t>(EnvInt("FMSTACK_SHM_SLOT_BYTES", "4194304"));
   o.shm_window_bytes = static_cast<size_t>(EnvInt("FMSTACK_SHM_WINDOW_BYTES", "0"));
   o.gloo_segment_bytes = static_cast<size_t>(EnvInt("FMSTACK_GLOO_SEGMENT_BYTES", "1048576"));
-  o.tcp_pipeline_bytes = static_cast<size_t>(EnvInt("FMSTACK_TCP_PIPELINE_BYTES", "262144"));
+  o.tcp_pipeline_bytes = static_cast<size_t>(EnvInt("FMSTACK_TCP_PIPELINE_BYTES", "0"));
   o.rail_min_bytes = static_cast<size_t>(EnvInt("FMSTACK_COMM_RAIL_MIN_BYTES", "1048576"));
   o.net = Env("FMSTACK_COMM_NET", "tcp");
   o.busy_poll = EnvInt("FMSTACK_COMM_BUSY_POLL", "0") != 0;

@@ -36,8 +36,9 @@ struct CommOptions {
   size_t shm_window_bytes = 0;  // 0: sized from the L3 cache (shm_comm.h)
   size_t gloo_segment_bytes = 1 << 20;
   // The TCP mesh's pipelined allreduce chunk (TcpOptions::
-  // pipeline_chunk_bytes; 0: windows only). FMSTACK_TCP_PIPELINE_BYTES.
-  size_t tcp_pipeline_bytes = 256 << 10;
+  // pipeline_chunk_bytes; 0, the default: windows only).
+  // FMSTACK_TCP_PIPELINE_BYTES.
+  size_t tcp_pipeline_bytes = 0;
   // Allreduces of at least this many bytes go along rails rather than
   // through the leaders; 0 = always the leaders (FMSTACK_COMM_RAIL_MIN_BYTES).
   size_t rail_min_bytes = 1 << 20;

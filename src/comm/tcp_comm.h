@@ -51,18 +51,21 @@ struct TcpOptions : TcpMeshOptions {
   // the bits (halving sums each element along one path), an allreduce
   // larger than this also runs in windows of this size on some of its own
   // calls, timed against window_bytes, and keeps the faster per size class
-  // (path_tuner.h); 0: never. On the 2-vCPU Zen 4 VM (2026-11-28), 2 ranks
-  // on loopback at 1-4 MiB ran 3.0-3.6 GB/s busbw with 128 KiB windows
-  // against 1.9-2.5 with 512 KiB, where 8 ranks ran faster with 512 KiB and
+  // (path_tuner.h); 0: never. On the 2-vCPU Zen 4 VM (2026-11-28, frames
+  // still a bare 8-byte length), 2 ranks on loopback at 1-4 MiB ran 3.0-3.6
+  // GB/s busbw with 128 KiB windows against 1.9-2.5 with 512 KiB, where 8 ranks ran faster with 512 KiB and
   // an AMD Zen 1 VM had found 256 KiB slower than 512 KiB (docs/comm.md).
   size_t alt_window_bytes = 128 << 10;
   // With a power-of-two number of ranks, an allreduce of at least
   // kPipelineMinChunks chunks of this size runs halving and doubling on
-  // them all in one pipeline (PipelinedAllReduce) instead of 512 KiB
-  // windows; 0: never. Not where the mesh's ranks outnumber the cores: on
-  // the 2-vCPU Zen 4 VM, 4 ranks ran 0.58-1.08x the windows' busbw at 1-64
-  // MiB, 8 ranks 0.79-0.94x from 4 MiB (docs/comm.md).
-  size_t pipeline_chunk_bytes = 256 << 10;
+  // them all in one pipeline (PipelinedAllReduce) instead of windows,
+  // timed against alt_window_bytes; 0 (the default): never. Off because
+  // it stopped paying once frames kept the buffers' alignment (tcp_mesh.h):
+  // on the 2-vCPU Zen 4 VM, 2 ranks with 256 KiB chunks ran 0.9-1.0x the
+  // windows' busbw at 4 MiB and 0.6-1.0x at 16-64 MiB, where it had run
+  // 1.2-1.8x with the bare 8-byte length. Never where the mesh's ranks
+  // outnumber the cores (4 ranks 0.58-1.08x, 8 ranks 0.79-0.94x from 4 MiB).
+  size_t pipeline_chunk_bytes = 0;
   // One mesh Run covers at most this much of a pipelined allreduce, so
   // that the Run's one deadline still scales with the buffer.
   size_t pipeline_run_bytes = 32 << 20;
