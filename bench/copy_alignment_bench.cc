@@ -3,9 +3,11 @@
 // FSRM), and on AMD Zen 3/4 one distance costs a tenth of the speed. The TCP
 // mesh pads its frames (comm/tcp_mesh.h) so that message bytes keep their
 // buffers' alignment in the stream instead of walking through that distance
-// with every 8-byte header. Ratios are against distance 0 in the same run.
+// with every 8-byte header. Ratios (in brackets) are against distance 0 in
+// the same run.
 //
 //   bench_copy_alignment [--rounds 3]
+#include <fmt/format.h>
 #include <gnu/libc-version.h>
 
 #include <CLI/CLI.hpp>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "bench/median.h"
+#include "util/text_table.h"
 
 namespace {
 
@@ -91,22 +94,24 @@ int main(int argc, char** argv) {
               gnu_get_libc_version(), kPiece / 1024, rounds);
   Buffers cached(256 * 1024), memory(size_t{16} << 20);
   const size_t distances[] = {0, 8, 16, 24, 32, 40, 48, 56, 64, 128, 2048, kPage - 8};
-  double base[4] = {};
-  std::printf("\n%-9s  %-22s  %-22s  %-22s  %-22s\n", "distance", "rep movsb, 256 KiB",
-              "rep movsb, 16 MiB", "memcpy, 256 KiB", "memcpy, 16 MiB");
-  std::printf("%-9s  %-22s  %-22s  %-22s  %-22s\n", "(bytes)", "GB/s  (vs 0)", "GB/s  (vs 0)",
-              "GB/s  (vs 0)", "GB/s  (vs 0)");
   const auto memcpy_fn = [](std::byte* d, const std::byte* s, size_t n) { std::memcpy(d, s, n); };
+  using Align = fmstack::TextTable::Align;
+  fmstack::TextTable table(
+      {"distance (bytes)", "rep movsb, 256 KiB", "rep movsb, 16 MiB", "memcpy, 256 KiB",
+       "memcpy, 16 MiB"},
+      {Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kRight});
+  double base[4] = {};
   for (const size_t d : distances) {
     const double rates[4] = {Rate(cached, d, rounds, RepMovsb), Rate(memory, d, rounds, RepMovsb),
                              Rate(cached, d, rounds, memcpy_fn),
                              Rate(memory, d, rounds, memcpy_fn)};
-    std::printf("%-9zu", d);
+    std::vector<std::string> row = {std::to_string(d)};
     for (int k = 0; k < 4; ++k) {
       if (d == 0) base[k] = rates[k];
-      std::printf("  %7.1f  (%5.2fx)       ", rates[k], rates[k] / base[k]);
+      row.push_back(fmt::format("{:.1f} GB/s ({:.2f}x)", rates[k], rates[k] / base[k]));
     }
-    std::printf("\n");
+    table.AddRow(std::move(row));
   }
+  std::printf("\n%s", table.RenderText().c_str());
   return 0;
 }

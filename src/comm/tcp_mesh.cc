@@ -354,12 +354,11 @@ bool TcpMesh::Advance(Transfer& t, const char* op) {
   }
   auto moved = static_cast<size_t>(n);
   stream += moved;
-  const bool had_length = t.header_done >= kFrameLengthBytes;
   const size_t to_header = std::min(moved, t.header_bytes - t.header_done);
   t.header_done += to_header;
   moved -= to_header;
   t.done += moved;
-  if (t.kind == Transfer::kRecv && !had_length && t.header_done >= kFrameLengthBytes) {
+  if (t.kind == Transfer::kRecv && to_header > 0 && t.header_done == t.header_bytes) {
     uint64_t length = 0;
     std::memcpy(&length, t.header, sizeof length);
     if (length != t.bytes) {

@@ -49,9 +49,10 @@ struct TcpMeshOptions {
 // bytes, and the padding puts the bytes at a multiple of kFrameAlign in
 // the connection's stream. Why: the kernel copies a stream's bytes between
 // its buffers (laid out in stream order) and ours with `rep movsb`, which on
-// AMD Zen 3/4 falls from ~50 to 3.5 GB/s when the destination sits 8 bytes
-// past the source in a page; a bare 8-byte length walked every message's
-// bytes through that distance (bench/copy_alignment shows the table).
+// AMD Zen 3/4 falls from 16-56 to about 3 GB/s when the destination sits 8
+// bytes past the source in a page; a bare 8-byte length walked every
+// message's bytes through that distance (bench_copy_alignment prints the
+// speeds).
 // Both ends count the stream's bytes, so they agree on each padding.
 inline constexpr size_t kFrameAlign = 64;
 inline constexpr size_t kFrameLengthBytes = sizeof(uint64_t);
