@@ -4,10 +4,13 @@
 // same machine (shared-memory and TCP transports) and the machine's memcpy
 // bandwidth, all in one run.
 #include <fmt/format.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -26,6 +29,7 @@
 #include "comm/path_tuner.h"
 #include "runtime/supervisor.h"
 #include "util/error.h"
+#include "util/paired_rounds.h"
 #include "util/text_table.h"
 #include "util/units.h"
 
@@ -318,61 +322,147 @@ std::string Gbs(double bytes, double seconds) {
   return seconds > 0 ? fmt::format("{:.2f}", bytes / seconds / 1e9) : "-";
 }
 
-// Every program's seconds for one world size: fmstack on one node (shared
-// memory), on n nodes (the TCP mesh), in network namespaces; OpenMPI beside
-// each.
-struct Sides {
-  Results node, nodes, netns, mpi_shm, mpi_tcp, mpi_netns;
+// One layout's runs, round by round: ours[i] and theirs[i] ran one right
+// after the other.
+struct Layout {
+  std::vector<Results> ours, theirs;
 };
 
-// Per (op, size), the median of the rounds' seconds; a key some round lacks
-// is dropped.
-Results MedianOver(const std::vector<Results>& rounds) {
-  Results out;
-  if (rounds.empty()) return out;
-  for (const auto& [key, unused] : rounds.front()) {
-    std::vector<double> v;
-    for (const Results& r : rounds) {
-      if (r.contains(key)) v.push_back(r.at(key));
+// Every layout for one world size: one node (shared memory against vader),
+// n nodes on loopback (TCP mesh against the tcp BTL), n nodes in network
+// namespaces.
+struct Sides {
+  Layout node, nodes, netns;
+};
+
+// One size's times for one layout: from the round with the median ratio
+// (util/paired_rounds.h), so that every figure the table shows for a size
+// comes from two runs made one right after the other. Without OpenMPI, the
+// median of our rounds (the longer of the middle two), theirs 0.
+TimedPair MedianPair(const Layout& l, const Results::key_type& key) {
+  std::vector<TimedPair> rounds;
+  for (size_t i = 0; i < l.ours.size(); ++i) {
+    const auto o = l.ours[i].find(key);
+    if (o == l.ours[i].end()) return {};
+    TimedPair p{.ours = o->second};
+    if (i < l.theirs.size()) {
+      const auto t = l.theirs[i].find(key);
+      if (t != l.theirs[i].end()) p.theirs = t->second;
     }
-    if (v.size() == rounds.size()) out[key] = Median(v);
+    rounds.push_back(p);
   }
-  return out;
+  if (const auto mid = MedianRatioRound(rounds)) return *mid;
+  if (rounds.empty()) return {};
+  std::ranges::sort(rounds, {}, &TimedPair::ours);
+  return {.ours = rounds[rounds.size() / 2].ours};
 }
 
-// Both sides run once per round, whole (every op and size), and take turns to
-// go first, so that a slow minute of this shared machine lands on one side's
-// round, not on one side: one 2-rank run on the AMD VM had allreduce at
-// 1 MiB at 2.83 GB/s against OpenMPI's 3.66, and the run right after it
-// 5.33 against 4.21.
-Sides RunRounds(const BenchArgs& a, int n, const std::string& self, std::string* mpi_shm_config) {
-  std::vector<Results> node, nodes, netns, mpi_shm, mpi_tcp, mpi_netns;
-  const auto ours = [&] {
-    node.push_back(RunFmstack(a, 1, n, self));
-    nodes.push_back(RunFmstack(a, n, 1, self));
-    if (a.netns) netns.push_back(RunFmstack(a, n, 1, self, true));
+// How long a cache line takes to go from one CPU to another and back, with
+// a thread pinned to each of the first two CPUs this process may use; 0 with
+// fewer than two. On the AMD EPYC VMs it moves between about 55 ns and about
+// 330 ns over minutes (the host placing the two vCPUs on one core complex or
+// on two), and every collective inside a node slows by 3-4x in the slow
+// state, OpenMPI's as much as ours; the bench prints it for every round.
+double CoreRoundTripNs() {
+  cpu_set_t allowed;
+  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0) return 0;
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE && cpus.size() < 2; ++c) {
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  }
+  if (cpus.size() < 2) return 0;
+  const auto pin = [](int cpu) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    return ::pthread_setaffinity_np(::pthread_self(), sizeof one, &one) == 0;
   };
-  const auto theirs = [&] {
-    if (!a.mpi) return;
-    mpi_shm.push_back(RunMpiShm(a, n, mpi_shm_config));
-    mpi_tcp.push_back(RunMpi(a, n, "tcp,self"));
-    if (a.netns) mpi_netns.push_back(RunMpiNetns(a, n));
+  // The ball goes 1, 2, 3, ...: odd numbers from here, even ones back. -1
+  // stops the partner: a pin refused, or the deadline passed (two threads
+  // that ended up on one CPU would pass it once per time slice).
+  constexpr int kTrips = 100000, kStop = -1;
+  constexpr auto kDeadline = std::chrono::seconds(2);
+  std::atomic<int> ball{0};
+  std::atomic<int> partner_pinned{0};  // 1 pinned, -1 refused
+  std::thread partner([&] {
+    partner_pinned = pin(cpus[1]) ? 1 : -1;
+    for (int i = 0; i < kTrips; ++i) {
+      int b = 0;
+      while ((b = ball.load(std::memory_order_acquire)) != 2 * i + 1 && b != kStop) {
+      }
+      if (b == kStop) return;
+      ball.store(2 * i + 2, std::memory_order_release);
+    }
+  });
+  const auto stop = [&] {
+    ball = kStop;
+    partner.join();
+    ::sched_setaffinity(0, sizeof allowed, &allowed);  // the pin was this thread's; undo it
+    return 0.0;
+  };
+  const bool pinned = pin(cpus[0]);
+  while (partner_pinned.load() == 0) std::this_thread::yield();
+  if (!pinned || partner_pinned.load() < 0) return stop();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < kTrips; ++i) {
+    ball.store(2 * i + 1, std::memory_order_release);
+    while (ball.load(std::memory_order_acquire) != 2 * i + 2) {
+    }
+    if (i % 1024 == 0 && std::chrono::steady_clock::now() - start > kDeadline) return stop();
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  partner.join();
+  ::sched_setaffinity(0, sizeof allowed, &allowed);
+  return s / kTrips * 1e9;
+}
+
+// Per round and layout, the two sides run one right after the other and take
+// turns to go first, so that a slow minute of this shared machine lands on
+// one pair, whose ratio the median over rounds then outvotes. The AMD VMs
+// switch state for minutes at a time; when each side ran all its layouts in
+// one block, 4 ranks inside a node came out at 0.40x OpenMPI in a run where
+// only our block met the slow state.
+Sides RunRounds(const BenchArgs& a, int n, const std::string& self, std::string* mpi_shm_config,
+                std::vector<double>* round_trips) {
+  Sides s;
+  const auto pair = [&](Layout& l, bool ours_first, const auto& ours, const auto& theirs) {
+    if (!a.mpi) return l.ours.push_back(ours());
+    if (ours_first) {
+      l.ours.push_back(ours());
+      l.theirs.push_back(theirs());
+    } else {
+      l.theirs.push_back(theirs());
+      l.ours.push_back(ours());
+    }
   };
   for (int round = 0; round < a.rounds; ++round) {
     if (::isatty(2) == 1) {
       std::cerr << fmt::format("\r\033[K  {} ranks: round {}/{}", n, round + 1, a.rounds)
                 << std::flush;
     }
-    if (round % 2 == 0) {
-      ours();
-      theirs();
-    } else {
-      theirs();
-      ours();
+    round_trips->push_back(CoreRoundTripNs());
+    const bool ours_first = round % 2 == 0;
+    pair(
+        s.node, ours_first, [&] { return RunFmstack(a, 1, n, self); },
+        [&] { return RunMpiShm(a, n, mpi_shm_config); });
+    pair(
+        s.nodes, ours_first, [&] { return RunFmstack(a, n, 1, self); },
+        [&] { return RunMpi(a, n, "tcp,self"); });
+    if (a.netns) {
+      pair(
+          s.netns, ours_first, [&] { return RunFmstack(a, n, 1, self, true); },
+          [&] { return RunMpiNetns(a, n); });
     }
   }
-  return {MedianOver(node),    MedianOver(nodes),   MedianOver(netns),
-          MedianOver(mpi_shm), MedianOver(mpi_tcp), MedianOver(mpi_netns)};
+  round_trips->push_back(CoreRoundTripNs());
+  return s;
+}
+
+std::string RoundTrips(const std::vector<double>& ns) {
+  std::string out;
+  for (const double v : ns)
+    out += (out.empty() ? "" : ", ") + (v > 0 ? fmt::format("{:.0f}", v) : "-");
+  return out;
 }
 
 int RunCoordinator(const BenchArgs& args) {
@@ -393,8 +483,8 @@ int RunCoordinator(const BenchArgs& args) {
   std::string mpi_shm_config = "-";
   for (const std::string& rs : Split(a.ranks)) {
     const int n = std::stoi(rs);
-    const auto [node, nodes, netns, mpi_shm, mpi_tcp, mpi_netns] =
-        RunRounds(a, n, self, &mpi_shm_config);
+    std::vector<double> round_trips;
+    const Sides sides = RunRounds(a, n, self, &mpi_shm_config, &round_trips);
     // In plain text a bar sets the groups apart; in markdown it would be a
     // column of its own and shift every heading after it.
     const std::string sep = a.markdown ? "" : "| ";
@@ -410,40 +500,33 @@ int RunCoordinator(const BenchArgs& args) {
       }
       TextTable t(header);
       std::vector<double> shm_ratios, tcp_ratios, netns_ratios;
-      for (const auto& [key, s_node] : node) {
+      const auto ratio = [](const TimedPair& p, std::vector<double>* all) {
+        if (p.Ratio() > 0) all->push_back(p.Ratio());
+        return p.Ratio() > 0 ? fmt::format("{:.2f}", p.Ratio()) : std::string("-");
+      };
+      if (sides.node.ours.empty()) continue;
+      for (const auto& [key, unused] : sides.node.ours.front()) {
         if (key.first != op) continue;
         const double bytes = static_cast<double>(key.second), f = BusFactor(op, n);
-        const double s_nodes = nodes.contains(key) ? nodes.at(key) : 0;
-        const double m_shm = mpi_shm.contains(key) ? mpi_shm.at(key) : 0;
-        const double m_tcp = mpi_tcp.contains(key) ? mpi_tcp.at(key) : 0;
-        const double r_shm = m_shm > 0 ? m_shm / s_node : 0,
-                     r_tcp = m_tcp > 0 && s_nodes > 0 ? m_tcp / s_nodes : 0;
-        if (r_shm > 0) shm_ratios.push_back(r_shm);
-        if (r_tcp > 0) tcp_ratios.push_back(r_tcp);
-        std::vector<std::string> row = {units::FormatBytes(bytes),
-                                        Gbs(bytes, s_node),
-                                        Gbs(f * bytes, s_node),
-                                        Gbs(f * bytes, m_shm),
-                                        r_shm > 0 ? fmt::format("{:.2f}", r_shm) : "-",
-                                        Gbs(bytes, s_nodes),
-                                        Gbs(f * bytes, s_nodes),
-                                        Gbs(f * bytes, m_tcp),
-                                        r_tcp > 0 ? fmt::format("{:.2f}", r_tcp) : "-"};
+        const TimedPair node = MedianPair(sides.node, key), nodes = MedianPair(sides.nodes, key);
+        std::vector<std::string> row = {
+            units::FormatBytes(bytes),   Gbs(bytes, node.ours),        Gbs(f * bytes, node.ours),
+            Gbs(f * bytes, node.theirs), ratio(node, &shm_ratios),     Gbs(bytes, nodes.ours),
+            Gbs(f * bytes, nodes.ours),  Gbs(f * bytes, nodes.theirs), ratio(nodes, &tcp_ratios)};
         if (a.netns) {
-          const double s_netns = netns.contains(key) ? netns.at(key) : 0;
-          row.push_back(Gbs(f * bytes, s_netns));
+          const TimedPair netns = MedianPair(sides.netns, key);
+          row.push_back(Gbs(f * bytes, netns.ours));
           if (a.mpi) {
-            const double m_netns = mpi_netns.contains(key) ? mpi_netns.at(key) : 0;
-            const double r_netns = m_netns > 0 && s_netns > 0 ? m_netns / s_netns : 0;
-            if (r_netns > 0) netns_ratios.push_back(r_netns);
-            row.push_back(Gbs(f * bytes, m_netns));
-            row.push_back(r_netns > 0 ? fmt::format("{:.2f}", r_netns) : "-");
+            row.push_back(Gbs(f * bytes, netns.theirs));
+            row.push_back(ratio(netns, &netns_ratios));
           }
         }
         t.AddRow(std::move(row));
       }
-      std::cout << fmt::format("{} — {} ranks (GB/s; ratio = fmstack busbw / OpenMPI busbw)\n", op,
-                               n)
+      std::cout << fmt::format(
+                       "{} — {} ranks (GB/s; ratio = fmstack busbw / OpenMPI busbw; per size, "
+                       "the round with the median ratio)\n",
+                       op, n)
                 << (a.markdown ? t.RenderMarkdown() : t.RenderText()) << "\n";
       if (a.mpi && !shm_ratios.empty() && !tcp_ratios.empty()) {
         std::string line =
@@ -455,12 +538,16 @@ int RunCoordinator(const BenchArgs& args) {
         summary.push_back(std::move(line));
       }
     }
+    std::cout << fmt::format(
+        "{} ranks: core-to-core round trip before each round and after the "
+        "last: {} ns\n\n",
+        n, RoundTrips(round_trips));
   }
   if (!summary.empty()) {
     std::cout << fmt::format(
         "fmstack busbw / OpenMPI busbw over every size {}..{} (targets: median >= 1.0, worst >= "
-        "0.8); each side's time per size is the median of {} round(s), the sides taking turns "
-        "to go first\nOpenMPI: {}; shared memory: {}\n\n",
+        "0.8); per size, the median ratio over {} round(s), in each of which the two sides ran "
+        "one right after the other, taking turns to go first\nOpenMPI: {}; shared memory: {}\n\n",
         a.min, a.max, a.rounds, MpiVersion(), mpi_shm_config);
     std::cout << "| op | ranks | one node, median | one node, worst | across nodes, median | "
                  "across nodes, worst |"
@@ -489,7 +576,7 @@ Runner AddBenchCommand(CLI::App& app) {
                   "the OpenMPI peer binary (default: next to fmstack)");
   cmd->add_flag("--markdown", args->markdown, "tables as Markdown");
   cmd->add_option("--rounds", args->rounds,
-                  "runs of each side, alternated; per size, the median of their times")
+                  "rounds of both sides back to back; per size, the round with the median ratio")
       ->check(CLI::Range(1, 99))
       ->capture_default_str();
   cmd->add_flag("--netns", args->netns,

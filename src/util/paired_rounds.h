@@ -1,0 +1,35 @@
+// Comparing two programs on a machine whose speed moves over minutes (a
+// shared VM): run them one right after the other, several rounds, and report
+// the round whose ratio is the median. Both figures of that report then come
+// from one moment of the machine, and the ratio is the median of ratios, not
+// the ratio of two medians that may come from different moments.
+#pragma once
+
+#include <algorithm>
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace fmstack {
+
+// Seconds of one round: ours and the peer's, measured back to back.
+struct TimedPair {
+  double ours = 0, theirs = 0;
+  // The peer's time over ours: above 1, we are faster. 0 when either is
+  // missing.
+  double Ratio() const { return ours > 0 && theirs > 0 ? theirs / ours : 0; }
+};
+
+// The round with the median ratio; where two share the middle (an even
+// number of rounds), the one with the lower ratio. nullopt when there are no
+// rounds or some round lacks a time.
+inline std::optional<TimedPair> MedianRatioRound(std::span<const TimedPair> rounds) {
+  if (rounds.empty()) return std::nullopt;
+  std::vector<TimedPair> sorted(rounds.begin(), rounds.end());
+  if (!std::ranges::all_of(sorted, [](const TimedPair& p) { return p.Ratio() > 0; }))
+    return std::nullopt;
+  std::ranges::sort(sorted, {}, &TimedPair::Ratio);
+  return sorted[(sorted.size() - 1) / 2];
+}
+
+}  // namespace fmstack
