@@ -36,6 +36,7 @@
 #include "gpt/blas_core.h"
 #include "gpt/sgemm_peak.h"
 #include "train/trainer.h"
+#include "util/core_round_trip.h"
 #include "util/huge_pages.h"
 #include "util/random.h"
 #include "util/text_table.h"
@@ -135,7 +136,7 @@ int main(int argc, char** argv) {
   // Rounds alternate the machine limit, fmstack and the peer, which side goes
   // first swapping every round, so that a noisy neighbour slows all three
   // alike; each ratio is the median of its round-by-round ratios.
-  std::vector<double> rounds, torch_rounds, sgemm_rounds, fma_rounds;
+  std::vector<double> rounds, torch_rounds, sgemm_rounds, fma_rounds, round_trips;
   int fma_lanes = 0;
   double rss = 0;
   const auto gemms = gpt::TrainingGemms(B * T, shape.hidden, shape.ffn_hidden, shape.vocab);
@@ -164,6 +165,7 @@ int main(int argc, char** argv) {
     return true;
   };
   for (int r = 0; r < rounds_wanted; ++r) {
+    round_trips.push_back(CoreRoundTripNs());
     const bool fmstack_first = r % 2 == 0;
     if (fmstack_first) fmstack_round(r);
     if (!fmstack_first && !torch_round(r)) return 1;
@@ -215,6 +217,11 @@ int main(int argc, char** argv) {
             "median " + MedianAndRange(fma_rounds, 0), ""});
   t.AddRow(
       {"  sgemm / FMA peak", "", MedianAndRange(Ratios(sgemm_rounds, fma_rounds, 1.0), 2), ""});
+  // The machine's other state: two vCPUs on one core complex or on two
+  // (util/core_round_trip.h). 0: fewer than two CPUs.
+  t.AddRow({"core-to-core round trip, before each round",
+            fmt::format("{:.0f} ns", Median(round_trips)),
+            "median " + MedianAndRange(round_trips, 0), ""});
   t.AddRow({"fmstack tokens/s", fmt::format("{:.0f}", tok_s), "median " + MedianAndRange(rounds, 0),
             ""});
   // Each ratio pairs rounds that ran next to each other, so the two share the

@@ -4,13 +4,10 @@
 // same machine (shared-memory and TCP transports) and the machine's memcpy
 // bandwidth, all in one run.
 #include <fmt/format.h>
-#include <pthread.h>
-#include <sched.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -28,6 +25,7 @@
 #include "comm/hier_comm.h"
 #include "comm/path_tuner.h"
 #include "runtime/supervisor.h"
+#include "util/core_round_trip.h"
 #include "util/error.h"
 #include "util/paired_rounds.h"
 #include "util/text_table.h"
@@ -355,65 +353,6 @@ TimedPair MedianPair(const Layout& l, const Results::key_type& key) {
   if (rounds.empty()) return {};
   std::ranges::sort(rounds, {}, &TimedPair::ours);
   return {.ours = rounds[rounds.size() / 2].ours};
-}
-
-// How long a cache line takes to go from one CPU to another and back, with
-// a thread pinned to each of the first two CPUs this process may use; 0 with
-// fewer than two. On the AMD EPYC VMs it moves between about 55 ns and about
-// 330 ns over minutes (the host placing the two vCPUs on one core complex or
-// on two), and every collective inside a node slows by 3-4x in the slow
-// state, OpenMPI's as much as ours; the bench prints it for every round.
-double CoreRoundTripNs() {
-  cpu_set_t allowed;
-  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0) return 0;
-  std::vector<int> cpus;
-  for (int c = 0; c < CPU_SETSIZE && cpus.size() < 2; ++c) {
-    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
-  }
-  if (cpus.size() < 2) return 0;
-  const auto pin = [](int cpu) {
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpu, &one);
-    return ::pthread_setaffinity_np(::pthread_self(), sizeof one, &one) == 0;
-  };
-  // The ball goes 1, 2, 3, ...: odd numbers from here, even ones back. -1
-  // stops the partner: a pin refused, or the deadline passed (two threads
-  // that ended up on one CPU would pass it once per time slice).
-  constexpr int kTrips = 100000, kStop = -1;
-  constexpr auto kDeadline = std::chrono::seconds(2);
-  std::atomic<int> ball{0};
-  std::atomic<int> partner_pinned{0};  // 1 pinned, -1 refused
-  std::thread partner([&] {
-    partner_pinned = pin(cpus[1]) ? 1 : -1;
-    for (int i = 0; i < kTrips; ++i) {
-      int b = 0;
-      while ((b = ball.load(std::memory_order_acquire)) != 2 * i + 1 && b != kStop) {
-      }
-      if (b == kStop) return;
-      ball.store(2 * i + 2, std::memory_order_release);
-    }
-  });
-  const auto stop = [&] {
-    ball = kStop;
-    partner.join();
-    ::sched_setaffinity(0, sizeof allowed, &allowed);  // the pin was this thread's; undo it
-    return 0.0;
-  };
-  const bool pinned = pin(cpus[0]);
-  while (partner_pinned.load() == 0) std::this_thread::yield();
-  if (!pinned || partner_pinned.load() < 0) return stop();
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < kTrips; ++i) {
-    ball.store(2 * i + 1, std::memory_order_release);
-    while (ball.load(std::memory_order_acquire) != 2 * i + 2) {
-    }
-    if (i % 1024 == 0 && std::chrono::steady_clock::now() - start > kDeadline) return stop();
-  }
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  partner.join();
-  ::sched_setaffinity(0, sizeof allowed, &allowed);
-  return s / kTrips * 1e9;
 }
 
 // Per round and layout, the two sides run one right after the other and take
