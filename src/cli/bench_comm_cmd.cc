@@ -359,8 +359,8 @@ TimedPair MedianPair(const Layout& l, const Results::key_type& key) {
 // turns to go first, so that a slow minute of this shared machine lands on
 // one pair, whose ratio the median over rounds then outvotes. The AMD VMs
 // switch state for minutes at a time; when each side ran all its layouts in
-// one block, 4 ranks inside a node came out at 0.40x OpenMPI in a run where
-// only our block met the slow state.
+// one block, 4 ranks inside a node came out at 0.40x OpenMPI in a run whose
+// figures for our block were the slow state's and OpenMPI's were not.
 Sides RunRounds(const BenchArgs& a, int n, const std::string& self, std::string* mpi_shm_config,
                 std::vector<double>* round_trips) {
   Sides s;
