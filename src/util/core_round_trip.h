@@ -13,8 +13,9 @@ namespace fmstack {
 // Nanoseconds for one round trip of a cache line between the first two CPUs
 // this process may run on, the mean of `trips`, each side a thread pinned to
 // one of them (the calling thread's affinity is restored after). 0 when
-// there are fewer than two CPUs, a pin is refused, or the trips overrun a
-// 2 s deadline (a CPU taken by something else for whole time slices).
+// there are fewer than two CPUs, `trips` is outside 1..10,000,000, a pin is
+// refused, or the trips overrun a 2 s deadline (a CPU taken by something
+// else for whole time slices).
 double CoreRoundTripNs(int trips = 100000);
 
 }  // namespace fmstack

@@ -46,5 +46,11 @@ TEST(CoreRoundTrip, IsZeroOnOneCpu) {
   ASSERT_EQ(::sched_setaffinity(0, sizeof before, &before), 0);
 }
 
+TEST(CoreRoundTrip, RefusesATripCountOutsideItsBounds) {
+  EXPECT_EQ(CoreRoundTripNs(0), 0.0);
+  EXPECT_EQ(CoreRoundTripNs(-5), 0.0);
+  EXPECT_EQ(CoreRoundTripNs(10'000'001), 0.0);  // 2 x trips must stay within int
+}
+
 }  // namespace
 }  // namespace fmstack
