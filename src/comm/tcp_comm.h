@@ -53,8 +53,9 @@ struct TcpOptions : TcpMeshOptions {
   // calls, timed against window_bytes, and keeps the faster per size class
   // (path_tuner.h); 0: never. On the 2-vCPU Zen 4 VM (2026-11-28, frames
   // still a bare 8-byte length), 2 ranks on loopback at 1-4 MiB ran 3.0-3.6
-  // GB/s busbw with 128 KiB windows against 1.9-2.5 with 512 KiB, where 8 ranks ran faster with 512
-  // KiB and an AMD Zen 1 VM had found 256 KiB slower than 512 KiB (docs/comm.md).
+  // GB/s busbw with 128 KiB windows against 1.9-2.5 with 512 KiB, where 8
+  // ranks ran faster with 512 KiB and an AMD Zen 1 VM had found 256 KiB
+  // slower than 512 KiB (docs/comm.md).
   size_t alt_window_bytes = 128 << 10;
   // With a power-of-two number of ranks, an allreduce of at least
   // kPipelineMinChunks chunks of this size runs halving and doubling on

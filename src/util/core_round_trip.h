@@ -1,11 +1,11 @@
 // util: how far apart two CPUs are, as a cache line's round trip between
 // them. On the project's 2-vCPU AMD EPYC VMs the host moves the two vCPUs,
 // over minutes, between one core complex and two: the round trip goes from
-// about 55 ns (or 100) to about 330 ns, and everything that hands data from
-// one core to the other slows with it (an allreduce inside a node by 3-4x,
-// OpenMPI's alike; OpenBLAS's two threads by up to 15%). Benches print it
-// beside their rounds, so that a reader can tell the machine's state from
-// the program's.
+// 51-110 ns to 310-380 ns (547-556 in one run), and everything that hands
+// data from one core to the other slows with it (an allreduce inside a node
+// by 3-4x, OpenMPI's alike; OpenBLAS's two threads by up to 15%). Benches
+// print it beside their rounds, so that a reader can tell the machine's
+// state from the program's.
 #pragma once
 
 namespace fmstack {
