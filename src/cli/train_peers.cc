@@ -161,6 +161,7 @@ bool TrainPeers::Report(const train::PeerReplicas::Outcome& o, bool fresh) {
                    {"kind", "peer-restore-failed"},
                    {"rank", rank},
                    {"step", trainer_.step()},
+                   {"gen", generation_},
                    {"what", what}});
     return false;
   }

@@ -555,7 +555,8 @@ void Supervisor::OnControl(int rank, const nlohmann::json& m) {
                .rank = m.value("rank", rank),
                .step = m.value("step", monitor_->MaxStep()),
                .verified_step = m.value("verified_step", verified_step_)},
-              m.value("what", "a fault")};
+              m.value("what", "a fault"),
+              m.value("gen", int64_t{-1})};
     if (seen.event.rank < 0 || seen.event.rank >= o_.layout.world()) seen.event.rank = rank;
     if (*kind == resilience::EventKind::kNonFinite ||
         *kind == resilience::EventKind::kSilentCorruption) {

@@ -102,6 +102,12 @@ void Supervisor::Reap() {
       monitor_->OnExit(w.rank);
       --running_;
       const bool failed = x.signal != 0 || x.exit_code != 0;
+      // A survivor of a shrink meets the others at once: it may find no
+      // usable peer copy, say so and stop before the rejoin is done with.
+      if (rejoin_ && x.exit_code == kFaultExitCode && ReportOfThisGeneration()) {
+        FailRejoin();
+        continue;
+      }
       if (!failed || decision_ || reexec_) continue;
       // The first failure decides. A worker that reported why it stops is
       // believed; otherwise the exit itself is the fault. A node whose link
@@ -406,6 +412,7 @@ void Supervisor::Detect(const Seen& seen) {
   if (fired_at_) {
     inc.detect_seconds = Since(*fired_at_, detected_at_);
     result_.ledger.Book("detection", inc.detect_seconds);
+    fired_at_.reset();  // a fault that follows from the recovery is not the injection's
   }
   Note(fmt::format(
       "fault: {}{}", seen.what,

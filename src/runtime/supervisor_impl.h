@@ -83,6 +83,10 @@ struct Stream {
 struct Seen {
   resilience::RuntimeEvent event;
   std::string what;
+  // The communicator generation a worker's report speaks for (-1: not said).
+  // A report made in the generation a rejoin creates outlives the rejoin's
+  // bookkeeping: it is the rejoin's own failure.
+  int64_t generation = -1;
 };
 
 inline std::optional<resilience::EventKind> ReportedKind(const std::string& kind) {
@@ -121,6 +125,12 @@ class Supervisor {
   void LoseRanks(const std::vector<int>& lost, const Seen& seen, bool replace);
   void AdvanceRejoin();
   // The in-place recovery cannot go on: every rank restarts from the checkpoint.
+  // A worker's report made in the generation the rejoin created: the
+  // rejoin's own failure, kept when the rejoin's decision is done with.
+  bool ReportOfThisGeneration() const;
+  void ForgetEarlierReports();
+  // A survivor reported the rejoin failed and stopped before it was done with.
+  void FailRejoin();
   void AbandonRejoin(const std::string& why);
   // Elastic (supervisor_elastic.cc): drop the lost node and go on with the
   // survivors as a smaller group (false when that cannot be done); take a

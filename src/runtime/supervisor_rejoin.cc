@@ -73,7 +73,7 @@ void Supervisor::AdvanceRejoin() {
   if (!rejoin_->spawn) {  // a shrink: the survivors go on by themselves
     rejoin_.reset();
     decision_.reset();
-    report_.reset();
+    ForgetEarlierReports();
     SaveState();
     return;
   }
@@ -105,8 +105,24 @@ void Supervisor::AdvanceRejoin() {
   // From here a failure is a new fault: a replacement that cannot restore
   // reports it, and the policy falls back to the checkpoint.
   decision_.reset();
-  report_.reset();
+  ForgetEarlierReports();
   SaveState();
+}
+
+bool Supervisor::ReportOfThisGeneration() const {
+  return report_ && report_->generation >= env_.generation;
+}
+
+void Supervisor::ForgetEarlierReports() {
+  if (!ReportOfThisGeneration()) report_.reset();
+}
+
+void Supervisor::FailRejoin() {
+  const Seen seen = *report_;
+  rejoin_.reset();
+  decision_.reset();
+  report_.reset();
+  Detect(seen);
 }
 
 void Supervisor::AbandonRejoin(const std::string& why) {

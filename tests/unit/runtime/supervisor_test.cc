@@ -68,6 +68,70 @@ TEST(Supervisor, AReportSentJustBeforeTheExitIsBelieved) {
   fs::remove_all(dir);
 }
 
+// Elastic: node 1 goes down and the survivor (rank 0) is told to go on in
+// the smaller world. It finds no usable peer copy at once and reports it in
+// the new generation, while the supervisor still waits out the restart
+// backoff before it calls the shrink done. The report must outlive that
+// bookkeeping: the incident is the failed peer restore, and the fallback is
+// the newest checkpoint. `stay` is how long the survivor lives after its
+// report: within the backoff, or past it.
+RunResult ShrinkWhosePeerRestoreFails(const std::string& dir, double stay) {
+  SuperviseOptions o;
+  o.layout = {.nodes = 2, .procs_per_node = 1};
+  const std::string mark = dir + "/attempted";
+  o.argv = {"/bin/bash", "-c",
+            "if [ \"$RANK\" = 1 ]; then exec sleep 30; fi\n"
+            "if [ -e " +
+                mark +
+                " ]; then exit 0; fi\n"  // the restart from the checkpoint
+                "touch " +
+                mark +
+                "\n"
+                "while read -r -t 20 -u \"$FMSTACK_CONTROL_FD\" line; do\n"
+                "  case \"$line\" in *'\"rejoin\"'*) break ;; esac\n"
+                "done\n"
+                "gen=$(printf '%s' \"$line\" | sed -n 's/.*\"generation\":\\([0-9]*\\).*/\\1/p')\n"
+                "printf '{\"ev\":\"fault\",\"kind\":\"peer-restore-failed\",\"rank\":0,\"step\":0,"
+                "\"gen\":%s,\"what\":\"no peer copy could serve\"}\\n' \"$gen\" "
+                ">&\"$FMSTACK_CONTROL_FD\"\n"
+                "sleep " +
+                std::to_string(stay) + "; exit 75"};
+  o.run_dir = dir;
+  o.job_name = "shrink";
+  o.job_id = "1";
+  o.grace_seconds = 1;
+  o.metrics_listen = "off";
+  o.policy = {.strategy = resilience::Strategy::kElastic,
+              .max_restarts = 3,
+              .backoff_seconds = 2,
+              .backoff_max_seconds = 2};
+  o.inject = {{.id = "down", .kind = "node-down", .rank = 1, .at_step = 0}};
+  return Supervise(o, nullptr, nullptr, nullptr);
+}
+
+void ExpectPeerRestoreFailedAfterTheShrink(const RunResult& r) {
+  EXPECT_TRUE(r.ok()) << r.failure;
+  const auto& incidents = r.ledger.incidents();
+  ASSERT_EQ(incidents.size(), 2u);
+  EXPECT_EQ(incidents[0].kind, "node-lost");
+  EXPECT_EQ(incidents[1].kind, "peer-restore-failed");
+  EXPECT_EQ(incidents[1].what, "no peer copy could serve");
+  EXPECT_GE(incidents[0].detect_seconds, 0) << "the injected node-down";
+  EXPECT_LT(incidents[1].detect_seconds, 0) << "not injected: no time from an injection";
+}
+
+TEST(Supervisor, ASurvivorThatFailsItsShrinkAndStopsAtOnceIsBelieved) {
+  const std::string dir = FreshDir("shrink-now");
+  ExpectPeerRestoreFailedAfterTheShrink(ShrinkWhosePeerRestoreFails(dir, 0));
+  fs::remove_all(dir);
+}
+
+TEST(Supervisor, ASurvivorThatFailsItsShrinkAndStopsAfterTheBackoffIsBelieved) {
+  const std::string dir = FreshDir("shrink-later");
+  ExpectPeerRestoreFailedAfterTheShrink(ShrinkWhosePeerRestoreFails(dir, 3));
+  fs::remove_all(dir);
+}
+
 // A worker's message with a field of the wrong type is said and dropped;
 // the supervisor goes on, and the worker's clean exit ends the run well.
 TEST(Supervisor, AMessageWithAFieldOfTheWrongTypeIsSaidAndIgnored) {
