@@ -431,6 +431,7 @@ int RunTrain(const TrainArgs& args) {
                    {"kind", "checkpoint-failed"},
                    {"rank", trainer.rank()},
                    {"step", trainer.step()},
+                   {"gen", peers.generation()},
                    {"what", fmt::format("rank {}: {}", trainer.rank(), e.what())}});
     if (!control->active()) throw;
     std::cerr << e.what() << "\n";
