@@ -124,13 +124,13 @@ class Supervisor {
   // gone (then replaced, or not: an elastic shrink).
   void LoseRanks(const std::vector<int>& lost, const Seen& seen, bool replace);
   void AdvanceRejoin();
-  // The in-place recovery cannot go on: every rank restarts from the checkpoint.
   // A worker's report made in the generation the rejoin created: the
   // rejoin's own failure, kept when the rejoin's decision is done with.
   bool ReportOfThisGeneration() const;
   void ForgetEarlierReports();
   // A survivor reported the rejoin failed and stopped before it was done with.
   void FailRejoin();
+  // The in-place recovery cannot go on: every rank restarts from the checkpoint.
   void AbandonRejoin(const std::string& why);
   // Elastic (supervisor_elastic.cc): drop the lost node and go on with the
   // survivors as a smaller group (false when that cannot be done); take a
