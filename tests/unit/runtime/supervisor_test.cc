@@ -140,6 +140,7 @@ TEST(Supervisor, AMessageWithAFieldOfTheWrongTypeIsSaidAndIgnored) {
       OneStandIn(dir, "badfield",
                  "printf '%s\\n' '{\"ev\":\"collective-failed\",\"generation\":\"one\"}' "
                  "'{\"ev\":\"fault\",\"kind\":\"crash\",\"step\":\"twelve\"}' "
+                 "'{\"ev\":\"fault\",\"kind\":\"crash\",\"step\":1,\"gen\":\"two\"}' "
                  "'{\"ev\":\"hb\",\"step\":1,\"phase\":\"train\"}' >&\"$FMSTACK_CONTROL_FD\"; "
                  "sleep 0.5; exit 0");
   std::vector<std::string> notes;
@@ -150,7 +151,7 @@ TEST(Supervisor, AMessageWithAFieldOfTheWrongTypeIsSaidAndIgnored) {
   for (const std::string& n : notes) {
     if (n.find("has a field of the wrong type") != std::string::npos) ++said;
   }
-  EXPECT_EQ(said, 2) << "the collective-failed and the fault message";
+  EXPECT_EQ(said, 3) << "the collective-failed and the two fault messages";
   fs::remove_all(dir);
 }
 
