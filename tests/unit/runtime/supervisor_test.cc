@@ -76,31 +76,19 @@ TEST(Supervisor, AReportSentJustBeforeTheExitIsBelieved) {
 // the newest checkpoint. `stay` is how long the survivor lives after its
 // report: within the backoff, or past it.
 RunResult ShrinkWhosePeerRestoreFails(const std::string& dir, double stay) {
-  SuperviseOptions o;
+  // The restart from the checkpoint finds the mark and ends the run.
+  const std::string script = "MARK='" + dir + "/attempted'; STAY=" + std::to_string(stay) + "\n" +
+                             R"(if [ "$RANK" = 1 ]; then exec sleep 30; fi
+if [ -e "$MARK" ]; then exit 0; fi
+touch "$MARK"
+while read -r -t 20 -u "$FMSTACK_CONTROL_FD" line; do
+  case "$line" in *'"rejoin"'*) break ;; esac
+done
+gen=$(printf '%s' "$line" | sed -n 's/.*"generation":\([0-9]*\).*/\1/p')
+printf '{"ev":"fault","kind":"peer-restore-failed","rank":0,"step":0,"gen":%s,"what":"no peer copy could serve"}\n' "$gen" >&"$FMSTACK_CONTROL_FD"
+sleep "$STAY"; exit 75)";
+  SuperviseOptions o = OneStandIn(dir, "shrink", script);
   o.layout = {.nodes = 2, .procs_per_node = 1};
-  const std::string mark = dir + "/attempted";
-  o.argv = {"/bin/bash", "-c",
-            "if [ \"$RANK\" = 1 ]; then exec sleep 30; fi\n"
-            "if [ -e " +
-                mark +
-                " ]; then exit 0; fi\n"  // the restart from the checkpoint
-                "touch " +
-                mark +
-                "\n"
-                "while read -r -t 20 -u \"$FMSTACK_CONTROL_FD\" line; do\n"
-                "  case \"$line\" in *'\"rejoin\"'*) break ;; esac\n"
-                "done\n"
-                "gen=$(printf '%s' \"$line\" | sed -n 's/.*\"generation\":\\([0-9]*\\).*/\\1/p')\n"
-                "printf '{\"ev\":\"fault\",\"kind\":\"peer-restore-failed\",\"rank\":0,\"step\":0,"
-                "\"gen\":%s,\"what\":\"no peer copy could serve\"}\\n' \"$gen\" "
-                ">&\"$FMSTACK_CONTROL_FD\"\n"
-                "sleep " +
-                std::to_string(stay) + "; exit 75"};
-  o.run_dir = dir;
-  o.job_name = "shrink";
-  o.job_id = "1";
-  o.grace_seconds = 1;
-  o.metrics_listen = "off";
   o.policy = {.strategy = resilience::Strategy::kElastic,
               .max_restarts = 3,
               .backoff_seconds = 2,
