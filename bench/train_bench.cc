@@ -5,6 +5,10 @@
 //   - tokens/s of the same model, batch and sequence in PyTorch (CPU, the same
 //     threads and OpenBLAS, TCMalloc preloaded as PyTorch's tuning guide
 //     recommends), and the ratio (target >= 1.25)
+//   - on a CPU with bf16 dot products (AVX-512 BF16, AMX), the same model in
+//     PyTorch under bf16 autocast too, which PyTorch's CPU tuning guide
+//     recommends there: its fastest setting, at another precision than
+//     fmstack's fp32, shown beside the fp32 peer without a target
 //   Both sides warm and kept up (the peer serves rounds on request,
 //   bench/torch_server.h); R short rounds of each, alternated with each other
 //   and with the sgemm measurement. The ratios are the medians of the R
@@ -12,7 +16,7 @@
 //   - peak RSS against params + grads + 2 Adam moments + activations as
 //     workload/ counts them (target: within 10%)
 // Usage: bench_train [--model gpt-mini|gpt2-124m] [--batch 4] [--seq 256] [--steps N]
-//        [--rounds R] [--threads N] [--no-torch]
+//        [--rounds R] [--threads N] [--no-torch] [--torch-bf16 auto|on|off]
 #include <fmt/format.h>
 #include <signal.h>
 #include <stdio.h>
@@ -84,6 +88,7 @@ int main(int argc, char** argv) {
   int64_t B = 4, T = 256, steps = 0;
   int rounds_wanted = 9, threads = 0;
   bool no_torch = false;
+  std::string torch_bf16 = "auto";
   std::string script = std::string(FMSTACK_SOURCE_DIR) + "/bench/torch_gpt.py";
   app.add_option("--model", model, "model preset")->check(CLI::IsMember({"gpt-mini", "gpt2-124m"}));
   app.add_option("--batch", B)->check(CLI::PositiveNumber);
@@ -93,7 +98,10 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", rounds_wanted, "rounds of each side, alternated")
       ->check(CLI::Range(3, 99));
   app.add_option("--threads", threads, "0 = all cores");
-  app.add_flag("--no-torch", no_torch, "skip the PyTorch peer");
+  app.add_flag("--no-torch", no_torch, "skip the PyTorch peers");
+  app.add_option("--torch-bf16", torch_bf16,
+                 "also PyTorch under bf16 autocast (auto: where the CPU has bf16 dot products)")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   CLI11_PARSE(app, argc, argv);
   if (steps == 0) steps = model == "gpt-mini" ? 3 : 1;
   const std::string tcmalloc = no_torch ? "" : bench::TcmallocPath();
@@ -110,19 +118,34 @@ int main(int argc, char** argv) {
   shape.seq_len = T;
   const int n_threads = gpt::CpuThreads();
   // The peer first: it starts while this process holds no model yet.
-  const auto start_peer = [&]() -> std::optional<bench::TorchServer> {
-    std::cerr << "starting the PyTorch peer...\n";
-    std::vector<std::string> args = {
-        "/usr/bin/python3",       script, "--serve", "--steps", std::to_string(steps), "--threads",
-        std::to_string(n_threads)};
+  const auto start_peer = [&](const char* matmul) -> std::optional<bench::TorchServer> {
+    std::cerr << fmt::format("starting the PyTorch peer ({})...\n", matmul);
+    std::vector<std::string> args = {"/usr/bin/python3",
+                                     script,
+                                     "--serve",
+                                     "--steps",
+                                     std::to_string(steps),
+                                     "--threads",
+                                     std::to_string(n_threads),
+                                     "--matmul",
+                                     matmul};
     for (std::string& word : bench::ModelArgv(shape, B, T)) args.push_back(std::move(word));
     return bench::TorchServer::Start(
         args, {"LD_PRELOAD=" + tcmalloc, fmt::format("OMP_NUM_THREADS={}", n_threads)}, 1800);
   };
-  std::optional<bench::TorchServer> torch = no_torch ? std::nullopt : start_peer();
+  std::optional<bench::TorchServer> torch = no_torch ? std::nullopt : start_peer("fp32");
   if (!no_torch && !torch) {
     std::cerr << "bench_train: the PyTorch peer did not start (python3-torch: "
                  "scripts/bootstrap.sh --bench)\n";
+    return 1;
+  }
+  // Without the instructions, autocast would run bf16 in emulation: slower
+  // than fp32, and no one's best setting.
+  const bool bf16_dot = __builtin_cpu_supports("avx512bf16") || __builtin_cpu_supports("amx-bf16");
+  const bool want_bf16 = !no_torch && (torch_bf16 == "on" || (torch_bf16 == "auto" && bf16_dot));
+  std::optional<bench::TorchServer> torch_bf16_peer = want_bf16 ? start_peer("bf16") : std::nullopt;
+  if (want_bf16 && !torch_bf16_peer) {
+    std::cerr << "bench_train: the PyTorch bf16 autocast peer did not start\n";
     return 1;
   }
   const train::TokenFile data = bench::RandomTokenFile("/tmp/bench_train_tokens.bin", shape.vocab);
@@ -136,7 +159,7 @@ int main(int argc, char** argv) {
   // Rounds alternate the machine limit, fmstack and the peer, which side goes
   // first swapping every round, so that a noisy neighbour slows all three
   // alike; each ratio is the median of its round-by-round ratios.
-  std::vector<double> rounds, torch_rounds, sgemm_rounds, fma_rounds, round_trips;
+  std::vector<double> rounds, torch_rounds, bf16_rounds, sgemm_rounds, fma_rounds, round_trips;
   int fma_lanes = 0;
   double rss = 0;
   const auto gemms = gpt::TrainingGemms(B * T, shape.hidden, shape.ffn_hidden, shape.vocab);
@@ -156,13 +179,18 @@ int main(int argc, char** argv) {
     // The trainer's peak, read before the sgemm measurement's buffers exist.
     if (r == 0) rss = PeakRssBytes();
   };
-  const auto torch_round = [&](int r) {
-    if (!torch) return true;
-    progress(r, "PyTorch");
-    const std::optional<double> seconds = torch->Round(static_cast<int>(steps), 1800);
+  const auto peer_round = [&](int r, std::optional<bench::TorchServer>& peer, const char* name,
+                              std::vector<double>& out) {
+    if (!peer) return true;
+    progress(r, name);
+    const std::optional<double> seconds = peer->Round(static_cast<int>(steps), 1800);
     if (!seconds) return false;
-    torch_rounds.push_back(static_cast<double>(steps * B * T) / *seconds);
+    out.push_back(static_cast<double>(steps * B * T) / *seconds);
     return true;
+  };
+  const auto torch_round = [&](int r) {
+    return peer_round(r, torch, "PyTorch", torch_rounds) &&
+           peer_round(r, torch_bf16_peer, "PyTorch bf16", bf16_rounds);
   };
   for (int r = 0; r < rounds_wanted; ++r) {
     round_trips.push_back(CoreRoundTripNs());
@@ -244,6 +272,14 @@ int main(int argc, char** argv) {
     t.AddRow(
         {"fmstack / PyTorch", "", fmt::format("{:.2f}x PyTorch", Median(vs_torch)), ">= 1.25x"});
     t.AddRow({"  round by round", "", MedianAndRange(vs_torch, 2), ""});
+  }
+  if (torch_bf16_peer) {
+    const std::vector<double> vs_bf16 = Ratios(rounds, bf16_rounds, 1.0);
+    t.AddRow({"PyTorch bf16 autocast tokens/s", fmt::format("{:.0f}", Median(bf16_rounds)),
+              "median " + MedianAndRange(bf16_rounds, 0), ""});
+    t.AddRow({"fmstack (fp32) / PyTorch bf16 autocast", "", fmt::format("{:.2f}x", Median(vs_bf16)),
+              "none: not the same precision"});
+    t.AddRow({"  round by round", "", MedianAndRange(vs_bf16, 2), ""});
   }
   t.AddRow({"state (params+grads+m+v)", units::FormatBytes(state), "", ""});
   t.AddRow({"activations (workload/)", units::FormatBytes(acts), "", ""});
