@@ -9,6 +9,9 @@
 //     PyTorch under bf16 autocast too, which PyTorch's CPU tuning guide
 //     recommends there: its fastest setting, at another precision than
 //     fmstack's fp32, shown beside the fp32 peer without a target
+//   - with --matmul bf16, fmstack's linear layers in bf16 (gpt/bf16_gemm.h):
+//     its limit is then that matmul's GFLOP/s on the same shapes, and its
+//     peer with a target the bf16 autocast one
 //   Both sides warm and kept up (the peer serves rounds on request,
 //   bench/torch_server.h); R short rounds of each, alternated with each other
 //   and with the sgemm measurement. The ratios are the medians of the R
@@ -17,6 +20,7 @@
 //     workload/ counts them (target: within 10%)
 // Usage: bench_train [--model gpt-mini|gpt2-124m] [--batch 4] [--seq 256] [--steps N]
 //        [--rounds R] [--threads N] [--no-torch] [--torch-bf16 auto|on|off]
+//        [--matmul fp32|bf16]
 #include <fmt/format.h>
 #include <signal.h>
 #include <stdio.h>
@@ -88,7 +92,7 @@ int main(int argc, char** argv) {
   int64_t B = 4, T = 256, steps = 0;
   int rounds_wanted = 9, threads = 0;
   bool no_torch = false;
-  std::string torch_bf16 = "auto";
+  std::string torch_bf16 = "auto", matmul = "fp32";
   std::string script = std::string(FMSTACK_SOURCE_DIR) + "/bench/torch_gpt.py";
   app.add_option("--model", model, "model preset")->check(CLI::IsMember({"gpt-mini", "gpt2-124m"}));
   app.add_option("--batch", B)->check(CLI::PositiveNumber);
@@ -102,6 +106,8 @@ int main(int argc, char** argv) {
   app.add_option("--torch-bf16", torch_bf16,
                  "also PyTorch under bf16 autocast (auto: where the CPU has bf16 dot products)")
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  app.add_option("--matmul", matmul, "fmstack's linear layers: fp32 (sgemm) or bf16")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   CLI11_PARSE(app, argc, argv);
   if (steps == 0) steps = model == "gpt-mini" ? 3 : 1;
   const std::string tcmalloc = no_torch ? "" : bench::TcmallocPath();
@@ -118,8 +124,8 @@ int main(int argc, char** argv) {
   shape.seq_len = T;
   const int n_threads = gpt::CpuThreads();
   // The peer first: it starts while this process holds no model yet.
-  const auto start_peer = [&](const char* matmul) -> std::optional<bench::TorchServer> {
-    std::cerr << fmt::format("starting the PyTorch peer ({})...\n", matmul);
+  const auto start_peer = [&](const char* peer_matmul) -> std::optional<bench::TorchServer> {
+    std::cerr << fmt::format("starting the PyTorch peer ({})...\n", peer_matmul);
     std::vector<std::string> args = {"/usr/bin/python3",
                                      script,
                                      "--serve",
@@ -128,7 +134,7 @@ int main(int argc, char** argv) {
                                      "--threads",
                                      std::to_string(n_threads),
                                      "--matmul",
-                                     matmul};
+                                     peer_matmul};
     for (std::string& word : bench::ModelArgv(shape, B, T)) args.push_back(std::move(word));
     return bench::TorchServer::Start(
         args, {"LD_PRELOAD=" + tcmalloc, fmt::format("OMP_NUM_THREADS={}", n_threads)}, 1800);
@@ -142,7 +148,9 @@ int main(int argc, char** argv) {
   // Without the instructions, autocast would run bf16 in emulation: slower
   // than fp32, and no one's best setting.
   const bool bf16_dot = __builtin_cpu_supports("avx512bf16") || __builtin_cpu_supports("amx-bf16");
-  const bool want_bf16 = !no_torch && (torch_bf16 == "on" || (torch_bf16 == "auto" && bf16_dot));
+  const bool bf16 = matmul == "bf16";
+  const bool want_bf16 =
+      !no_torch && (bf16 || torch_bf16 == "on" || (torch_bf16 == "auto" && bf16_dot));
   std::optional<bench::TorchServer> torch_bf16_peer = want_bf16 ? start_peer("bf16") : std::nullopt;
   if (want_bf16 && !torch_bf16_peer) {
     std::cerr << "bench_train: the PyTorch bf16 autocast peer did not start\n";
@@ -154,6 +162,7 @@ int main(int argc, char** argv) {
   config.micro_batch = B;
   config.steps = rounds_wanted * steps + 1;
   config.optim.lr = 1e-4;
+  config.matmul = bf16 ? gpt::Matmul::kBf16 : gpt::Matmul::kFp32;
   train::Trainer trainer(config, data);
   trainer.Step();  // warm-up: first touch of every buffer
   // Rounds alternate the machine limit, fmstack and the peer, which side goes
@@ -198,7 +207,8 @@ int main(int argc, char** argv) {
     if (fmstack_first) fmstack_round(r);
     if (!fmstack_first && !torch_round(r)) return 1;
     progress(r, "sgemm");
-    sgemm_rounds.push_back(gpt::MeasureSgemmGflops(gemms));
+    sgemm_rounds.push_back(bf16 ? gpt::MeasureBf16GemmGflops(gemms)
+                                : gpt::MeasureSgemmGflops(gemms));
     const gpt::FmaPeak fma = gpt::MeasureFmaPeak(n_threads);
     fma_rounds.push_back(fma.gflops);
     fma_lanes = fma.lanes;
@@ -210,6 +220,7 @@ int main(int argc, char** argv) {
   const double tok_s = Median(rounds);
   const double flops_per_token = workload::TrainingFlopsPerToken(shape).detailed;
   const double sgemm = Median(sgemm_rounds);
+  const char* limit = bf16 ? "the bf16 matmul" : "sgemm";  // the matmul fmstack's step runs
   const std::vector<double> vs_sgemm = Ratios(rounds, sgemm_rounds, flops_per_token / 1e9);
 
   const double params = static_cast<double>(workload::CountParams(shape).total);
@@ -217,8 +228,9 @@ int main(int argc, char** argv) {
   const double acts = workload::ReferenceTrainerActivationBytes(shape, B, T);
   TextTable t({"metric", "value", "ratio", "target"});
   t.AddRow({"model",
-            fmt::format("{} ({} params), batch {} x {}, {} threads, {} step{} a round", model,
-                        units::FormatCount(params), B, T, n_threads, steps, steps == 1 ? "" : "s"),
+            fmt::format("{} ({} params), batch {} x {}, {} threads, {} step{} a round, {} matmuls",
+                        model, units::FormatCount(params), B, T, n_threads, steps,
+                        steps == 1 ? "" : "s", matmul),
             "", ""});
   t.AddRow({"BLAS", gpt::BlasConfig(), "", ""});
   // fmstack's buffers and the sgemm limit ask for huge pages (util/huge_pages.h);
@@ -236,15 +248,16 @@ int main(int argc, char** argv) {
   // sgemm by up to 1.9x on this project's AVX-512 machines.
   if (const char* pinned = std::getenv("OPENBLAS_CORETYPE"); pinned != nullptr)
     t.AddRow({"BLAS kernels", fmt::format("pinned by OPENBLAS_CORETYPE={}", pinned), "", ""});
-  t.AddRow({"sgemm on the model's shapes", fmt::format("{:.1f} GFLOP/s", sgemm),
-            "median " + MedianAndRange(sgemm_rounds, 0), ""});
+  t.AddRow(
+      {bf16 ? "bf16 matmul (gpt/bf16_gemm.h) on the model's shapes" : "sgemm on the model's shapes",
+       fmt::format("{:.1f} GFLOP/s", sgemm), "median " + MedianAndRange(sgemm_rounds, 0), ""});
   // The arithmetic limit, round by round beside sgemm: where sgemm's share of
   // it falls, data movement slowed (the machine's state), not the arithmetic.
   t.AddRow({fmt::format("FMA peak ({}-float vectors, registers only)", fma_lanes),
             fmt::format("{:.1f} GFLOP/s", Median(fma_rounds)),
             "median " + MedianAndRange(fma_rounds, 0), ""});
-  t.AddRow(
-      {"  sgemm / FMA peak", "", MedianAndRange(Ratios(sgemm_rounds, fma_rounds, 1.0), 2), ""});
+  t.AddRow({fmt::format("  {} / FMA peak", limit), "",
+            MedianAndRange(Ratios(sgemm_rounds, fma_rounds, 1.0), 2), ""});
   // The machine's other state: two vCPUs on one core complex or on two
   // (util/core_round_trip.h). 0: fewer than two CPUs.
   t.AddRow({"core-to-core round trip, before each round",
@@ -255,9 +268,9 @@ int main(int argc, char** argv) {
   // Each ratio pairs rounds that ran next to each other, so the two share the
   // machine's state; a ratio of the two medians could pair a round from a
   // fast patch with one from a slow patch.
-  t.AddRow({"trainer model FLOP/s / sgemm",
+  t.AddRow({fmt::format("trainer model FLOP/s / {}", limit),
             fmt::format("{:.1f} GFLOP/s", tok_s * flops_per_token / 1e9),
-            fmt::format("{:.2f} of sgemm", Median(vs_sgemm)), ">= 0.75"});
+            fmt::format("{:.2f} of {}", Median(vs_sgemm), limit), ">= 0.75"});
   t.AddRow({"  round by round", "", MedianAndRange(vs_sgemm, 2), ""});
   if (torch) {
     const std::vector<double> vs_torch = Ratios(rounds, torch_rounds, 1.0);
@@ -269,16 +282,17 @@ int main(int argc, char** argv) {
                           about.value("blas", "?"), about.value("threads", 0),
                           about.value("allocator", "allocator not reported")),
               "", ""});
-    t.AddRow(
-        {"fmstack / PyTorch", "", fmt::format("{:.2f}x PyTorch", Median(vs_torch)), ">= 1.25x"});
+    t.AddRow({"fmstack / PyTorch", "", fmt::format("{:.2f}x PyTorch", Median(vs_torch)),
+              bf16 ? "none: not the same precision" : ">= 1.25x"});
     t.AddRow({"  round by round", "", MedianAndRange(vs_torch, 2), ""});
   }
   if (torch_bf16_peer) {
     const std::vector<double> vs_bf16 = Ratios(rounds, bf16_rounds, 1.0);
     t.AddRow({"PyTorch bf16 autocast tokens/s", fmt::format("{:.0f}", Median(bf16_rounds)),
               "median " + MedianAndRange(bf16_rounds, 0), ""});
-    t.AddRow({"fmstack (fp32) / PyTorch bf16 autocast", "", fmt::format("{:.2f}x", Median(vs_bf16)),
-              "none: not the same precision"});
+    t.AddRow({fmt::format("fmstack ({}) / PyTorch bf16 autocast", matmul), "",
+              fmt::format("{:.2f}x", Median(vs_bf16)),
+              bf16 ? ">= 1.25x" : "none: not the same precision"});
     t.AddRow({"  round by round", "", MedianAndRange(vs_bf16, 2), ""});
   }
   t.AddRow({"state (params+grads+m+v)", units::FormatBytes(state), "", ""});

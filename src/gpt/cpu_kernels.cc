@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "gpt/bf16_gemm.h"
 #include "gpt/fast_math.h"
 #include "gpt/tile_gemm.h"
 
@@ -45,7 +46,10 @@ void FillRowsWithBias(float* out, ConstFloats bias, int64_t N, int64_t OC) {
 
 // out = 1.0 * inp @ weight^T + out
 void GemmAccumulate(float* out, const float* inp, const float* weight, int64_t N, int64_t C,
-                    int64_t OC) {
+                    int64_t OC, LinearMath math) {
+  if (math == LinearMath::kBf16) {
+    return Bf16Gemm(N, OC, C, {inp, C, 1}, {weight, 1, C}, true, out, OC);
+  }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(N),
               static_cast<blasint>(OC), static_cast<blasint>(C), 1.0f, inp, static_cast<blasint>(C),
               weight, static_cast<blasint>(C), 1.0f, out, static_cast<blasint>(OC));
@@ -175,20 +179,20 @@ void LayerNormBackwardAccumulate(Floats dinp, Floats dweight, Floats dbias, Cons
 }
 
 void MatmulForward(Floats out, ConstFloats inp, ConstFloats weight, ConstFloats bias, int64_t N,
-                   int64_t C, int64_t OC) {
+                   int64_t C, int64_t OC, LinearMath math) {
   FillRowsWithBias(out.data(), bias, N, OC);
-  GemmAccumulate(out.data(), inp.data(), weight.data(), N, C, OC);
+  GemmAccumulate(out.data(), inp.data(), weight.data(), N, C, OC, math);
 }
 
 void MatmulResidualForward(Floats out, ConstFloats residual, ConstFloats inp, ConstFloats weight,
-                           ConstFloats bias, int64_t N, int64_t C, int64_t OC) {
+                           ConstFloats bias, int64_t N, int64_t C, int64_t OC, LinearMath math) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* r = residual.data() + n * OC;
     float* o = out.data() + n * OC;
     for (int64_t c = 0; c < OC; ++c) o[c] = r[c] + bias[c];
   }
-  GemmAccumulate(out.data(), inp.data(), weight.data(), N, C, OC);
+  GemmAccumulate(out.data(), inp.data(), weight.data(), N, C, OC, math);
 }
 
 bool ProductOrderHasAChoice() {
@@ -199,10 +203,14 @@ bool ProductOrderHasAChoice() {
 constexpr int64_t kWeightGradientRows = 4096;
 
 void MatmulBackward(Floats dinp, Floats dweight, Floats dbias, ConstFloats dout, ConstFloats inp,
-                    ConstFloats weight, int64_t N, int64_t C, int64_t OC, ProductOrder order) {
+                    ConstFloats weight, int64_t N, int64_t C, int64_t OC, ProductOrder order,
+                    LinearMath math) {
   const auto n = static_cast<blasint>(N), c = static_cast<blasint>(C);
   const auto oc = static_cast<blasint>(OC);
+  const bool bf16 = math == LinearMath::kBf16;
   const auto input_gradient = [&] {
+    if (bf16)
+      return Bf16Gemm(N, C, OC, {dout.data(), OC, 1}, {weight.data(), C, 1}, false, dinp.data(), C);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, c, oc, 1.0f, dout.data(), oc,
                 weight.data(), c, 0.0f, dinp.data(), c);
   };
@@ -213,6 +221,9 @@ void MatmulBackward(Floats dinp, Floats dweight, Floats dbias, ConstFloats dout,
   // at the same speed: each block repacks inp (3 MB for that LM head),
   // which is cheap beside the block's product.
   const auto weight_gradient = [&] {
+    // Bf16Gemm's packing buffers are bounded by its blocks, whatever OC is.
+    if (bf16)
+      return Bf16Gemm(OC, C, N, {dout.data(), 1, OC}, {inp.data(), C, 1}, true, dweight.data(), C);
     for (int64_t o0 = 0; o0 < OC; o0 += kWeightGradientRows) {
       const auto rows = static_cast<blasint>(std::min(kWeightGradientRows, OC - o0));
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, c, n, 1.0f, dout.data() + o0, oc,

@@ -6,11 +6,13 @@
 #include <chrono>
 #include <vector>
 
+#include "gpt/bf16_gemm.h"
 #include "gpt/blas_core.h"
 #include "gpt/cpu_kernels.h"
 #include "gpt/flush_denormals.h"
 #include "gpt/model.h"
 #include "gpt/product_order.h"
+#include "gpt/sgemm_peak.h"
 #include "util/error.h"
 #include "util/huge_pages.h"
 
@@ -26,7 +28,8 @@ class CpuModel final : public Model {
         params_(p_.total),
         grads_(p_.total),
         acts_(a_.total),
-        targets_(a_.B * a_.T) {
+        targets_(a_.B * a_.T),
+        math_(options.matmul) {
     if (a_.T > p_.maxT) {
       throw Error(fmt::format("max_seq {} exceeds the model's seq_len {}", a_.T, p_.maxT));
     }
@@ -40,9 +43,11 @@ class CpuModel final : public Model {
   std::span<const float> grads() const override { return grads_; }
   void ZeroGrad() override { std::fill(grads_.begin(), grads_.end(), 0.0f); }
   double MatmulGflops(const std::vector<GemmShape>& shapes) const override {
-    return MeasureSgemmGflops(shapes);
+    return math_ == Matmul::kBf16 ? MeasureBf16GemmGflops(shapes) : MeasureSgemmGflops(shapes);
   }
   std::string Hardware() const override {
+    if (math_ == Matmul::kBf16)
+      return fmt::format("{} threads, bf16 matmuls (AVX-512 BF16, gpt/bf16_gemm.h)", CpuThreads());
     const std::string note = BlasCoreNote();
     return fmt::format("{} threads, OpenBLAS {} kernels{}", CpuThreads(), BlasCoreName(),
                        note.empty() ? "" : " (" + note + ")");
@@ -87,12 +92,13 @@ class CpuModel final : public Model {
                       std::span<const float> dout, std::span<const float> inp,
                       std::span<const float> weight, int64_t N, int64_t C, int64_t OC) {
     if (!cpu::ProductOrderHasAChoice()) {  // nothing to time
-      cpu::MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, ProductOrder::kInTurn);
+      cpu::MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, ProductOrder::kInTurn,
+                          math_);
       return;
     }
     const ProductOrder order = orders_.Next(N, C, OC);
     const auto start = std::chrono::steady_clock::now();
-    cpu::MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, order);
+    cpu::MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, order, math_);
     orders_.Record(N, C, OC, order,
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
@@ -104,6 +110,7 @@ class CpuModel final : public Model {
   ProductOrderTuner orders_;
   int64_t B_ = 0, T_ = 0;
   bool has_targets_ = false;
+  Matmul math_ = Matmul::kFp32;
 };
 
 float CpuModel::Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
@@ -121,23 +128,23 @@ float CpuModel::Forward(std::span<const int32_t> tokens, std::span<const int32_t
     cpu::LayerNormForward(A(a_.ln1, C, l), A(a_.ln1_mean, 1, l), A(a_.ln1_rstd, 1, l),
                           LayerInput(l), P(p_.ln1w, C, l), P(p_.ln1b, C, l), N, C);
     cpu::MatmulForward(A(a_.qkv, 3 * C, l), A(a_.ln1, C, l), P(p_.qkvw, 3 * C * C, l),
-                       P(p_.qkvb, 3 * C, l), N, C, 3 * C);
+                       P(p_.qkvb, 3 * C, l), N, C, 3 * C, math_);
     cpu::AttentionForward(A(a_.atty, C, l), Scores(a_.att, l), A(a_.qkv, 3 * C, l), B, T, C, NH);
     cpu::MatmulResidualForward(A(a_.residual2, C, l), LayerInput(l), A(a_.atty, C, l),
-                               P(p_.attprojw, C * C, l), P(p_.attprojb, C, l), N, C, C);
+                               P(p_.attprojw, C * C, l), P(p_.attprojb, C, l), N, C, C, math_);
     cpu::LayerNormForward(A(a_.ln2, C, l), A(a_.ln2_mean, 1, l), A(a_.ln2_rstd, 1, l),
                           A(a_.residual2, C, l), P(p_.ln2w, C, l), P(p_.ln2b, C, l), N, C);
     cpu::MatmulForward(A(a_.fch, F, l), A(a_.ln2, C, l), P(p_.fcw, F * C, l), P(p_.fcb, F, l), N, C,
-                       F);
+                       F, math_);
     cpu::GeluForward(A(a_.fch_gelu, F, l), A(a_.fch, F, l));
     cpu::MatmulResidualForward(A(a_.residual3, C, l), A(a_.residual2, C, l), A(a_.fch_gelu, F, l),
-                               P(p_.fcprojw, C * F, l), P(p_.fcprojb, C, l), N, F, C);
+                               P(p_.fcprojw, C * F, l), P(p_.fcprojb, C, l), N, F, C, math_);
   }
   cpu::LayerNormForward(A(a_.lnf, C), A(a_.lnf_mean, 1), A(a_.lnf_rstd, 1), LayerInput(L),
                         P(p_.lnfw, C), P(p_.lnfb, C), N, C);
   // LM head tied to the token embedding: logits = lnf @ wte^T (no bias).
   std::span<float> logits = A(a_.logits, V);
-  cpu::MatmulForward(logits, A(a_.lnf, C), P(p_.wte, V * C), {}, N, C, V);
+  cpu::MatmulForward(logits, A(a_.lnf, C), P(p_.wte, V * C), {}, N, C, V, math_);
   if (!has_targets_) return 0.0f;
 
   std::span<float> losses = A(a_.losses, 1);
@@ -195,9 +202,16 @@ void CpuModel::Backward(float scale, const std::function<void(int)>& ready) {
 std::unique_ptr<Model> CreateModel(const workload::TransformerShape& shape,
                                    const ModelOptions& options) {
   if (options.backend == "cpu") {
-    if (options.matmul != Matmul::kFp32) {
-      throw Error(fmt::format("matmul \"{}\" is for device \"cuda\"; the CPU computes in fp32",
-                              MatmulName(options.matmul)));
+    if (options.matmul == Matmul::kTf32) {
+      throw Error("matmul \"tf32\" is for device \"cuda\"; the CPU computes in fp32 or bf16");
+    }
+    // Without the instruction, bf16 would run in plain loops, many times
+    // slower than fp32 on sgemm: refused rather than run slowly.
+    if (options.matmul == Matmul::kBf16 && !Bf16GemmIsFast()) {
+      throw Error(
+          "matmul \"bf16\" on the CPU needs AVX-512 BF16 (Zen 4, Cooper Lake, Sapphire Rapids "
+          "or newer) and a build for it (-march=native on such a CPU); this one has neither, so "
+          "use matmul = \"fp32\"");
     }
     return std::make_unique<CpuModel>(shape, options);
   }

@@ -20,10 +20,11 @@
 
 namespace fmstack::gpt {
 
-// cuda: how matmuls multiply the model's fp32 values. kTf32 and kBf16 round
-// each operand inside the tensor cores (to 10 and 7 stored mantissa bits)
-// and accumulate in fp32; parameters, activations, gradients and AdamW's
-// moments stay fp32 in memory either way, so the master weights are fp32.
+// How matmuls multiply the model's fp32 values. kTf32 and kBf16 round each
+// operand (to 10 and 7 stored mantissa bits: inside the tensor cores on
+// cuda, as gpt/bf16_gemm.h packs them on the CPU) and accumulate in fp32;
+// parameters, activations, gradients and AdamW's moments stay fp32 in
+// memory either way, so the master weights are fp32.
 enum class Matmul { kFp32, kTf32, kBf16 };
 
 // The names a job file and bench_gpu use: "fp32", "tf32", "bf16".
@@ -41,7 +42,9 @@ inline std::optional<Matmul> ParseMatmul(std::string_view name) {
 struct ModelOptions {
   std::string backend = "cpu";    // "cpu" or "cuda"
   int device = 0;                 // cuda: the device index
-  Matmul matmul = Matmul::kFp32;  // cuda only: the CPU backend computes in fp32
+  // The CPU backend takes kFp32 (OpenBLAS sgemm) or, on a CPU with AVX-512
+  // BF16, kBf16 (gpt/bf16_gemm.h).
+  Matmul matmul = Matmul::kFp32;
   int64_t max_batch = 1;          // sequences per forward, at most
   int64_t max_seq = 0;            // tokens per sequence, at most; 0 = the shape's seq_len
   // cuda: causal blocks per sequence in attention's matmuls (1 = the full

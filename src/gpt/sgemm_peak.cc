@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "gpt/bf16_gemm.h"
 #include "util/huge_pages.h"
 
 namespace fmstack::gpt {
@@ -19,7 +20,12 @@ std::vector<GemmShape> TrainingGemms(int64_t rows, int64_t C, int64_t F, int64_t
   return g;
 }
 
-double MeasureSgemmGflops(const std::vector<GemmShape>& shapes, int repeats) {
+namespace {
+
+// Best-of-`repeats` GFLOP/s of `multiply` over `shapes`, FLOP-weighted,
+// on operands of the largest shape's size.
+template <class Multiply>
+double MeasureGflops(const std::vector<GemmShape>& shapes, int repeats, Multiply multiply) {
   int64_t biggest = 0;
   for (const GemmShape& s : shapes) biggest = std::max({biggest, s.m * s.k, s.k * s.n, s.m * s.n});
   // On huge pages, as the trainer's buffers are: the limit is the machine's
@@ -32,17 +38,31 @@ double MeasureSgemmGflops(const std::vector<GemmShape>& shapes, int repeats) {
   double best = 0;
   for (int r = 0; r < repeats + 1; ++r) {  // the first round warms up
     const auto start = std::chrono::steady_clock::now();
-    for (const GemmShape& s : shapes) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(s.m),
-                  static_cast<blasint>(s.n), static_cast<blasint>(s.k), 1.0f, a.data(),
-                  static_cast<blasint>(s.k), b.data(), static_cast<blasint>(s.n), 0.0f, c.data(),
-                  static_cast<blasint>(s.n));
-    }
+    for (const GemmShape& s : shapes) multiply(s, a.data(), b.data(), c.data());
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (r > 0) best = std::max(best, flops / seconds / 1e9);
   }
   return best;
+}
+
+}  // namespace
+
+double MeasureSgemmGflops(const std::vector<GemmShape>& shapes, int repeats) {
+  return MeasureGflops(
+      shapes, repeats, [](const GemmShape& s, const float* a, const float* b, float* c) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(s.m),
+                    static_cast<blasint>(s.n), static_cast<blasint>(s.k), 1.0f, a,
+                    static_cast<blasint>(s.k), b, static_cast<blasint>(s.n), 0.0f, c,
+                    static_cast<blasint>(s.n));
+      });
+}
+
+double MeasureBf16GemmGflops(const std::vector<GemmShape>& shapes, int repeats) {
+  return MeasureGflops(shapes, repeats,
+                       [](const GemmShape& s, const float* a, const float* b, float* c) {
+                         Bf16Gemm(s.m, s.n, s.k, {a, s.k, 1}, {b, s.n, 1}, false, c, s.n);
+                       });
 }
 
 }  // namespace fmstack::gpt

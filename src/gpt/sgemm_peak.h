@@ -20,6 +20,8 @@ std::vector<GemmShape> TrainingGemms(int64_t rows, int64_t C, int64_t F, int64_t
 // Best-of-`repeats` sgemm GFLOP/s over `shapes`, FLOP-weighted: what OpenBLAS
 // achieves on exactly the work the trainer gives it, on the current threads.
 double MeasureSgemmGflops(const std::vector<GemmShape>& shapes, int repeats = 3);
+// The same for gpt/bf16_gemm.h: the CPU trainer's limit under matmul = "bf16".
+double MeasureBf16GemmGflops(const std::vector<GemmShape>& shapes, int repeats = 3);
 
 // What the cores sustain on registers alone: independent chains of fused
 // multiply-adds of the widest vector this build targets, on `threads`

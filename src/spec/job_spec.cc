@@ -61,9 +61,8 @@ TrainSpec ReadTrain(StrictTable& root, KeyPositions& positions) {
             "is now train.matmul (\"fp32\", \"tf32\" or \"bf16\"); write matmul = \"tf32\"");
   }
   s.matmul = t->Choice("matmul", std::vector<std::string>{"fp32", "tf32", "bf16"}).value_or("fp32");
-  if (s.matmul != "fp32" && s.device != "cuda") {
-    t->Fail("matmul",
-            fmt::format("\"{}\" is for device = \"cuda\"; the CPU computes in fp32", s.matmul));
+  if (s.matmul == "tf32" && s.device != "cuda") {
+    t->Fail("matmul", "\"tf32\" is for device = \"cuda\"; the CPU computes in fp32 or bf16");
   }
   RecordPositions(*t, "train", {"global_batch", "device"}, positions);
   t->Finish();

@@ -1,0 +1,357 @@
+#include "gpt/bf16_gemm.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#if defined(__AVX512BF16__)
+#include <immintrin.h>
+#endif
+
+namespace fmstack::gpt {
+namespace {
+
+constexpr int64_t kMr = 12, kNr = 32;
+// Blocks, for a 1 MiB L2 (the fp32 sweep of docs/trainer.md, "A blocked
+// matmul of our own on Zen 4"): A's block (kMc rows x kKc, 288 KiB as bf16)
+// stays in L2 while B's panels stream through it; B's block in L3.
+constexpr int64_t kKc = 768, kMc = 192, kNc = 768;
+static_assert(kKc % 2 == 0 && kMc % kMr == 0 && kNc % kNr == 0);
+
+// A pair of bf16, the first in the low half: what VDPBF16PS multiplies.
+using Pair = uint32_t;
+
+uint32_t Bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+Pair MakePair(float lo, float hi) {
+  return static_cast<Pair>(ToBf16(lo)) | (static_cast<Pair>(ToBf16(hi)) << 16);
+}
+
+// 64-byte aligned scratch, not initialized: packing writes every element.
+class Scratch {
+ public:
+  explicit Scratch(int64_t pairs)
+      : raw_(std::make_unique_for_overwrite<Pair[]>(static_cast<size_t>(pairs + 16))) {
+    const auto at = reinterpret_cast<uintptr_t>(raw_.get());
+    data_ = reinterpret_cast<Pair*>((at + 63) & ~uintptr_t{63});
+  }
+  Pair* data() const { return data_; }
+
+ private:
+  std::unique_ptr<Pair[]> raw_;
+  Pair* data_ = nullptr;
+};
+
+// The element (r, c) of a strided matrix.
+float At(const StridedMatrix& x, int64_t r, int64_t c) {
+  return x.data[r * x.row_stride + c * x.col_stride];
+}
+
+#if defined(__AVX512BF16__)
+// 32 consecutive floats as 16 pairs, in order.
+__m512i PairsOfRun(const float* from) {
+  const __m512bh both = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(from + 16), _mm512_loadu_ps(from));
+  return reinterpret_cast<__m512i>(both);
+}
+
+// Lane i: (lo[i], hi[i]) for the first `lanes` lanes of two runs: the two
+// converted runs side by side, then their 16-bit words interleaved.
+__m512i PairsOfTwoRuns(const float* lo, const float* hi, int64_t lanes) {
+  const __mmask16 mask = static_cast<__mmask16>((1u << lanes) - 1);
+  const auto both = reinterpret_cast<__m512i>(
+      _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(mask, hi), _mm512_maskz_loadu_ps(mask, lo)));
+  const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24,
+                                         8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(order, both);
+}
+#endif
+
+// Pairs q of `width` lines of a matrix, each line contiguous along the inner
+// dimension (`line(w)` points at its element p0): out[q * width + w]. The
+// inner run is kc long; a last odd element pairs with zero.
+template <class Line>
+void PackLinesAlongInner(Line line, int64_t lines, int64_t width, int64_t kc, Pair* out) {
+  const int64_t pairs = (kc + 1) / 2;
+  for (int64_t w = 0; w < width; ++w) {
+    if (w >= lines) {
+      for (int64_t q = 0; q < pairs; ++q) out[q * width + w] = 0;
+      continue;
+    }
+    const float* from = line(w);
+    int64_t q = 0;
+#if defined(__AVX512BF16__)
+    alignas(64) Pair run[16];
+    for (; 2 * q + 32 <= kc; q += 16) {
+      _mm512_store_si512(run, PairsOfRun(from + 2 * q));
+      for (int64_t t = 0; t < 16; ++t) out[(q + t) * width + w] = run[t];
+    }
+#endif
+    for (; q < pairs; ++q) {
+      const float hi = 2 * q + 1 < kc ? from[2 * q + 1] : 0.0f;
+      out[q * width + w] = MakePair(from[2 * q], hi);
+    }
+  }
+}
+
+// Pairs q from inner steps 2q and 2q + 1, each a contiguous run of `lines`
+// elements (`step(p)` points at step p's first): out[q * width + w].
+template <class Step>
+void PackStepsAcrossLines(Step step, int64_t lines, int64_t width, int64_t kc, Pair* out) {
+  const int64_t pairs = (kc + 1) / 2;
+  static const float kZeros[kNr] = {};
+  for (int64_t q = 0; q < pairs; ++q) {
+    const float* lo = step(2 * q);
+    const float* hi = 2 * q + 1 < kc ? step(2 * q + 1) : kZeros;
+    Pair* to = out + q * width;
+    int64_t w = 0;
+#if defined(__AVX512BF16__)
+    for (; w < lines; w += 16) {
+      const int64_t lanes = std::min<int64_t>(16, lines - w);
+      _mm512_mask_storeu_epi32(to + w, static_cast<__mmask16>((1u << lanes) - 1),
+                               PairsOfTwoRuns(lo + w, hi + w, lanes));
+    }
+    w = lines;
+#endif
+    for (; w < lines; ++w) to[w] = MakePair(lo[w], hi[w]);
+    for (w = lines; w < width; ++w) to[w] = 0;
+  }
+}
+
+// Rows [i0, i0 + mc) and inner columns [p0, p0 + kc) of A, as panels of kMr
+// rows: pair q of row r at [q * kMr + r]; rows past mc are zeros.
+void PackA(const StridedMatrix& a, int64_t i0, int64_t mc, int64_t p0, int64_t kc, Pair* out) {
+  const int64_t pairs = (kc + 1) / 2;
+  for (int64_t ir = 0; ir < mc; ir += kMr, out += kMr * pairs) {
+    const int64_t rows = std::min(kMr, mc - ir);
+    const float* base = a.data + (i0 + ir) * a.row_stride + p0 * a.col_stride;
+    if (a.col_stride == 1) {
+      PackLinesAlongInner([&](int64_t r) { return base + r * a.row_stride; }, rows, kMr, kc, out);
+    } else if (a.row_stride == 1) {
+      PackStepsAcrossLines([&](int64_t p) { return base + p * a.col_stride; }, rows, kMr, kc, out);
+    } else {
+      for (int64_t q = 0; q < pairs; ++q) {
+        for (int64_t r = 0; r < kMr; ++r) {
+          const int64_t i = i0 + ir + r, p = p0 + 2 * q;
+          out[q * kMr + r] =
+              r < rows ? MakePair(At(a, i, p), p + 1 < p0 + kc ? At(a, i, p + 1) : 0.0f) : 0;
+        }
+      }
+    }
+  }
+}
+
+// Inner rows [p0, p0 + kc) and columns [j0, j0 + nc) of B, as panels of kNr
+// columns: pair q of column j at [q * kNr + j]; columns past nc are zeros.
+void PackB(const StridedMatrix& b, int64_t p0, int64_t kc, int64_t j0, int64_t nc, Pair* out) {
+  const int64_t pairs = (kc + 1) / 2;
+  for (int64_t jr = 0; jr < nc; jr += kNr, out += kNr * pairs) {
+    const int64_t cols = std::min(kNr, nc - jr);
+    const float* base = b.data + p0 * b.row_stride + (j0 + jr) * b.col_stride;
+    if (b.col_stride == 1) {
+      PackStepsAcrossLines([&](int64_t p) { return base + p * b.row_stride; }, cols, kNr, kc, out);
+    } else if (b.row_stride == 1) {
+      PackLinesAlongInner([&](int64_t j) { return base + j * b.col_stride; }, cols, kNr, kc, out);
+    } else {
+      for (int64_t q = 0; q < pairs; ++q) {
+        for (int64_t j = 0; j < kNr; ++j) {
+          const int64_t p = p0 + 2 * q, col = j0 + jr + j;
+          out[q * kNr + j] =
+              j < cols ? MakePair(At(b, p, col), p + 1 < p0 + kc ? At(b, p + 1, col) : 0.0f) : 0;
+        }
+      }
+    }
+  }
+}
+
+#if defined(__AVX512BF16__)
+// C (kMr x kNr) = or += one A panel times one B panel, `pairs` steps.
+void Tile(int64_t pairs, const Pair* __restrict ap, const Pair* __restrict bp, bool accumulate,
+          float* c, int64_t ldc) {
+  __m512 lo[kMr], hi[kMr];
+  for (int64_t r = 0; r < kMr; ++r) lo[r] = hi[r] = _mm512_setzero_ps();
+  for (int64_t q = 0; q < pairs; ++q) {
+    const auto b_lo = reinterpret_cast<__m512bh>(_mm512_load_si512(bp + q * kNr));
+    const auto b_hi = reinterpret_cast<__m512bh>(_mm512_load_si512(bp + q * kNr + 16));
+#pragma GCC unroll 12
+    for (int64_t r = 0; r < kMr; ++r) {
+      const auto x =
+          reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(ap[q * kMr + r])));
+      lo[r] = _mm512_dpbf16_ps(lo[r], x, b_lo);
+      hi[r] = _mm512_dpbf16_ps(hi[r], x, b_hi);
+    }
+  }
+  for (int64_t r = 0; r < kMr; ++r) {
+    float* row = c + r * ldc;
+    if (accumulate) {
+      lo[r] = _mm512_add_ps(lo[r], _mm512_loadu_ps(row));
+      hi[r] = _mm512_add_ps(hi[r], _mm512_loadu_ps(row + 16));
+    }
+    _mm512_storeu_ps(row, lo[r]);
+    _mm512_storeu_ps(row + 16, hi[r]);
+  }
+}
+#else
+// What VDPBF16PS computes, lane by lane: acc + lo * lo + hi * hi.
+void Tile(int64_t pairs, const Pair* ap, const Pair* bp, bool accumulate, float* c, int64_t ldc) {
+  float acc[kMr][kNr] = {};
+  for (int64_t q = 0; q < pairs; ++q) {
+    for (int64_t r = 0; r < kMr; ++r) {
+      const Pair x = ap[q * kMr + r];
+      const float x_lo = FromBf16(static_cast<uint16_t>(x)), x_hi = FromBf16(x >> 16);
+      for (int64_t j = 0; j < kNr; ++j) {
+        const Pair y = bp[q * kNr + j];
+        acc[r][j] += x_lo * FromBf16(static_cast<uint16_t>(y)) + x_hi * FromBf16(y >> 16);
+      }
+    }
+  }
+  for (int64_t r = 0; r < kMr; ++r) {
+    for (int64_t j = 0; j < kNr; ++j)
+      c[r * ldc + j] = (accumulate ? c[r * ldc + j] : 0.0f) + acc[r][j];
+  }
+}
+#endif
+
+// A tile cut by C's edge: computed whole into scratch (the panels are zero
+// past the edge), then the part inside C is written.
+void EdgeTile(int64_t pairs, const Pair* ap, const Pair* bp, bool accumulate, float* c, int64_t ldc,
+              int64_t rows, int64_t cols) {
+  alignas(64) float tile[kMr * kNr];
+  Tile(pairs, ap, bp, false, tile, kNr);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < cols; ++j)
+      c[r * ldc + j] = (accumulate ? c[r * ldc + j] : 0.0f) + tile[r * kNr + j];
+  }
+}
+
+void Macro(int64_t mc, int64_t nc, int64_t pairs, const Pair* ap, const Pair* bp, bool accumulate,
+           float* c, int64_t ldc) {
+  for (int64_t jr = 0; jr < nc; jr += kNr) {
+    const int64_t cols = std::min(kNr, nc - jr);
+    const Pair* b_panel = bp + jr * pairs;
+    for (int64_t ir = 0; ir < mc; ir += kMr) {
+      const int64_t rows = std::min(kMr, mc - ir);
+      float* ct = c + ir * ldc + jr;
+      if (rows == kMr && cols == kNr) {
+        Tile(pairs, ap + ir * pairs, b_panel, accumulate, ct, ldc);
+      } else {
+        EdgeTile(pairs, ap + ir * pairs, b_panel, accumulate, ct, ldc, rows, cols);
+      }
+    }
+  }
+}
+
+// Blocks of at most `most`, as equal as multiples of `unit` allow: 1,024 is
+// two blocks of 512, not 768 and 256.
+int64_t EvenBlock(int64_t size, int64_t most, int64_t unit) {
+  if (size <= 0) return most;  // no blocks to size (callers pass at least 1)
+  const int64_t blocks = (size + most - 1) / most;
+  return std::min(most, ((size + blocks - 1) / blocks + unit - 1) / unit * unit);
+}
+
+struct Blocks {
+  int64_t a = 0, b = 0;  // pairs
+};
+Blocks BlocksFor(int64_t m, int64_t n, int64_t k) {
+  const int64_t pairs = (std::min(kKc, k) + 1) / 2;
+  return {std::min(kMc, (m + kMr - 1) / kMr * kMr) * pairs,
+          pairs * std::min(kNc, (n + kNr - 1) / kNr * kNr)};
+}
+
+void Run(int64_t m, int64_t n, int64_t k, const StridedMatrix& a, const StridedMatrix& b,
+         bool accumulate, float* c, int64_t ldc, Pair* a_block, Pair* b_block) {
+  const int64_t kc_step = EvenBlock(k, kKc, 2), mc_step = EvenBlock(m, kMc, kMr);
+  const int64_t nc_step = EvenBlock(n, kNc, kNr);
+  for (int64_t jc = 0; jc < n; jc += nc_step) {
+    const int64_t nc = std::min(nc_step, n - jc);
+    for (int64_t pc = 0; pc < k; pc += kc_step) {
+      const int64_t kc = std::min(kc_step, k - pc);
+      PackB(b, pc, kc, jc, nc, b_block);
+      for (int64_t ic = 0; ic < m; ic += mc_step) {
+        const int64_t mc = std::min(mc_step, m - ic);
+        PackA(a, ic, mc, pc, kc, a_block);
+        Macro(mc, nc, (kc + 1) / 2, a_block, b_block, accumulate || pc > 0, c + ic * ldc + jc, ldc);
+      }
+    }
+  }
+}
+
+StridedMatrix Offset(StridedMatrix x, int64_t r, int64_t c) {
+  x.data += r * x.row_stride + c * x.col_stride;
+  return x;
+}
+
+}  // namespace
+
+uint16_t ToBf16(float x) {
+  uint32_t u = Bits(x);
+  // As VCVTNEPS2BF16: a NaN stays quiet, and denormal inputs count as zero.
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  if ((u & 0x7f800000u) == 0) return static_cast<uint16_t>((u >> 16) & 0x8000u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float FromBf16(uint16_t x) {
+  const uint32_t u = static_cast<uint32_t>(x) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+void Bf16Gemm(int64_t m, int64_t n, int64_t k, StridedMatrix a, StridedMatrix b, bool accumulate,
+              float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    if (!accumulate) {
+      for (int64_t i = 0; i < m; ++i) std::fill_n(c + i * ldc, n, 0.0f);
+    }
+    return;
+  }
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  // The larger side is split, in whole tiles: each thread packs the smaller
+  // operand whole and its own part of the larger one.
+  const bool split_rows = m > n;
+  const int64_t side = split_rows ? m : n, unit = split_rows ? kMr : kNr;
+  const int64_t units = (side + unit - 1) / unit;
+  const int64_t parts = std::clamp<int64_t>(threads, 1, units);
+  // Allocated here, not inside the parallel region, where a failed
+  // allocation could not reach the caller.
+  const Blocks size = BlocksFor(split_rows ? (units + parts - 1) / parts * unit : m,
+                                split_rows ? n : (units + parts - 1) / parts * unit, k);
+  std::vector<Scratch> a_blocks, b_blocks;
+  for (int64_t t = 0; t < parts; ++t) {
+    a_blocks.emplace_back(size.a);
+    b_blocks.emplace_back(size.b);
+  }
+  const auto part = [&](int64_t t) {
+    const int64_t lo = std::min(units * t / parts * unit, side);
+    const int64_t hi = std::min(units * (t + 1) / parts * unit, side);
+    Pair* ab = a_blocks[static_cast<size_t>(t)].data();
+    Pair* bb = b_blocks[static_cast<size_t>(t)].data();
+    if (split_rows) {
+      Run(hi - lo, n, k, Offset(a, lo, 0), b, accumulate, c + lo * ldc, ldc, ab, bb);
+    } else {
+      Run(m, hi - lo, k, a, Offset(b, 0, lo), accumulate, c + lo, ldc, ab, bb);
+    }
+  };
+  if (parts == 1) return part(0);
+#pragma omp parallel num_threads(static_cast <int>(parts))
+  part(omp_get_thread_num());
+}
+
+bool Bf16GemmIsFast() {
+#if defined(__AVX512BF16__)
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace fmstack::gpt
