@@ -210,8 +210,8 @@ std::unique_ptr<Model> CreateModel(const workload::TransformerShape& shape,
     if (options.matmul == Matmul::kBf16 && !Bf16GemmIsFast()) {
       throw Error(
           "matmul \"bf16\" on the CPU needs AVX-512 BF16 (Zen 4, Cooper Lake, Sapphire Rapids "
-          "or newer) and a build for it (-march=native on such a CPU); this one has neither, so "
-          "use matmul = \"fp32\"");
+          "or newer) and a build for it (-march=native on such a CPU), which this program does "
+          "not have: use matmul = \"fp32\"");
     }
     return std::make_unique<CpuModel>(shape, options);
   }
