@@ -46,8 +46,8 @@ void FillRowsWithBias(float* out, ConstFloats bias, int64_t N, int64_t OC) {
 
 // out = 1.0 * inp @ weight^T + out
 void GemmAccumulate(float* out, const float* inp, const float* weight, int64_t N, int64_t C,
-                    int64_t OC, LinearMath math) {
-  if (math == LinearMath::kBf16) {
+                    int64_t OC, Matmul math) {
+  if (math == Matmul::kBf16) {
     return Bf16Gemm(N, OC, C, {inp, C, 1}, {weight, 1, C}, true, out, OC);
   }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(N),
@@ -179,13 +179,13 @@ void LayerNormBackwardAccumulate(Floats dinp, Floats dweight, Floats dbias, Cons
 }
 
 void MatmulForward(Floats out, ConstFloats inp, ConstFloats weight, ConstFloats bias, int64_t N,
-                   int64_t C, int64_t OC, LinearMath math) {
+                   int64_t C, int64_t OC, Matmul math) {
   FillRowsWithBias(out.data(), bias, N, OC);
   GemmAccumulate(out.data(), inp.data(), weight.data(), N, C, OC, math);
 }
 
 void MatmulResidualForward(Floats out, ConstFloats residual, ConstFloats inp, ConstFloats weight,
-                           ConstFloats bias, int64_t N, int64_t C, int64_t OC, LinearMath math) {
+                           ConstFloats bias, int64_t N, int64_t C, int64_t OC, Matmul math) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* r = residual.data() + n * OC;
@@ -204,10 +204,10 @@ constexpr int64_t kWeightGradientRows = 4096;
 
 void MatmulBackward(Floats dinp, Floats dweight, Floats dbias, ConstFloats dout, ConstFloats inp,
                     ConstFloats weight, int64_t N, int64_t C, int64_t OC, ProductOrder order,
-                    LinearMath math) {
+                    Matmul math) {
   const auto n = static_cast<blasint>(N), c = static_cast<blasint>(C);
   const auto oc = static_cast<blasint>(OC);
-  const bool bf16 = math == LinearMath::kBf16;
+  const bool bf16 = math == Matmul::kBf16;
   const auto input_gradient = [&] {
     if (bf16)
       return Bf16Gemm(N, C, OC, {dout.data(), OC, 1}, {weight.data(), C, 1}, false, dinp.data(), C);

@@ -35,17 +35,16 @@ void LayerNormBackwardAccumulate(Floats dinp, Floats dweight, Floats dbias, Cons
                                  ConstFloats inp, ConstFloats weight, ConstFloats mean,
                                  ConstFloats rstd, int64_t N, int64_t C);
 
-// How the linear layers' products multiply: kFp32 on OpenBLAS sgemm, kBf16
+// The linear layers' products take `math`: kFp32 on OpenBLAS sgemm, kBf16
 // with both operands rounded to bf16 and fp32 sums (gpt/bf16_gemm.h).
-using LinearMath = Matmul;
-
+//
 // out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (an empty bias: none)
 void MatmulForward(Floats out, ConstFloats inp, ConstFloats weight, ConstFloats bias, int64_t N,
-                   int64_t C, int64_t OC, LinearMath math = LinearMath::kFp32);
+                   int64_t C, int64_t OC, Matmul math = Matmul::kFp32);
 // out = residual + inp @ weight^T + bias: a projection back into the residual stream.
 void MatmulResidualForward(Floats out, ConstFloats residual, ConstFloats inp, ConstFloats weight,
                            ConstFloats bias, int64_t N, int64_t C, int64_t OC,
-                           LinearMath math = LinearMath::kFp32);
+                           Matmul math = Matmul::kFp32);
 // How MatmulBackward runs its two products on two threads: side by side,
 // one single-threaded product per thread, or in turn, each split over both.
 // The same bits either way; gpt/product_order.h says which is faster where.
@@ -58,8 +57,7 @@ bool ProductOrderHasAChoice();
 // (skipped for an empty dbias).
 void MatmulBackward(Floats dinp, Floats dweight, Floats dbias, ConstFloats dout, ConstFloats inp,
                     ConstFloats weight, int64_t N, int64_t C, int64_t OC,
-                    ProductOrder order = ProductOrder::kSideBySide,
-                    LinearMath math = LinearMath::kFp32);
+                    ProductOrder order = ProductOrder::kSideBySide, Matmul math = Matmul::kFp32);
 
 // Causal multi-head attention. qkv (N, 3C) holds Q | K | V; att keeps the
 // softmax probabilities (B, NH, T, T) for backward; out (N, C).
