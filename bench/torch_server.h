@@ -15,12 +15,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -101,8 +103,19 @@ class TorchServer {
     }
     // Everything the child needs is built before fork: after it, only
     // async-signal-safe calls.
+    // An inherited variable of the same name is left out: the dynamic
+    // loader takes the last LD_PRELOAD it finds, so an empty one in this
+    // process's environment would drop the peer's allocator.
     std::vector<std::string> env_strings(extra_env);
-    for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
+    const auto overridden = [&](std::string_view entry) {
+      return std::any_of(extra_env.begin(), extra_env.end(), [&](const std::string& x) {
+        const size_t eq = x.find('=');
+        return entry.substr(0, entry.find('=')) == std::string_view(x).substr(0, eq);
+      });
+    };
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (!overridden(*e)) env_strings.emplace_back(*e);
+    }
     std::vector<char*> envp, args;
     for (std::string& e : env_strings) envp.push_back(e.data());
     envp.push_back(nullptr);

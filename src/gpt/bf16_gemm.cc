@@ -17,8 +17,10 @@ namespace {
 constexpr int64_t kMr = 12, kNr = 32;
 // Blocks, for a 1 MiB L2 (the fp32 sweep of docs/trainer.md, "A blocked
 // matmul of our own on Zen 4"): A's block (kMc rows x kKc, 288 KiB as bf16)
-// stays in L2 while B's panels stream through it; B's block in L3.
-constexpr int64_t kKc = 768, kMc = 192, kNc = 768;
+// stays in L2 while B's panels stream through it; B's block (4.5 MiB) in
+// L3. B's block is as wide as a gpt2-124m layer's widest product, so that
+// A's rows are packed once for all of it, not once per 768 columns.
+constexpr int64_t kKc = 768, kMc = 192, kNc = 3072;
 static_assert(kKc % 2 == 0 && kMc % kMr == 0 && kNc % kNr == 0);
 
 // A pair of bf16, the first in the low half: what VDPBF16PS multiplies.
@@ -73,27 +75,66 @@ __m512i PairsOfTwoRuns(const float* lo, const float* hi, int64_t lanes) {
 }
 #endif
 
+#if defined(__AVX512BF16__)
+// rows[i] lane t -> rows[t] lane i, for 16 x 16 32-bit elements.
+void Transpose16(__m512i rows[16]) {
+  // The masked forms: GCC 12 warns on the unmasked ones (_mm512_undefined_epi32).
+  constexpr __mmask16 kAll = 0xffff;
+  constexpr __mmask8 kAll8 = 0xff;
+  __m512i a[16], b[16];
+  for (int i = 0; i < 16; i += 2) {
+    a[i] = _mm512_maskz_unpacklo_epi32(kAll, rows[i], rows[i + 1]);
+    a[i + 1] = _mm512_maskz_unpackhi_epi32(kAll, rows[i], rows[i + 1]);
+  }
+  // b[4i + j], 128-bit lane L: rows 4i..4i+3 of column 4L + j.
+  for (int i = 0; i < 16; i += 4) {
+    b[i] = _mm512_maskz_unpacklo_epi64(kAll8, a[i], a[i + 2]);
+    b[i + 1] = _mm512_maskz_unpackhi_epi64(kAll8, a[i], a[i + 2]);
+    b[i + 2] = _mm512_maskz_unpacklo_epi64(kAll8, a[i + 1], a[i + 3]);
+    b[i + 3] = _mm512_maskz_unpackhi_epi64(kAll8, a[i + 1], a[i + 3]);
+  }
+  for (int j = 0; j < 4; ++j) {
+    const __m512i u = _mm512_maskz_shuffle_i32x4(kAll, b[j], b[4 + j], 0x44);
+    const __m512i v = _mm512_maskz_shuffle_i32x4(kAll, b[j], b[4 + j], 0xee);
+    const __m512i u2 = _mm512_maskz_shuffle_i32x4(kAll, b[8 + j], b[12 + j], 0x44);
+    const __m512i v2 = _mm512_maskz_shuffle_i32x4(kAll, b[8 + j], b[12 + j], 0xee);
+    rows[j] = _mm512_maskz_shuffle_i32x4(kAll, u, u2, 0x88);
+    rows[4 + j] = _mm512_maskz_shuffle_i32x4(kAll, u, u2, 0xdd);
+    rows[8 + j] = _mm512_maskz_shuffle_i32x4(kAll, v, v2, 0x88);
+    rows[12 + j] = _mm512_maskz_shuffle_i32x4(kAll, v, v2, 0xdd);
+  }
+}
+#endif
+
 // Pairs q of `width` lines of a matrix, each line contiguous along the inner
 // dimension (`line(w)` points at its element p0): out[q * width + w]. The
-// inner run is kc long; a last odd element pairs with zero.
+// inner run is kc long; a last odd element pairs with zero. Sixteen lines at a
+// time are converted and transposed in registers: storing each pair on its
+// own cost a store per pair, each to another cache line.
 template <class Line>
 void PackLinesAlongInner(Line line, int64_t lines, int64_t width, int64_t kc, Pair* out) {
   const int64_t pairs = (kc + 1) / 2;
-  for (int64_t w = 0; w < width; ++w) {
-    if (w >= lines) {
-      for (int64_t q = 0; q < pairs; ++q) out[q * width + w] = 0;
-      continue;
-    }
-    const float* from = line(w);
-    int64_t q = 0;
+  int64_t q0 = 0;
 #if defined(__AVX512BF16__)
-    alignas(64) Pair run[16];
-    for (; 2 * q + 32 <= kc; q += 16) {
-      _mm512_store_si512(run, PairsOfRun(from + 2 * q));
-      for (int64_t t = 0; t < 16; ++t) out[(q + t) * width + w] = run[t];
+  for (; 2 * q0 + 32 <= kc; q0 += 16) {
+    for (int64_t w0 = 0; w0 < width; w0 += 16) {
+      __m512i rows[16];
+      for (int64_t i = 0; i < 16; ++i)
+        rows[i] = w0 + i < lines ? PairsOfRun(line(w0 + i) + 2 * q0) : _mm512_setzero_si512();
+      Transpose16(rows);
+      const auto mask = static_cast<__mmask16>((1u << std::min<int64_t>(16, width - w0)) - 1);
+      for (int64_t t = 0; t < 16; ++t)
+        _mm512_mask_storeu_epi32(out + (q0 + t) * width + w0, mask, rows[t]);
     }
+  }
 #endif
-    for (; q < pairs; ++q) {
+  for (int64_t w = 0; w < width; ++w) {
+    const float* from = w < lines ? line(w) : nullptr;
+    for (int64_t q = q0; q < pairs; ++q) {
+      if (from == nullptr) {
+        out[q * width + w] = 0;
+        continue;
+      }
       const float hi = 2 * q + 1 < kc ? from[2 * q + 1] : 0.0f;
       out[q * width + w] = MakePair(from[2 * q], hi);
     }
@@ -255,36 +296,44 @@ int64_t EvenBlock(int64_t size, int64_t most, int64_t unit) {
   return std::min(most, ((size + blocks - 1) / blocks + unit - 1) / unit * unit);
 }
 
-struct Blocks {
-  int64_t a = 0, b = 0;  // pairs
+// [lo, hi) of part t of `units` whole units split into `parts`.
+struct Range {
+  int64_t lo, hi;
 };
-Blocks BlocksFor(int64_t m, int64_t n, int64_t k) {
-  const int64_t pairs = (std::min(kKc, k) + 1) / 2;
-  return {std::min(kMc, (m + kMr - 1) / kMr * kMr) * pairs,
-          pairs * std::min(kNc, (n + kNr - 1) / kNr * kNr)};
+Range PartOf(int64_t size, int64_t unit, int64_t t, int64_t parts) {
+  const int64_t units = (size + unit - 1) / unit;
+  return {std::min(units * t / parts * unit, size), std::min(units * (t + 1) / parts * unit, size)};
 }
 
-void Run(int64_t m, int64_t n, int64_t k, const StridedMatrix& a, const StridedMatrix& b,
-         bool accumulate, float* c, int64_t ldc, Pair* a_block, Pair* b_block) {
-  const int64_t kc_step = EvenBlock(k, kKc, 2), mc_step = EvenBlock(m, kMc, kMr);
-  const int64_t nc_step = EvenBlock(n, kNc, kNr);
+// One thread's share of C = A B: rows `mine` of every (jc, pc) block, the
+// block of B packed by all threads together (each its share of the panels)
+// and read by all after a barrier.
+void RunShare(int64_t m, int64_t n, int64_t k, const StridedMatrix& a, const StridedMatrix& b,
+              bool accumulate, float* c, int64_t ldc, Pair* a_block, Pair* b_block, int64_t t,
+              int64_t parts) {
+  const int64_t kc_step = EvenBlock(k, kKc, 2), nc_step = EvenBlock(n, kNc, kNr);
+  const Range mine = PartOf(m, kMr, t, parts);
+  const int64_t mc_step = EvenBlock(mine.hi - mine.lo, kMc, kMr);
   for (int64_t jc = 0; jc < n; jc += nc_step) {
     const int64_t nc = std::min(nc_step, n - jc);
     for (int64_t pc = 0; pc < k; pc += kc_step) {
-      const int64_t kc = std::min(kc_step, k - pc);
-      PackB(b, pc, kc, jc, nc, b_block);
-      for (int64_t ic = 0; ic < m; ic += mc_step) {
-        const int64_t mc = std::min(mc_step, m - ic);
+      const int64_t kc = std::min(kc_step, k - pc), pairs = (kc + 1) / 2;
+      const Range panels = PartOf(nc, kNr, t, parts);
+      if (panels.hi > panels.lo)
+        PackB(b, pc, kc, jc + panels.lo, panels.hi - panels.lo, b_block + panels.lo * pairs);
+      if (parts > 1) {
+#pragma omp barrier
+      }
+      for (int64_t ic = mine.lo; ic < mine.hi; ic += mc_step) {
+        const int64_t mc = std::min(mc_step, mine.hi - ic);
         PackA(a, ic, mc, pc, kc, a_block);
-        Macro(mc, nc, (kc + 1) / 2, a_block, b_block, accumulate || pc > 0, c + ic * ldc + jc, ldc);
+        Macro(mc, nc, pairs, a_block, b_block, accumulate || pc > 0, c + ic * ldc + jc, ldc);
+      }
+      if (parts > 1) {
+#pragma omp barrier
       }
     }
   }
-}
-
-StridedMatrix Offset(StridedMatrix x, int64_t r, int64_t c) {
-  x.data += r * x.row_stride + c * x.col_stride;
-  return x;
 }
 
 }  // namespace
@@ -315,35 +364,28 @@ void Bf16Gemm(int64_t m, int64_t n, int64_t k, StridedMatrix a, StridedMatrix b,
     return;
   }
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  // The larger side is split, in whole tiles: each thread packs the smaller
-  // operand whole and its own part of the larger one.
-  const bool split_rows = m > n;
-  const int64_t side = split_rows ? m : n, unit = split_rows ? kMr : kNr;
-  const int64_t units = (side + unit - 1) / unit;
-  const int64_t parts = std::clamp<int64_t>(threads, 1, units);
+  // Threads split C's rows and share each packed block of B: each packs
+  // its share of B's panels and its own rows of A, so nothing is packed
+  // twice.
+  const int64_t parts = std::clamp<int64_t>(threads, 1, (m + kMr - 1) / kMr);
+  // Bounds on the blocks RunShare cuts (EvenBlock never exceeds them).
+  const int64_t pairs = (std::min(kKc, k) + 1) / 2;
+  const int64_t nc = std::min(kNc, (n + kNr - 1) / kNr * kNr);
+  const int64_t mc = std::min(kMc, (m + kMr - 1) / kMr * kMr);
   // Allocated here, not inside the parallel region, where a failed
   // allocation could not reach the caller.
-  const Blocks size = BlocksFor(split_rows ? (units + parts - 1) / parts * unit : m,
-                                split_rows ? n : (units + parts - 1) / parts * unit, k);
-  std::vector<Scratch> a_blocks, b_blocks;
-  for (int64_t t = 0; t < parts; ++t) {
-    a_blocks.emplace_back(size.a);
-    b_blocks.emplace_back(size.b);
-  }
-  const auto part = [&](int64_t t) {
-    const int64_t lo = std::min(units * t / parts * unit, side);
-    const int64_t hi = std::min(units * (t + 1) / parts * unit, side);
-    Pair* ab = a_blocks[static_cast<size_t>(t)].data();
-    Pair* bb = b_blocks[static_cast<size_t>(t)].data();
-    if (split_rows) {
-      Run(hi - lo, n, k, Offset(a, lo, 0), b, accumulate, c + lo * ldc, ldc, ab, bb);
-    } else {
-      Run(m, hi - lo, k, a, Offset(b, 0, lo), accumulate, c + lo, ldc, ab, bb);
-    }
-  };
-  if (parts == 1) return part(0);
+  const Scratch b_block(pairs * nc);
+  std::vector<Scratch> a_blocks;
+  for (int64_t t = 0; t < parts; ++t) a_blocks.emplace_back(mc * pairs);
+  if (parts == 1)
+    return RunShare(m, n, k, a, b, accumulate, c, ldc, a_blocks[0].data(), b_block.data(), 0, 1);
 #pragma omp parallel num_threads(static_cast <int>(parts))
-  part(omp_get_thread_num());
+  {
+    // The team may be smaller than asked for; its members split the work.
+    const int64_t t = omp_get_thread_num(), team = omp_get_num_threads();
+    RunShare(m, n, k, a, b, accumulate, c, ldc, a_blocks[static_cast<size_t>(t)].data(),
+             b_block.data(), t, team);
+  }
 }
 
 bool Bf16GemmIsFast() {

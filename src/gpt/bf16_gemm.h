@@ -10,8 +10,11 @@
 // fp32 FMA peak (116). Around it, BLIS's blocking: B packed in blocks of
 // kKc x kNc into 32-column panels, A in blocks of kMc x kKc into 12-row
 // panels, both as pairs of consecutive inner-dimension elements (the
-// instruction's operand), and threads that split C's larger side and share
-// nothing they write. Elsewhere the same blocking runs a plain-loop tile that
+// instruction's operand). Threads split C's rows: each packs its own rows
+// of A and its share of each block of B's panels, which all of them then
+// read, so nothing is packed twice. Each element of C is one thread's sum
+// in one order, so the bits do not depend on the thread count.
+// Elsewhere the same blocking runs a plain-loop tile that
 // computes what the instruction does, for tests on any CPU; it is slow, and
 // the trainer refuses bf16 there (Bf16GemmIsFast).
 #pragma once

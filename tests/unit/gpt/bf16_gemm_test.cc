@@ -117,10 +117,11 @@ void Check(const Case& t, Store a_how, Store b_how, bool accumulate) {
 TEST(Bf16Gemm, MatchesADoubleLoopOnEveryPath) {
   // Full tiles and edges in both directions (12 x 32 tiles), odd inner sizes
   // (a last pair with zero), several inner, row and column blocks (768, 192,
-  // 768), and the 16-lane runs of the vector packing with their tails.
+  // 3072), and the 16-line transposes and 16-lane runs of the vector packing
+  // with their tails.
   const std::vector<Case> cases = {{1, 1, 1},    {12, 32, 2},   {13, 33, 3},  {5, 70, 31},
                                    {25, 17, 64}, {200, 40, 33}, {40, 800, 9}, {24, 64, 769},
-                                   {7, 9, 1600}, {390, 50, 40}, {36, 96, 96}};
+                                   {7, 9, 1600}, {390, 50, 40}, {36, 96, 96}, {13, 3100, 40}};
   for (const Case& t : cases) {
     for (const Store a : {Store::kRows, Store::kColumns, Store::kStrided}) {
       for (const Store b : {Store::kRows, Store::kColumns, Store::kStrided}) {
@@ -131,24 +132,25 @@ TEST(Bf16Gemm, MatchesADoubleLoopOnEveryPath) {
 }
 
 // Every element's sum is one thread's, in one order, however the product
-// is split.
+// is split: tall, wide, and narrower than a thread's share of B's panels
+// (threads that pack none of a block still wait for it), over several
+// inner blocks.
 TEST(Bf16Gemm, OneThreadAndSeveralGiveTheSameBits) {
-  const int64_t m = 150, n = 230, k = 900;
-  const Stored a = Make(m, k, Store::kRows, 4), b = Make(k, n, Store::kColumns, 5);
-  std::vector<float> one(m * n), several(m * n), tall(n * m), tall_several(n * m);
+  struct Shape {
+    int64_t m, n, k;
+  };
   const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
-  Bf16Gemm(m, n, k, a.view, b.view, false, one.data(), n);
-  // The transpose, whose larger side is the other one.
-  const StridedMatrix bt{b.view.data, b.view.col_stride, b.view.row_stride};
-  const StridedMatrix at{a.view.data, a.view.col_stride, a.view.row_stride};
-  Bf16Gemm(n, m, k, bt, at, false, tall.data(), m);
-  omp_set_num_threads(3);
-  Bf16Gemm(m, n, k, a.view, b.view, false, several.data(), n);
-  Bf16Gemm(n, m, k, bt, at, false, tall_several.data(), m);
-  omp_set_num_threads(threads);
-  EXPECT_EQ(std::memcmp(one.data(), several.data(), one.size() * sizeof(float)), 0);
-  EXPECT_EQ(std::memcmp(tall.data(), tall_several.data(), tall.size() * sizeof(float)), 0);
+  for (const Shape& s : std::vector<Shape>{{150, 230, 900}, {230, 150, 900}, {100, 20, 1600}}) {
+    const Stored a = Make(s.m, s.k, Store::kRows, 4), b = Make(s.k, s.n, Store::kColumns, 5);
+    std::vector<float> one(s.m * s.n), several(s.m * s.n);
+    omp_set_num_threads(1);
+    Bf16Gemm(s.m, s.n, s.k, a.view, b.view, false, one.data(), s.n);
+    omp_set_num_threads(3);
+    Bf16Gemm(s.m, s.n, s.k, a.view, b.view, false, several.data(), s.n);
+    omp_set_num_threads(threads);
+    EXPECT_EQ(std::memcmp(one.data(), several.data(), one.size() * sizeof(float)), 0)
+        << s.m << " x " << s.n << " x " << s.k;
+  }
 }
 
 // The vector packing converts with VCVTNEPS2BF16 where the scalar path uses
