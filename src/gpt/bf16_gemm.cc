@@ -15,12 +15,14 @@ namespace fmstack::gpt {
 namespace {
 
 constexpr int64_t kMr = 12, kNr = 32;
-// Blocks, for a 1 MiB L2 (the fp32 sweep of docs/trainer.md, "A blocked
-// matmul of our own on Zen 4"): A's block (kMc rows x kKc, 288 KiB as bf16)
-// stays in L2 while B's panels stream through it; B's block (4.5 MiB) in
-// L3. B's block is as wide as a gpt2-124m layer's widest product, so that
-// A's rows are packed once for all of it, not once per 768 columns.
-constexpr int64_t kKc = 768, kMc = 192, kNc = 3072;
+// Blocks, for a 1 MiB L2: A's block (kMc rows x kKc, 384 KiB as bf16)
+// stays in L2 while B's panels stream through it; B's block (6 MiB) in L3.
+// An inner block of 1024 holds a weight gradient's whole inner dimension at
+// 1024 tokens a step, so the gradient, cold in memory, is read and written
+// once, not twice (768: those products ran 4-9% slower). B's block is as
+// wide as a gpt2-124m layer's widest product, so that A's rows are packed
+// once for all of it, not once per 768 columns.
+constexpr int64_t kKc = 1024, kMc = 192, kNc = 3072;
 static_assert(kKc % 2 == 0 && kMc % kMr == 0 && kNc % kNr == 0);
 
 // A pair of bf16, the first in the low half: what VDPBF16PS multiplies.
@@ -142,7 +144,11 @@ void PackLinesAlongInner(Line line, int64_t lines, int64_t width, int64_t kc, Pa
 }
 
 // Pairs q from inner steps 2q and 2q + 1, each a contiguous run of `lines`
-// elements (`step(p)` points at step p's first): out[q * width + w].
+// elements (`step(p)` points at step p's first), into panels of `width`
+// lines: pair q of line l at out[(l / width) * width * pairs + q * width +
+// l % width], the last panel's lines past `lines` zeros. Each step's run is
+// read once, across all the panels: panel by panel, every panel re-read
+// every step's cache lines for its 12 or 32 elements.
 template <class Step>
 void PackStepsAcrossLines(Step step, int64_t lines, int64_t width, int64_t kc, Pair* out) {
   const int64_t pairs = (kc + 1) / 2;
@@ -150,18 +156,21 @@ void PackStepsAcrossLines(Step step, int64_t lines, int64_t width, int64_t kc, P
   for (int64_t q = 0; q < pairs; ++q) {
     const float* lo = step(2 * q);
     const float* hi = 2 * q + 1 < kc ? step(2 * q + 1) : kZeros;
-    Pair* to = out + q * width;
-    int64_t w = 0;
+    for (int64_t l0 = 0; l0 < lines; l0 += width) {
+      Pair* to = out + l0 * pairs + q * width;
+      const int64_t n = std::min(width, lines - l0);
+      int64_t w = 0;
 #if defined(__AVX512BF16__)
-    for (; w < lines; w += 16) {
-      const int64_t lanes = std::min<int64_t>(16, lines - w);
-      _mm512_mask_storeu_epi32(to + w, static_cast<__mmask16>((1u << lanes) - 1),
-                               PairsOfTwoRuns(lo + w, hi + w, lanes));
-    }
-    w = lines;
+      for (; w < n; w += 16) {
+        const int64_t lanes = std::min<int64_t>(16, n - w);
+        _mm512_mask_storeu_epi32(to + w, static_cast<__mmask16>((1u << lanes) - 1),
+                                 PairsOfTwoRuns(lo + l0 + w, hi + l0 + w, lanes));
+      }
+      w = n;
 #endif
-    for (; w < lines; ++w) to[w] = MakePair(lo[w], hi[w]);
-    for (w = lines; w < width; ++w) to[w] = 0;
+      for (; w < n; ++w) to[w] = MakePair(lo[l0 + w], hi[l0 + w]);
+      for (w = n; w < width; ++w) to[w] = 0;
+    }
   }
 }
 
@@ -169,13 +178,16 @@ void PackStepsAcrossLines(Step step, int64_t lines, int64_t width, int64_t kc, P
 // rows: pair q of row r at [q * kMr + r]; rows past mc are zeros.
 void PackA(const StridedMatrix& a, int64_t i0, int64_t mc, int64_t p0, int64_t kc, Pair* out) {
   const int64_t pairs = (kc + 1) / 2;
+  if (a.row_stride == 1 && a.col_stride != 1) {
+    const float* base = a.data + i0 + p0 * a.col_stride;
+    return PackStepsAcrossLines([&](int64_t p) { return base + p * a.col_stride; }, mc, kMr, kc,
+                                out);
+  }
   for (int64_t ir = 0; ir < mc; ir += kMr, out += kMr * pairs) {
     const int64_t rows = std::min(kMr, mc - ir);
     const float* base = a.data + (i0 + ir) * a.row_stride + p0 * a.col_stride;
     if (a.col_stride == 1) {
       PackLinesAlongInner([&](int64_t r) { return base + r * a.row_stride; }, rows, kMr, kc, out);
-    } else if (a.row_stride == 1) {
-      PackStepsAcrossLines([&](int64_t p) { return base + p * a.col_stride; }, rows, kMr, kc, out);
     } else {
       for (int64_t q = 0; q < pairs; ++q) {
         for (int64_t r = 0; r < kMr; ++r) {
@@ -192,12 +204,15 @@ void PackA(const StridedMatrix& a, int64_t i0, int64_t mc, int64_t p0, int64_t k
 // columns: pair q of column j at [q * kNr + j]; columns past nc are zeros.
 void PackB(const StridedMatrix& b, int64_t p0, int64_t kc, int64_t j0, int64_t nc, Pair* out) {
   const int64_t pairs = (kc + 1) / 2;
+  if (b.col_stride == 1) {
+    const float* base = b.data + p0 * b.row_stride + j0;
+    return PackStepsAcrossLines([&](int64_t p) { return base + p * b.row_stride; }, nc, kNr, kc,
+                                out);
+  }
   for (int64_t jr = 0; jr < nc; jr += kNr, out += kNr * pairs) {
     const int64_t cols = std::min(kNr, nc - jr);
     const float* base = b.data + p0 * b.row_stride + (j0 + jr) * b.col_stride;
-    if (b.col_stride == 1) {
-      PackStepsAcrossLines([&](int64_t p) { return base + p * b.row_stride; }, cols, kNr, kc, out);
-    } else if (b.row_stride == 1) {
+    if (b.row_stride == 1) {
       PackLinesAlongInner([&](int64_t j) { return base + j * b.col_stride; }, cols, kNr, kc, out);
     } else {
       for (int64_t q = 0; q < pairs; ++q) {

@@ -116,11 +116,11 @@ void Check(const Case& t, Store a_how, Store b_how, bool accumulate) {
 
 TEST(Bf16Gemm, MatchesADoubleLoopOnEveryPath) {
   // Full tiles and edges in both directions (12 x 32 tiles), odd inner sizes
-  // (a last pair with zero), several inner, row and column blocks (768, 192,
+  // (a last pair with zero), several inner, row and column blocks (1024, 192,
   // 3072), and the 16-line transposes and 16-lane runs of the vector packing
   // with their tails.
   const std::vector<Case> cases = {{1, 1, 1},    {12, 32, 2},   {13, 33, 3},  {5, 70, 31},
-                                   {25, 17, 64}, {200, 40, 33}, {40, 800, 9}, {24, 64, 769},
+                                   {25, 17, 64}, {200, 40, 33}, {40, 800, 9}, {24, 64, 1025},
                                    {7, 9, 1600}, {390, 50, 40}, {36, 96, 96}, {13, 3100, 40}};
   for (const Case& t : cases) {
     for (const Store a : {Store::kRows, Store::kColumns, Store::kStrided}) {
