@@ -364,6 +364,35 @@ void RunShare(int64_t m, int64_t n, int64_t k, const StridedMatrix& a, const Str
   }
 }
 
+// C's columns split between `parts` threads, each with its own packing
+// buffers and no barrier: for a C of fewer row panels than threads (a few
+// tokens), where splitting rows would leave threads idle. A is small then,
+// and each thread packs all of it.
+void SplitColumns(int64_t m, int64_t n, int64_t k, const StridedMatrix& a, const StridedMatrix& b,
+                  bool accumulate, float* c, int64_t ldc, int64_t parts) {
+  const int64_t pairs = (std::min(kKc, k) + 1) / 2;
+  // Sized for any team: one smaller than asked for gives each more columns.
+  const int64_t nc = std::min(kNc, (n + kNr - 1) / kNr * kNr);
+  const int64_t mc = std::min(kMc, (m + kMr - 1) / kMr * kMr);
+  std::vector<Scratch> a_blocks, b_blocks;
+  for (int64_t t = 0; t < parts; ++t) {
+    a_blocks.emplace_back(mc * pairs);
+    b_blocks.emplace_back(pairs * nc);
+  }
+#pragma omp parallel num_threads(static_cast <int>(parts))
+  {
+    const int64_t t = omp_get_thread_num(), team = omp_get_num_threads();
+    const Range mine = PartOf(n, kNr, t, team);
+    StridedMatrix part = b;
+    part.data += mine.lo * b.col_stride;
+    if (mine.hi > mine.lo) {
+      RunShare(m, mine.hi - mine.lo, k, a, part, accumulate, c + mine.lo, ldc,
+               a_blocks[static_cast<size_t>(t)].data(), b_blocks[static_cast<size_t>(t)].data(), 0,
+               1);
+    }
+  }
+}
+
 }  // namespace
 
 uint16_t ToBf16(float x) {
@@ -392,14 +421,18 @@ void Bf16Gemm(int64_t m, int64_t n, int64_t k, StridedMatrix a, StridedMatrix b,
     return;
   }
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const int64_t row_panels = (m + kMr - 1) / kMr, column_panels = (n + kNr - 1) / kNr;
+  if (row_panels < threads && column_panels > row_panels)
+    return SplitColumns(m, n, k, a, b, accumulate, c, ldc,
+                        std::min<int64_t>(threads, column_panels));
   // Threads split C's rows and share each packed block of B: each packs
   // its share of B's panels and its own rows of A, so nothing is packed
   // twice.
-  const int64_t parts = std::clamp<int64_t>(threads, 1, (m + kMr - 1) / kMr);
+  const int64_t parts = std::clamp<int64_t>(threads, 1, row_panels);
   // Bounds on the blocks RunShare cuts (EvenBlock never exceeds them).
   const int64_t pairs = (std::min(kKc, k) + 1) / 2;
-  const int64_t nc = std::min(kNc, (n + kNr - 1) / kNr * kNr);
-  const int64_t mc = std::min(kMc, (m + kMr - 1) / kMr * kMr);
+  const int64_t nc = std::min(kNc, column_panels * kNr);
+  const int64_t mc = std::min(kMc, row_panels * kMr);
   // Allocated here, not inside the parallel region, where a failed
   // allocation could not reach the caller.
   const Scratch b_block(pairs * nc);

@@ -132,15 +132,17 @@ TEST(Bf16Gemm, MatchesADoubleLoopOnEveryPath) {
 }
 
 // Every element's sum is one thread's, in one order, however the product
-// is split: tall, wide, and narrower than a thread's share of B's panels
-// (threads that pack none of a block still wait for it), over several
-// inner blocks.
+// is split: tall, wide, narrower than a thread's share of B's panels
+// (threads that pack none of a block still wait for it), and with fewer
+// row panels than threads (split by columns instead), over several inner
+// blocks.
 TEST(Bf16Gemm, OneThreadAndSeveralGiveTheSameBits) {
   struct Shape {
     int64_t m, n, k;
   };
   const int threads = omp_get_max_threads();
-  for (const Shape& s : std::vector<Shape>{{150, 230, 900}, {230, 150, 900}, {100, 20, 1600}}) {
+  for (const Shape& s :
+       std::vector<Shape>{{150, 230, 900}, {230, 150, 900}, {100, 20, 1600}, {5, 300, 1100}}) {
     const Stored a = Make(s.m, s.k, Store::kRows, 4), b = Make(s.k, s.n, Store::kColumns, 5);
     std::vector<float> one(s.m * s.n), several(s.m * s.n);
     omp_set_num_threads(1);
