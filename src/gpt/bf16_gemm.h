@@ -12,7 +12,8 @@
 // panels, both as pairs of consecutive inner-dimension elements (the
 // instruction's operand). Threads split C's rows: each packs its own rows
 // of A and its share of each block of B's panels, which all of them then
-// read, so nothing is packed twice. Each element of C is one thread's sum
+// read, so nothing is packed twice (a C of fewer 12-row panels than threads
+// splits its columns instead). Each element of C is one thread's sum
 // in one order, so the bits do not depend on the thread count.
 // Elsewhere the same blocking runs a plain-loop tile that
 // computes what the instruction does, for tests on any CPU; it is slow, and
