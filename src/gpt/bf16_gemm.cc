@@ -324,6 +324,17 @@ int64_t EvenBlock(int64_t size, int64_t most, int64_t unit) {
   return std::min(most, ((size + blocks - 1) / blocks + unit - 1) / unit * unit);
 }
 
+// Pairs in the largest blocks of A and of B that RunShare cuts from an
+// m x n x k product, however it is split (EvenBlock never exceeds them).
+struct Blocks {
+  int64_t a = 0, b = 0;
+};
+Blocks BlocksFor(int64_t m, int64_t n, int64_t k) {
+  const int64_t pairs = (std::min(kKc, k) + 1) / 2;
+  return {std::min(kMc, (m + kMr - 1) / kMr * kMr) * pairs,
+          pairs * std::min(kNc, (n + kNr - 1) / kNr * kNr)};
+}
+
 // [lo, hi) of part t of `units` whole units split into `parts`.
 struct Range {
   int64_t lo, hi;
@@ -370,14 +381,13 @@ void RunShare(int64_t m, int64_t n, int64_t k, const StridedMatrix& a, const Str
 // and each thread packs all of it.
 void SplitColumns(int64_t m, int64_t n, int64_t k, const StridedMatrix& a, const StridedMatrix& b,
                   bool accumulate, float* c, int64_t ldc, int64_t parts) {
-  const int64_t pairs = (std::min(kKc, k) + 1) / 2;
-  // Sized for any team: one smaller than asked for gives each more columns.
-  const int64_t nc = std::min(kNc, (n + kNr - 1) / kNr * kNr);
-  const int64_t mc = std::min(kMc, (m + kMr - 1) / kMr * kMr);
+  // Sized for the whole of C: a team smaller than asked for gives each
+  // thread more columns.
+  const Blocks size = BlocksFor(m, n, k);
   std::vector<Scratch> a_blocks, b_blocks;
   for (int64_t t = 0; t < parts; ++t) {
-    a_blocks.emplace_back(mc * pairs);
-    b_blocks.emplace_back(pairs * nc);
+    a_blocks.emplace_back(size.a);
+    b_blocks.emplace_back(size.b);
   }
 #pragma omp parallel num_threads(static_cast <int>(parts))
   {
@@ -429,15 +439,12 @@ void Bf16Gemm(int64_t m, int64_t n, int64_t k, StridedMatrix a, StridedMatrix b,
   // its share of B's panels and its own rows of A, so nothing is packed
   // twice.
   const int64_t parts = std::clamp<int64_t>(threads, 1, row_panels);
-  // Bounds on the blocks RunShare cuts (EvenBlock never exceeds them).
-  const int64_t pairs = (std::min(kKc, k) + 1) / 2;
-  const int64_t nc = std::min(kNc, column_panels * kNr);
-  const int64_t mc = std::min(kMc, row_panels * kMr);
   // Allocated here, not inside the parallel region, where a failed
   // allocation could not reach the caller.
-  const Scratch b_block(pairs * nc);
+  const Blocks size = BlocksFor(m, n, k);
+  const Scratch b_block(size.b);
   std::vector<Scratch> a_blocks;
-  for (int64_t t = 0; t < parts; ++t) a_blocks.emplace_back(mc * pairs);
+  for (int64_t t = 0; t < parts; ++t) a_blocks.emplace_back(size.a);
   if (parts == 1)
     return RunShare(m, n, k, a, b, accumulate, c, ldc, a_blocks[0].data(), b_block.data(), 0, 1);
 #pragma omp parallel num_threads(static_cast <int>(parts))
