@@ -61,7 +61,8 @@ std::string Listed(const std::vector<double>& v) {
 
 int main(int argc, char** argv) {
   // First, before OpenBLAS is used: a CPU newer than the OpenBLAS build gets its fast kernels.
-  fmstack::gpt::ReexecWithBestBlasCore(std::span<char* const>(argv, static_cast<size_t>(argc)));
+  fmstack::gpt::ReexecWithBestBlasCore(std::span<char* const>(argv, static_cast<size_t>(argc)),
+                                       fmstack::gpt::BlasPin::kReplaceNarrower);
   CLI::App app{"bench_attention: attention's small products, OpenBLAS sgemm vs the register tile"};
   int64_t T = 256, hs = 64, heads = 4;
   app.add_option("--seq", T, "sequence length (keys)")->check(CLI::Range(64, 4096));

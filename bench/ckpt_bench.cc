@@ -236,7 +236,8 @@ nlohmann::json TorchPeers(const std::string& script, const std::string& dir, int
 
 int main(int argc, char** argv) {
   // First, before OpenBLAS is used: a CPU newer than the OpenBLAS build gets its fast kernels.
-  fmstack::gpt::ReexecWithBestBlasCore(std::span<char* const>(argv, static_cast<size_t>(argc)));
+  fmstack::gpt::ReexecWithBestBlasCore(std::span<char* const>(argv, static_cast<size_t>(argc)),
+                                       fmstack::gpt::BlasPin::kReplaceNarrower);
   CLI::App app{"bench_ckpt: the checkpoint engine vs this machine's limits and PyTorch"};
   std::string dir = "bench-ckpt.tmp";
   std::vector<double> sizes = {1, 4};

@@ -55,7 +55,8 @@ Model ModelNamed(const std::string& name) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  fmstack::gpt::ReexecWithBestBlasCore({argv, static_cast<size_t>(argc)});
+  fmstack::gpt::ReexecWithBestBlasCore({argv, static_cast<size_t>(argc)},
+                                       fmstack::gpt::BlasPin::kReplaceNarrower);
   CLI::App app{"bench_gemm: the trainer's matmuls on OpenBLAS and on gpt/bf16_gemm.h"};
   std::string model_name = "gpt2-124m";
   int64_t rows = 1024;

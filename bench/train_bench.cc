@@ -86,7 +86,8 @@ std::vector<double> Ratios(const std::vector<double>& x, const std::vector<doubl
 
 int main(int argc, char** argv) {
   // First, before OpenBLAS is used: a CPU newer than the OpenBLAS build gets its fast kernels.
-  fmstack::gpt::ReexecWithBestBlasCore(std::span<char* const>(argv, static_cast<size_t>(argc)));
+  fmstack::gpt::ReexecWithBestBlasCore(std::span<char* const>(argv, static_cast<size_t>(argc)),
+                                       fmstack::gpt::BlasPin::kReplaceNarrower);
   CLI::App app{"bench_train: the CPU GPT trainer vs measured sgemm and PyTorch"};
   std::string model = "gpt-mini";
   int64_t B = 4, T = 256, steps = 0;
@@ -245,9 +246,13 @@ int main(int argc, char** argv) {
     t.AddRow({"tuned by timing", tuning, "", ""});
   // OpenBLAS takes its kernels from OPENBLAS_CORETYPE when the environment
   // sets it (the PyTorch peer inherits it): say so, since the choice moves
-  // sgemm by up to 1.9x on this project's AVX-512 machines.
-  if (const char* pinned = std::getenv("OPENBLAS_CORETYPE"); pinned != nullptr)
-    t.AddRow({"BLAS kernels", fmt::format("pinned by OPENBLAS_CORETYPE={}", pinned), "", ""});
+  // sgemm by up to 1.9x on this project's AVX-512 machines, and say when this
+  // bench replaced a narrower pin (gpt/blas_core.h).
+  if (const char* pinned = std::getenv("OPENBLAS_CORETYPE"); pinned != nullptr) {
+    const std::string note = fmstack::gpt::BlasCoreNote();
+    t.AddRow({"BLAS kernels",
+              note.empty() ? fmt::format("pinned by OPENBLAS_CORETYPE={}", pinned) : note, "", ""});
+  }
   t.AddRow(
       {bf16 ? "bf16 matmul (gpt/bf16_gemm.h) on the model's shapes" : "sgemm on the model's shapes",
        fmt::format("{:.1f} GFLOP/s", sgemm), "median " + MedianAndRange(sgemm_rounds, 0), ""});

@@ -18,21 +18,35 @@ namespace fmstack::gpt {
 // has neither.
 std::string BestBlasCoreForCpu();
 
-// True when `chosen`, the core OpenBLAS picked, is one of its fallbacks for
-// CPUs it does not know (Prescott and older) and `best` is set.
+// True when `best` is set and `chosen`, the core OpenBLAS picked, is one of
+// its fallbacks for CPUs it does not know (Prescott and older), or a core
+// without AVX-512 kernels (Haswell, Zen) while `best` is SkylakeX: on the
+// 2-core Zen 5 VM of 2026-11-29 (family 26), 0.3.21 picked Haswell, and
+// sgemm of 1024 x 768 x 3072 ran at 195-200 GFLOP/s on it and 349-361 on
+// SkylakeX's (and Cooperlake's) kernels. Later OpenBLAS releases map Zen 4
+// and newer to those kernels themselves.
 bool IsBlasFallback(const std::string& chosen, const std::string& best);
 
-// Call first thing in main. When OpenBLAS fell back and OPENBLAS_CORETYPE is
-// not set, sets it to the best core and re-executes this program with the
-// same arguments. The processes a bench starts inherit it, so its PyTorch
-// peer runs the same kernels; `fmstack run` drops it from what it launches
-// (util/blas_env.h), and its fmstack workers set it again for themselves.
-// Returns when nothing needs doing, or, with a warning on stderr, when the
-// re-execution fails.
-void ReexecWithBestBlasCore(std::span<char* const> argv);
+// Whether an OPENBLAS_CORETYPE already in the environment stands. fmstack
+// leaves the user's choice alone (BlasCoreNote says when it is narrower than
+// the CPU's best); a bench replaces a narrower one, so that every side of a
+// comparison, the PyTorch peer included, runs the kernels that are best here.
+enum class BlasPin { kRespect, kReplaceNarrower };
 
-// "" unless this process runs with the core that ReexecWithBestBlasCore set:
-// then says which, and what OpenBLAS had picked, for the run's log.
+// Call first thing in main. When OpenBLAS fell back (or, with
+// kReplaceNarrower, the environment pinned a narrower core), sets
+// OPENBLAS_CORETYPE to the best core and re-executes this program with the
+// same arguments. The processes a bench starts inherit it, so its PyTorch
+// peer runs the same kernels; `fmstack run` drops it from what it launches,
+// restoring a pin it replaced (util/blas_env.h), and its fmstack workers set
+// it again for themselves. Returns when nothing needs doing, or, with a
+// warning on stderr, when the re-execution fails.
+void ReexecWithBestBlasCore(std::span<char* const> argv, BlasPin pin = BlasPin::kRespect);
+
+// "" unless this process runs with a core that ReexecWithBestBlasCore set
+// (then says which, and what OpenBLAS had picked or what the environment had
+// pinned), or with an environment's pin narrower than the CPU's best (then
+// says so), for the run's log.
 std::string BlasCoreNote();
 
 }  // namespace fmstack::gpt
