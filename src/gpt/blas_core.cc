@@ -42,8 +42,8 @@ bool IsBlasFallback(const std::string& chosen, const std::string& best) {
   // The x86-64 cores of OpenBLAS's dynamic list older than Sandy Bridge.
   constexpr std::array<std::string_view, 8> kOld = {"prescott", "core2", "penryn", "dunnington",
                                                     "nehalem",  "atom",  "katmai", "northwood"};
-  // Its cores with AVX or AVX2 kernels, none with AVX-512 ones: what 0.3.21
-  // picks for an AMD CPU up to Zen 5, whatever the CPU can run.
+  // Its cores with AVX or AVX2 kernels, none with AVX-512 ones: half the
+  // arithmetic of a CPU with full-width AVX-512 (Zen 5, recent Xeons).
   constexpr std::array<std::string_view, 7> kNo512 = {
       "sandybridge", "haswell", "zen", "bulldozer", "piledriver", "steamroller", "excavator"};
   const std::string c = Lower(chosen);

@@ -5,7 +5,12 @@
 // kernels. On the 2-core Intel VM of 2026-11-28 (family 6 model 207, with
 // AVX-512) sgemm of 1024 x 768 x 3072 ran at 62 GFLOP/s on them, 148 on
 // Haswell's and 294-301 on SkylakeX's. OpenBLAS reads OPENBLAS_CORETYPE only
-// when it loads, so the fix is to set it and start the program again.
+// when it loads, so the fix is to set it and start the program again. The
+// same variable, set by an environment to a core narrower than the CPU,
+// costs as much: the 2-core Zen 5 VM of 2026-11-29 (family 26) came with
+// OPENBLAS_CORETYPE=Haswell set, and that sgemm ran at 195-200 GFLOP/s on
+// Haswell's kernels and 349-361 on SkylakeX's or Cooperlake's (what 0.3.21
+// picks there by itself).
 #pragma once
 
 #include <span>
@@ -18,13 +23,10 @@ namespace fmstack::gpt {
 // has neither.
 std::string BestBlasCoreForCpu();
 
-// True when `best` is set and `chosen`, the core OpenBLAS picked, is one of
-// its fallbacks for CPUs it does not know (Prescott and older), or a core
-// without AVX-512 kernels (Haswell, Zen) while `best` is SkylakeX: on the
-// 2-core Zen 5 VM of 2026-11-29 (family 26), 0.3.21 picked Haswell, and
-// sgemm of 1024 x 768 x 3072 ran at 195-200 GFLOP/s on it and 349-361 on
-// SkylakeX's (and Cooperlake's) kernels. Later OpenBLAS releases map Zen 4
-// and newer to those kernels themselves.
+// True when `best` is set and `chosen`, the core OpenBLAS runs (picked or
+// pinned), is one of its fallbacks for CPUs it does not know (Prescott and
+// older), or a core without AVX-512 kernels (Haswell, Zen) while `best` is
+// SkylakeX.
 bool IsBlasFallback(const std::string& chosen, const std::string& best);
 
 // Whether an OPENBLAS_CORETYPE already in the environment stands. fmstack

@@ -24,7 +24,7 @@ TEST(BlasCore, AFallbackOrNarrowerKernelsOnACpuThatCanDoBetterIsReplaced) {
   EXPECT_FALSE(IsBlasFallback("Prescott", ""));  // nothing better to run
   EXPECT_FALSE(IsBlasFallback("SkylakeX", "SkylakeX"));
   EXPECT_FALSE(IsBlasFallback("Cooperlake", "SkylakeX"));  // AVX-512 kernels already
-  // The Zen 5 VM of 2026-11-29: AVX2 kernels on a CPU with full-width AVX-512.
+  // The Zen 5 VM of 2026-11-29, pinned to Haswell: AVX2 kernels on full-width AVX-512.
   EXPECT_TRUE(IsBlasFallback("Haswell", "SkylakeX"));
   EXPECT_TRUE(IsBlasFallback("Zen", "SkylakeX"));
   EXPECT_TRUE(IsBlasFallback("Sandybridge", "SkylakeX"));
