@@ -127,7 +127,8 @@ at_step = 12"
       grep -q "rank 1 (node 0, local rank 1) stalled: its heartbeats go on" stall.err ||
         { grep -E "fault|collective" stall.err | head; fail "stall: rank not named"; }
       grep -q "in .*StallMainThread" runs/stall/logs/incident1-rank1.stacks.txt ||
-        fail "stall: the stalled rank's stacks do not show where it waits"
+        { grep "stacks of" stall.err; head -20 runs/stall/logs/incident1-rank1.stacks.txt 2>/dev/null;
+          fail "stall: the stalled rank's stacks do not show where it waits"; }
       $PY -c "import sys; sys.exit(0 if $detect <= 30 else 1)" || fail "stall: detected in $detect s (> 20 + 10 s)";;
     nan) [ "$seen" = non-finite ] || fail "nan: seen as $seen";;
     bitflip) [ "$seen" = silent-corruption ] && [ "$blamed" = 1 ] || fail "bitflip: seen as $seen on rank $blamed";;
