@@ -335,8 +335,7 @@ int main(int argc, char** argv) {
       blocking.blocking_seconds =
           median([](const ckpt::SaveTiming& r) { return r.blocking_seconds; });
       t.commit_seconds = {median([](const ckpt::SaveTiming& r) { return r.commit_seconds[0]; })};
-      copy_to = {};
-      copy_to.shrink_to_fit();
+      copy_to = std::vector<std::byte>();   // its memory back before the restores
       std::vector<double> blocking_ratios;  // each save over its own round's memcpy
       for (size_t r = 0; r < runs.size(); ++r)
         blocking_ratios.push_back(runs[r].blocking_seconds / copy_seconds[r]);

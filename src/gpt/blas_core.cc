@@ -97,7 +97,7 @@ std::string BlasCoreNote() {
     return std::string("OPENBLAS_CORETYPE=") + set + " set by fmstack; OpenBLAS picked " + picked;
   if (const std::string best = BestBlasCoreForCpu(); IsBlasFallback(set, best))
     return std::string("OPENBLAS_CORETYPE=") + set +
-           " from the environment: narrower kernels than " + "this CPU's " + best +
+           " from the environment: narrower kernels than this CPU's " + best +
            " (unset it for faster fp32 matmuls)";
   return "";
 }
