@@ -2,6 +2,7 @@
 //   limits: memcpy bandwidth (one thread, best of 3 on 1 GB, for reference,
 //           and of the state's own bytes beside each save); the disk's sequential
 //           write with fdatasync (fio or dd, buffered or O_DIRECT, the faster;
+//           fio's O_DIRECT with 8 writes in flight;
 //           3 runs alternated with fmstack's saves, median) and cold read (dd
 //           after posix_fadvise), per state size, in the bench dir
 //   per state size (default 1 GB and 4 GB, in 64 float32 tensors):
@@ -9,8 +10,9 @@
 //               median of 3                                    target <= 1.2x
 //     commit    state / time to COMMITTED on the local tier, median of 3 saves,
 //               over the median disk write of the same rounds  target >= 85%
-//     restore   state / cold restore time (page cache dropped), against dd reading
-//               the same checkpoint file cold, alternated, median of 3   target >= 80%
+//     restore   state / cold restore time (page cache dropped), against the disk
+//               reading the same checkpoint file cold (dd, or fio O_DIRECT with 8
+//               reads in flight: the faster), alternated, median of 3  target >= 80%
 //     overlap   step time of a training loop (sgemm, one thread) while the
 //               background write runs / without it             target <= 1.05x
 //     hand-off  the writer's helpers: three tasks through its standing threads,
@@ -34,6 +36,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -44,6 +47,7 @@
 #include "gpt/blas_core.h"
 #include "gpt/sgemm_peak.h"
 #include "util/error.h"
+#include "util/huge_pages.h"
 #include "util/random.h"
 #include "util/text_table.h"
 #include "util/units.h"
@@ -62,7 +66,7 @@ double Since(Clock::time_point t) {
 }
 
 double MemcpyBandwidth(size_t bytes) {
-  std::vector<char> a(bytes, 1), b(bytes, 2);
+  std::vector<char, HugePageAllocator<char>> a(bytes, 1), b(bytes, 2);
   double best = 1e30;
   for (int i = 0; i < 3; ++i) {
     const auto t = Clock::now();
@@ -145,8 +149,11 @@ std::string Output(const std::string& cmd) {
 
 // The disk's sequential write of `bytes` to `file`, made durable: the faster
 // of buffered and O_DIRECT. fio writes non-zero buffers (a virtual disk may
-// treat zeros specially); dd from /dev/zero without `fio`. The file is left
-// for a read.
+// treat zeros specially), O_DIRECT through libaio with 8 writes in flight:
+// the engine keeps two in flight, and on the Zen 5 VM fio's default (one
+// synchronous write at a time) wrote 2 GB at 0.66-0.91 GB/s against
+// 1.18-1.23 at a depth of 8, so the limit at depth 1 was not the disk's.
+// dd from /dev/zero without `fio`. The file is left for a read.
 double DiskWrite(const std::string& file, int64_t bytes, bool fio) {
   const int64_t mib8 = (bytes >> 20) / 8 * 8;
   double best = 0;
@@ -161,9 +168,9 @@ double DiskWrite(const std::string& file, int64_t bytes, bool fio) {
     }
     // fio's own job runtime (it includes the end fsync), not its start-up.
     const nlohmann::json j = nlohmann::json::parse(Output(fmt::format(
-        "fio --name=w --filename={} --rw=write --bs=8M --size={}M --direct={} --end_fsync=1 "
+        "fio --name=w --filename={} --rw=write --bs=8M --size={}M --direct={} {} --end_fsync=1 "
         "--output-format=json",
-        file, mib8, direct)));
+        file, mib8, direct, direct ? "--ioengine=libaio --iodepth=8" : "")));
     const double ms = j.at("jobs").at(0).at("job_runtime").get<double>();
     best = std::max(best, static_cast<double>(mib8 << 20) / (ms / 1e3));
   }
@@ -177,9 +184,29 @@ double DiskColdRead(const std::string& file) {
          Timed(fmt::format("dd if={} of=/dev/null bs=1M status=none", file));
 }
 
-// A synthetic training state: 64 float32 tensors of equal size.
+// Seconds for the disk to read `file` sequentially, the faster of dd
+// (buffered, the kernel's read-ahead) and, with `fio`, O_DIRECT through
+// libaio with 8 reads in flight; `cold` drops the file's pages before each.
+// The restore reads with several threads at once; on the Zen 5 VM dd alone
+// read 2 GB at 0.64 GB/s where fio at a depth of 8 read it at 1.58-1.82.
+double FileRead(const std::string& file, bool fio, const std::function<void()>& cold) {
+  cold();
+  double best = Timed(fmt::format("dd if={} of=/dev/null bs=1M status=none", file));
+  if (!fio) return best;
+  cold();
+  const nlohmann::json j = nlohmann::json::parse(Output(
+      fmt::format("fio --name=r --filename={} --rw=read --bs=8M --direct=1 --ioengine=libaio "
+                  "--iodepth=8 --readonly --output-format=json",
+                  file)));
+  return std::min(best, j.at("jobs").at(0).at("job_runtime").get<double>() / 1e3);
+}
+
+using HugeBytes = std::vector<std::byte, HugePageAllocator<std::byte>>;
+
+// A synthetic training state: 64 float32 tensors of equal size, on huge
+// pages as the trainer's buffers are (util/huge_pages.h).
 struct State {
-  std::vector<std::vector<float>> tensors;
+  std::vector<HugeFloats> tensors;
   int64_t bytes = 0;
 };
 
@@ -188,7 +215,7 @@ State MakeState(int64_t bytes) {
   const int64_t n = bytes / 4 / 64;
   Rng rng(7);
   for (int i = 0; i < 64; ++i) {
-    std::vector<float> t(static_cast<size_t>(n));
+    HugeFloats t(static_cast<size_t>(n));
     for (auto& x : t) x = static_cast<float>(rng.Next() >> 40);
     s.bytes += n * 4;
     s.tensors.push_back(std::move(t));
@@ -197,7 +224,7 @@ State MakeState(int64_t bytes) {
 }
 
 // Seconds to memcpy the state's tensors, one thread, into `to` (as large).
-double CopyOfState(const State& s, std::vector<std::byte>& to) {
+double CopyOfState(const State& s, HugeBytes& to) {
   const auto t = Clock::now();
   std::byte* at = to.data();
   for (const auto& tensor : s.tensors) {
@@ -288,7 +315,14 @@ int main(int argc, char** argv) {
       ckpt::EngineOptions o;
       o.keep = 1;
       ckpt::Engine engine(std::move(tiers), o);
+      const int64_t huge_before = ProcessHugePageBytes();
       engine.Reserve(state.bytes);
+      // What the kernel gave the staging pool: its advice is a hint.
+      const std::string pool_pages =
+          fmt::format("staging pool {} on huge pages (THP {})",
+                      units::FormatBytes(static_cast<double>(std::clamp<int64_t>(
+                          ProcessHugePageBytes() - huge_before, 0, engine.pool_bytes()))),
+                      HugePagesMode());
       // Save 1 warms up. Saves 2-4 alternate with the disk's write limit,
       // each side first in turn, and the median of each counts. A virtual
       // disk changes speed from minute to minute: with the limit taken once
@@ -299,7 +333,8 @@ int main(int argc, char** argv) {
       engine.TakeTimings();
       std::vector<ckpt::SaveTiming> runs;
       std::vector<double> disk_writes, copy_seconds;
-      std::vector<std::byte> copy_to(static_cast<size_t>(state.bytes), std::byte{3});
+      // On huge pages, as the engine's staging slots are: the best memcpy.
+      HugeBytes copy_to(static_cast<size_t>(state.bytes), std::byte{3});
       for (int64_t round = 0; round < 3; ++round) {
         for (int side = 0; side < 2; ++side) {
           if ((round + side) % 2 == 0) {
@@ -335,58 +370,54 @@ int main(int argc, char** argv) {
       blocking.blocking_seconds =
           median([](const ckpt::SaveTiming& r) { return r.blocking_seconds; });
       t.commit_seconds = {median([](const ckpt::SaveTiming& r) { return r.commit_seconds[0]; })};
-      copy_to = std::vector<std::byte>();   // its memory back before the restores
+      copy_to = HugeBytes();                // its memory back before the restores
       std::vector<double> blocking_ratios;  // each save over its own round's memcpy
       for (size_t r = 0; r < runs.size(); ++r)
         blocking_ratios.push_back(runs[r].blocking_seconds / copy_seconds[r]);
       const double memcpy_s = Median(copy_seconds);
 
-      // Cold restore against dd reading the same file, alternated, median of
-      // 3 each. The same file matters: on the development VM the first cold
-      // read of a file just written ran at 0.6-0.9 GB/s and later ones at
-      // 3.3 GB/s, so a fresh dd file and a fresh checkpoint are not alike.
-      // One throwaway cold read by each side first lets the disk settle and
-      // warms both programs: here the first cold read after a save was the
-      // slowest, by either program (dd 1.27 s against 0.59-0.60 at 1 GB).
-      // Each side goes first in turn and every timed read starts after the
-      // same idle second: on that VM a read right after a busy CPU (the
-      // check of a restore) ran in 1.4-1.8 s at 4 GB, the same read right
-      // after another read in 2.1-2.4, whichever program did it, so a fixed
+      // Cold restore against the disk reading the same file (FileRead: dd
+      // or fio, the faster), alternated, median of 3 each. The same file matters: on the
+      // development VM the first cold read of a file just written ran at 0.6-0.9 GB/s and later
+      // ones at 3.3 GB/s, so a fresh dd file and a fresh checkpoint are not alike. One throwaway
+      // cold read by each side first lets the disk settle and warms both programs: here the first
+      // cold read after a save was the slowest, by either program (dd 1.27 s against 0.59-0.60 at 1
+      // GB). Each side goes first in turn and every timed read starts after the same idle second:
+      // on that VM a read right after a busy CPU (the check of a restore) ran in 1.4-1.8 s at 4 GB,
+      // the same read right after another read in 2.1-2.4, whichever program did it, so a fixed
       // order with nothing in between favoured one side.
       ckpt::Tier& tier = *engine.tiers()[0];
       const std::string file = tier.Where(4, ckpt::RankFileName(0));
-      std::vector<std::vector<float>> back(state.tensors.size());
+      std::vector<HugeFloats> back(state.tensors.size());
       std::vector<ckpt::TensorTarget> targets;
       for (size_t i = 0; i < back.size(); ++i) {
         back[i].resize(state.tensors[i].size());
         targets.push_back({fmt::format("t{:03d}", i), ckpt::DType::kF32, 0,
                            std::as_writable_bytes(std::span(back[i]))});
       }
-      const std::string dd = fmt::format("dd if={} of=/dev/null bs=1M status=none", file);
-      std::vector<double> dd_s, restore_s;
+      std::vector<double> read_s, restore_s;
       const auto cold = [&] {
         DropCache(file);
         tier.DropCache(4, ckpt::RankFileName(0));
         std::this_thread::sleep_for(std::chrono::seconds(1));
       };
-      cold();
-      Timed(dd);
+      FileRead(file, fio, cold);
       cold();
       if (!engine.Restore(targets)) throw fmstack::Error("bench: restore found no checkpoint");
       for (int round = 0; round < 3; ++round) {
         for (int side = 0; side < 2; ++side) {
-          cold();
           if ((round + side) % 2 == 0) {
-            dd_s.push_back(Timed(dd));
+            read_s.push_back(FileRead(file, fio, cold));
             continue;
           }
+          cold();
           const std::optional<ckpt::RestoreResult> r = engine.Restore(targets);
           if (!r || back != state.tensors)
             throw fmstack::Error("bench: restore did not return the state");
           restore_s.push_back(r->seconds);
         }
       }
-      const double dd_file_read = static_cast<double>(fs::file_size(file)) / Median(dd_s);
+      const double file_read = static_cast<double>(fs::file_size(file)) / Median(read_s);
       const double restore_seconds = Median(restore_s);
 
       // Training alongside the background write.
@@ -443,8 +474,8 @@ int main(int argc, char** argv) {
       table.AddRow({"writer hand-off of 3 tasks, median of 3 x 1000",
                     fmt::format("{:.1f} us", pooled_us),
                     fmt::format("std::async: {:.1f} us", spawned_us), ""});
-      table.AddRow({"limit: dd of the checkpoint, cold, median of 3",
-                    units::FormatBytes(dd_file_read) + "/s", "", ""});
+      table.AddRow({"limit: read of the checkpoint, cold (dd or fio), median of 3",
+                    units::FormatBytes(file_read) + "/s", "", ""});
       table.AddRow({"limit: training step during dd O_DIRECT of the same bytes",
                     fmt::format("{:.1f} ms ({} steps)", 1e3 * during_dd / n_during_dd, n_during_dd),
                     fmt::format("{:.3f}x", dd_slowdown), ""});
@@ -466,11 +497,12 @@ int main(int argc, char** argv) {
                                 100 * size / t.commit_seconds[0] / disk_write,
                                 100 * commit_ratios.front(), 100 * commit_ratios.back()),
                     ">= 85%"});
-      table.AddRow({"cold restore, median of 3",
-                    fmt::format("{:.2f} s = {}/s", restore_seconds,
-                                units::FormatBytes(size / restore_seconds)),
-                    fmt::format("{:.0f}% of dd on it", 100 * size / restore_seconds / dd_file_read),
-                    ">= 80%"});
+      table.AddRow(
+          {"cold restore, median of 3",
+           fmt::format("{:.2f} s = {}/s", restore_seconds,
+                       units::FormatBytes(size / restore_seconds)),
+           fmt::format("{:.0f}% of the disk on it", 100 * size / restore_seconds / file_read),
+           ">= 80%"});
       table.AddRow(
           {"training step during the write",
            fmt::format("{:.1f} ms vs {:.1f} ms ({} steps in {:.1f} s)", 1e3 * during / n_during,
@@ -498,10 +530,10 @@ int main(int argc, char** argv) {
         }
       }
       std::cout << fmt::format(
-                       "state {} ({} tensors; fmstack: {} copy threads, {} restore readers; "
+                       "state {} ({} tensors; fmstack: {} copy threads, {} restore readers, {}; "
                        "training loop: 1 thread of {}; PyTorch {})\n",
                        units::FormatBytes(size), state.tensors.size(),
-                       ckpt::EngineOptions{}.copy_threads, ckpt::kLocalRestoreReaders,
+                       ckpt::EngineOptions{}.copy_threads, ckpt::kLocalRestoreReaders, pool_pages,
                        gpt::BlasConfig(), torch_version)
                 << table.RenderText() << "\n";
     }

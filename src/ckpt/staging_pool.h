@@ -18,26 +18,42 @@
 
 #include "ckpt/engine.h"
 #include "util/error.h"
+#include "util/huge_pages.h"
 
 namespace fmstack::ckpt {
 
+// Frees a slot's bytes the way Pool::Allocate took them.
+struct SlotFree {
+  size_t bytes = 0;
+  void operator()(char* p) const {
+    if (bytes >= kHugePageBytes) {
+      UnmapHugePages(p, bytes);
+    } else {
+      std::free(p);
+    }
+  }
+};
+
 struct Engine::Slot {
-  struct Free {
-    void operator()(char* p) const { std::free(p); }
-  };
-  std::unique_ptr<char, Free> data;
+  std::unique_ptr<char, SlotFree> data;
   int64_t used = 0;
 };
 
-// Fixed slots of chunk_bytes, 4 KiB aligned, touched once when created so
-// that no save pays page faults; Acquire waits, up to a deadline, while all
-// are in flight.
+// Fixed slots of chunk_bytes, touched once when created so that no save
+// pays page faults; Acquire waits, up to a deadline, while all are in
+// flight. Slots of 2 MiB and more are on transparent huge pages
+// (util/huge_pages.h). On the Zen 5 VM a 2-thread copy of 4 GB between
+// 4 KiB-page buffers took 0.15-0.22 s right after another copy, but
+// 0.22-0.43 s after five seconds of sleep or of a spinning thread, which
+// is how a snapshot finds its buffers once per checkpoint interval; with
+// both on huge pages, 0.14-0.19 s either way. In bench_ckpt the blocking
+// save of 4 GB went from 0.76 s to 0.17-0.19 s.
 class Engine::Pool {
  public:
   Pool(int64_t slot_bytes, int64_t slots) : slot_bytes_(slot_bytes) {
     for (int64_t i = 0; i < slots; ++i) {
       auto s = std::make_unique<Slot>();
-      s->data.reset(static_cast<char*>(std::aligned_alloc(4096, static_cast<size_t>(slot_bytes))));
+      s->data = Allocate(static_cast<size_t>(slot_bytes));
       if (!s->data)
         throw Error(fmt::format("checkpoint: cannot allocate a staging pool of {} bytes",
                                 slot_bytes * slots));
@@ -95,6 +111,15 @@ class Engine::Pool {
   int64_t bytes() const { return slot_bytes_ * static_cast<int64_t>(all_.size()); }
 
  private:
+  static std::unique_ptr<char, SlotFree> Allocate(size_t bytes) {
+    if (bytes < kHugePageBytes)
+      return {static_cast<char*>(std::aligned_alloc(4096, bytes)), SlotFree{bytes}};
+    try {
+      return {static_cast<char*>(MapHugePages(bytes)), SlotFree{bytes}};
+    } catch (const std::bad_alloc&) {
+      return {nullptr, SlotFree{bytes}};
+    }
+  }
   std::span<char> Span(const Slot& s) const {
     return {s.data.get(), static_cast<size_t>(slot_bytes_)};
   }

@@ -26,6 +26,7 @@
 #include "comm/communicator.h"
 #include "gpt/layout.h"
 #include "train/optimizer.h"
+#include "util/huge_pages.h"
 
 namespace fmstack::train {
 
@@ -98,7 +99,7 @@ class DataParallel {
     size_t count = 0;                 // packed elements
     comm::Range shard;                // this rank's part of the packed bucket
     size_t shard_offset = 0;          // where that part starts in the shard vectors
-    std::vector<float> packed;
+    HugeFloats packed;                // a bucket is megabytes, filled every step
   };
 
   static std::vector<Bucket> MakeBuckets(const gpt::ParamLayout& layout, size_t bucket_bytes);

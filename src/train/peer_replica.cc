@@ -219,7 +219,7 @@ PeerReplicas::Outcome PeerReplicas::Restore(Trainer& trainer, bool fresh) {
   const int from = fresh ? HolderOf(r, w) : -1;
   comm::Communicator& comm = *trainer.communicator();
   // Under DDP every rank's state is the same: the holder's own copy serves.
-  const std::vector<float>* served = nullptr;
+  const HugeFloats* served = nullptr;
   std::array<uint64_t, kHeaderWords> send{}, got{};
   if (serve >= 0) {
     served = trainer.sharded() ? &own->held : &own->state;
@@ -231,7 +231,7 @@ PeerReplicas::Outcome PeerReplicas::Restore(Trainer& trainer, bool fresh) {
             trainer.sharded() ? own->held_hash : own->hash};
   }
   comm.SendRecv(Words(send), serve, Words(got), from);
-  std::vector<float> received;
+  HugeFloats received;
   Failure failure = kOk;
   if (fresh) {
     received.resize(StateSize(trainer));
@@ -292,7 +292,7 @@ void PeerReplicas::CorruptHeldCopies() {
 }
 
 void PeerReplicas::Corrupt(Copy& c) {
-  std::vector<float>& v = c.held.empty() ? c.state : c.held;
+  HugeFloats& v = c.held.empty() ? c.state : c.held;
   if (v.empty()) return;
   uint32_t word;
   std::memcpy(&word, &v[v.size() / 2], sizeof word);

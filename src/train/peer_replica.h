@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "train/trainer.h"
+#include "util/huge_pages.h"
 
 namespace fmstack::train {
 
@@ -88,10 +89,10 @@ class PeerReplicas {
     int64_t step = -1;  // -1 while being written
     int world = 0;      // the group size it was taken in
     TrainCounters counters;
-    std::vector<float> state;
+    HugeFloats state;
     uint64_t hash = 0;
-    std::vector<float> held;  // the peer's state (sharded modes)
-    uint64_t held_hash = 0;   // as the peer computed it
+    HugeFloats held;         // the peer's state (sharded modes)
+    uint64_t held_hash = 0;  // as the peer computed it
   };
   // Copies the state into c; the exchange with the holder is returned as a
   // task (empty under DDP) for AfterStep to run inline or on its thread.

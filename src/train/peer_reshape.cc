@@ -121,7 +121,7 @@ PeerReplicas::Outcome PeerReplicas::Reshape(Trainer& trainer, int from_world, in
     from_held += src.held ? 1 : 0;
     if (src.member != me) continue;
     const Copy* c = Find(*step);
-    const std::vector<float>& data = src.held ? c->held : c->state;
+    const HugeFloats& data = src.held ? c->held : c->state;
     const std::vector<comm::Range> runs = trainer.StateRunsOf(from_world, o);
     size_t n = 0;
     for (const comm::Range& r : runs) n += r.count;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <fstream>
 #include <new>
+#include <string_view>
 
 namespace fmstack {
 namespace {
@@ -37,6 +38,20 @@ void* MapHugePages(size_t bytes) {
 
 void UnmapHugePages(void* p, size_t bytes) noexcept {
   ::munmap(p, RoundUp(bytes));
+}
+
+int64_t ProcessHugePageBytes() {
+  std::ifstream in("/proc/self/smaps_rollup");
+  for (std::string line; std::getline(in, line);) {
+    constexpr std::string_view kKey = "AnonHugePages:";
+    if (!line.starts_with(kKey)) continue;
+    try {
+      return std::stoll(line.substr(kKey.size())) * 1024;  // "  2048 kB"
+    } catch (const std::exception&) {
+      return -1;
+    }
+  }
+  return -1;
 }
 
 std::string HugePagesMode() {

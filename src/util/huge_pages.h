@@ -1,6 +1,7 @@
-// util: an allocator for the trainer's large, long-lived buffers (parameters,
-// gradients, activations, optimizer moments) that asks for transparent huge
-// pages. Debian's kernels default to THP "madvise": memory is in 4 KiB
+// util: an allocator for large, long-lived buffers (the trainer's
+// parameters, gradients, activations and optimizer moments, its peer
+// replicas, the checkpoint engine's staging slots) that asks for
+// transparent huge pages. Debian's kernels default to THP "madvise": memory is in 4 KiB
 // pages unless a region asks. OpenBLAS's packing routines walk a matrix row
 // after row, kilobytes apart, and a 4 KiB page holds one row's slice: on
 // gpt-mini's products over fresh memory, sgemm ran at 214.8-221.9 GFLOP/s
@@ -14,6 +15,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <new>
 #include <string>
 #include <vector>
@@ -53,6 +55,11 @@ struct HugePageAllocator {
 
 // A float buffer on huge pages where it is large enough.
 using HugeFloats = std::vector<float, HugePageAllocator<float>>;
+
+// This process's anonymous memory on huge pages now, in bytes
+// (AnonHugePages of /proc/self/smaps_rollup), or -1 where the kernel does
+// not say: what a caller checks to learn whether the advice was taken.
+int64_t ProcessHugePageBytes();
 
 // The kernel's THP setting, "always", "madvise" or "never" (the bracketed
 // word of /sys/kernel/mm/transparent_hugepage/enabled), or "unavailable".

@@ -17,6 +17,7 @@
 #include "ckpt/stream_reader.h"
 #include "synthetic.h"
 #include "util/error.h"
+#include "util/huge_pages.h"
 #include "util/random.h"
 
 namespace fmstack::ckpt {
@@ -381,6 +382,26 @@ TEST_F(EngineTest, SmallPoolStreamsTheSnapshot) {
   Loaded l = TargetsFor(state, 0, 1);
   ASSERT_TRUE(engine.Restore(l.targets).has_value());
   EXPECT_TRUE(Matches(state, l, 0, 1));
+}
+
+// Slots of 2 MiB and more sit on huge pages (staging_pool.h says why) where
+// the kernel allows them; with THP "never", on ordinary pages.
+TEST_F(EngineTest, TheStagingPoolIsOnHugePagesWhereTheKernelAllowsThem) {
+  EngineOptions o = Options();
+  o.chunk_bytes = 8 << 20;
+  o.pool_bytes = 4 * o.chunk_bytes;
+  const int64_t before = ProcessHugePageBytes();
+  ASSERT_GE(before, 0) << "/proc/self/smaps_rollup has no AnonHugePages line";
+  Engine engine(Tiers(), o);
+  engine.Reserve(o.pool_bytes);
+  ASSERT_EQ(engine.pool_bytes(), o.pool_bytes);
+  const int64_t gained = ProcessHugePageBytes() - before;
+  const std::string mode = HugePagesMode();
+  if (mode == "always" || mode == "madvise") {
+    EXPECT_GE(gained, o.chunk_bytes) << "THP mode " << mode;
+  } else {
+    EXPECT_EQ(gained, 0) << "THP mode " << mode;
+  }
 }
 
 // The writer keeps slots in flight while it takes the next; with one slot

@@ -36,6 +36,21 @@ TEST(HugePages, ASmallBufferComesFromTheHeapCacheLineAligned) {
   EXPECT_EQ(v[999], 2.0f);
 }
 
+// Where the kernel allows THP, a touched region gets huge pages; where it
+// says "never", none.
+TEST(HugePages, ATouchedRegionIsOnHugePagesWhereTheKernelAllowsThem) {
+  const std::string mode = HugePagesMode();
+  const int64_t before = ProcessHugePageBytes();
+  ASSERT_GE(before, 0) << "/proc/self/smaps_rollup has no AnonHugePages line";
+  HugeFloats v((size_t{16} << 20) / sizeof(float), 1.0f);
+  const int64_t gained = ProcessHugePageBytes() - before;
+  if (mode == "always" || mode == "madvise") {
+    EXPECT_GE(gained, static_cast<int64_t>(kHugePageBytes)) << "THP mode " << mode;
+  } else {
+    EXPECT_EQ(gained, 0) << "THP mode " << mode;
+  }
+}
+
 TEST(HugePages, TheModeIsTheKernelsBracketedWord) {
   const std::string mode = HugePagesMode();
   EXPECT_TRUE(mode == "always" || mode == "madvise" || mode == "never" || mode == "unavailable")
