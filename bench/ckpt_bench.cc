@@ -1,18 +1,20 @@
 // bench_ckpt: the checkpoint engine against this machine's limits and peers.
 //   limits: memcpy bandwidth (one thread, best of 3 on 1 GB, for reference,
 //           and of the state's own bytes beside each save); the disk's sequential
-//           write with fdatasync (fio or dd, buffered or O_DIRECT, the faster;
-//           fio's O_DIRECT with 8 writes in flight;
-//           3 runs alternated with fmstack's saves, median) and cold read (dd
-//           after posix_fadvise), per state size, in the bench dir
+//           write with fdatasync (the fastest of fio or dd, buffered or
+//           O_DIRECT with 8 writes in flight, and O_DIRECT from buffers on
+//           huge pages, 4 threads; 3 runs alternated with fmstack's saves,
+//           median) and cold read (dd after posix_fadvise), per state size,
+//           in the bench dir
 //   per state size (default 1 GB and 4 GB, in 64 float32 tensors):
 //     blocking  Save() time / memcpy time of the state in the same round,
 //               median of 3                                    target <= 1.2x
 //     commit    state / time to COMMITTED on the local tier, median of 3 saves,
 //               over the median disk write of the same rounds  target >= 85%
 //     restore   state / cold restore time (page cache dropped), against the disk
-//               reading the same checkpoint file cold (dd, or fio O_DIRECT with 8
-//               reads in flight: the faster), alternated, median of 3  target >= 80%
+//               reading the same checkpoint file cold (the fastest of dd, fio
+//               O_DIRECT with 8 reads in flight and O_DIRECT into buffers on
+//               huge pages), alternated, median of 3               target >= 80%
 //     overlap   step time of a training loop (sgemm, one thread) while the
 //               background write runs / without it             target <= 1.05x
 //     hand-off  the writer's helpers: three tasks through its standing threads,
@@ -64,6 +66,8 @@ using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
+
+using HugeBytes = std::vector<std::byte, HugePageAllocator<std::byte>>;
 
 double MemcpyBandwidth(size_t bytes) {
   std::vector<char, HugePageAllocator<char>> a(bytes, 1), b(bytes, 2);
@@ -147,6 +151,58 @@ std::string Output(const std::string& cmd) {
   return out;
 }
 
+// Seconds for the disk to write (then fdatasync) or read `bytes` of `file`
+// with O_DIRECT, four threads each 8 MiB at a time from a buffer of random
+// bytes on huge pages. fio and dd take their buffers from 4 KiB pages, and
+// on the Zen 5 VM four O_DIRECT readers ran at 1.4-2.2 GB/s into such
+// buffers against 4.9 on 2 MiB pages (src/ckpt/stream_reader.cc): the
+// disk's limit is the faster of theirs and this.
+// HugeDirect's buffers of random bytes, made once: a huge page taken while
+// the rounds run may make the kernel compact memory under the state's copy.
+struct DirectBuffers {
+  static constexpr int64_t kPiece = int64_t{8} << 20;
+  static constexpr int kThreads = 4;
+  std::vector<HugeBytes> buffers;
+  DirectBuffers() {
+    Rng rng(3);
+    for (int t = 0; t < kThreads; ++t) {
+      buffers.emplace_back(static_cast<size_t>(kPiece));
+      for (std::byte& b : buffers.back()) b = static_cast<std::byte>(rng.Next());
+    }
+  }
+};
+
+double HugeDirect(const std::string& file, int64_t bytes, bool write, DirectBuffers& buffers) {
+  constexpr int64_t kPiece = DirectBuffers::kPiece;
+  constexpr int kThreads = DirectBuffers::kThreads;
+  const int64_t total = bytes / kPiece * kPiece;
+  const int fd = write ? ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, 0644)
+                       : ::open(file.c_str(), O_RDONLY | O_DIRECT);
+  if (fd < 0) throw fmstack::Error(fmt::format("{}: cannot open with O_DIRECT", file));
+  std::atomic<int64_t> next{0};
+  std::atomic<bool> failed{false};
+  const auto t0 = Clock::now();
+  {
+    std::vector<std::jthread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        std::byte* const buf = buffers.buffers[static_cast<size_t>(t)].data();
+        for (int64_t at; (at = next.fetch_add(kPiece)) < total;) {
+          const ssize_t n = write ? ::pwrite(fd, buf, kPiece, at) : ::pread(fd, buf, kPiece, at);
+          if (n != kPiece) failed = true;
+        }
+      });
+    }
+  }
+  const bool synced = !write || ::fdatasync(fd) == 0;
+  const double seconds = Since(t0);
+  ::close(fd);
+  if (failed || !synced)
+    throw fmstack::Error(
+        fmt::format("{}: O_DIRECT {} of {} bytes failed", file, write ? "write" : "read", total));
+  return seconds * static_cast<double>(bytes) / static_cast<double>(total);
+}
+
 // The disk's sequential write of `bytes` to `file`, made durable: the faster
 // of buffered and O_DIRECT. fio writes non-zero buffers (a virtual disk may
 // treat zeros specially), O_DIRECT through libaio with 8 writes in flight:
@@ -154,7 +210,7 @@ std::string Output(const std::string& cmd) {
 // synchronous write at a time) wrote 2 GB at 0.66-0.91 GB/s against
 // 1.18-1.23 at a depth of 8, so the limit at depth 1 was not the disk's.
 // dd from /dev/zero without `fio`. The file is left for a read.
-double DiskWrite(const std::string& file, int64_t bytes, bool fio) {
+double DiskWrite(const std::string& file, int64_t bytes, bool fio, DirectBuffers& buffers) {
   const int64_t mib8 = (bytes >> 20) / 8 * 8;
   double best = 0;
   for (const int direct : {0, 1}) {
@@ -174,6 +230,8 @@ double DiskWrite(const std::string& file, int64_t bytes, bool fio) {
     const double ms = j.at("jobs").at(0).at("job_runtime").get<double>();
     best = std::max(best, static_cast<double>(mib8 << 20) / (ms / 1e3));
   }
+  ::unlink(file.c_str());
+  best = std::max(best, static_cast<double>(bytes) / HugeDirect(file, bytes, true, buffers));
   return best;
 }
 
@@ -184,24 +242,28 @@ double DiskColdRead(const std::string& file) {
          Timed(fmt::format("dd if={} of=/dev/null bs=1M status=none", file));
 }
 
-// Seconds for the disk to read `file` sequentially, the faster of dd
-// (buffered, the kernel's read-ahead) and, with `fio`, O_DIRECT through
-// libaio with 8 reads in flight; `cold` drops the file's pages before each.
-// The restore reads with several threads at once; on the Zen 5 VM dd alone
-// read 2 GB at 0.64 GB/s where fio at a depth of 8 read it at 1.58-1.82.
-double FileRead(const std::string& file, bool fio, const std::function<void()>& cold) {
+// Seconds for the disk to read `file` sequentially, the fastest of dd
+// (buffered, the kernel's read-ahead), with `fio`, O_DIRECT through libaio
+// with 8 reads in flight, and HugeDirect; `cold` drops the file's pages
+// before each. The restore reads with several threads at once; on the Zen 5
+// VM dd alone read 2 GB at 0.64 GB/s where fio at a depth of 8 read it at
+// 1.58-1.82.
+double FileRead(const std::string& file, bool fio, const std::function<void()>& cold,
+                DirectBuffers& buffers) {
   cold();
   double best = Timed(fmt::format("dd if={} of=/dev/null bs=1M status=none", file));
-  if (!fio) return best;
+  if (fio) {
+    cold();
+    const nlohmann::json j = nlohmann::json::parse(Output(
+        fmt::format("fio --name=r --filename={} --rw=read --bs=8M --direct=1 --ioengine=libaio "
+                    "--iodepth=8 --readonly --output-format=json",
+                    file)));
+    best = std::min(best, j.at("jobs").at(0).at("job_runtime").get<double>() / 1e3);
+  }
   cold();
-  const nlohmann::json j = nlohmann::json::parse(Output(
-      fmt::format("fio --name=r --filename={} --rw=read --bs=8M --direct=1 --ioengine=libaio "
-                  "--iodepth=8 --readonly --output-format=json",
-                  file)));
-  return std::min(best, j.at("jobs").at(0).at("job_runtime").get<double>() / 1e3);
+  return std::min(best,
+                  HugeDirect(file, static_cast<int64_t>(fs::file_size(file)), false, buffers));
 }
-
-using HugeBytes = std::vector<std::byte, HugePageAllocator<std::byte>>;
 
 // A synthetic training state: 64 float32 tensors of equal size, on huge
 // pages as the trainer's buffers are (util/huge_pages.h).
@@ -296,13 +358,14 @@ int main(int argc, char** argv) {
 
     const std::string script = std::string(FMSTACK_SOURCE_DIR) + "/bench/torch_ckpt.py";
     const bool fio = std::system("command -v fio > /dev/null") == 0;
+    DirectBuffers direct_buffers;
     for (const double gb : sizes) {
       const State state = MakeState(static_cast<int64_t>(gb * 1e9));
       const double size = static_cast<double>(state.bytes);
       // The disk's limits on a file of the state's size, just before fmstack's run.
       std::cerr << fmt::format("{}: measuring the disk with fio/dd...\n", units::FormatBytes(size));
       const std::string disk_file = dir + "/dd.bin";
-      DiskWrite(disk_file, state.bytes, fio);  // warm-up, as fmstack's save 1
+      DiskWrite(disk_file, state.bytes, fio, direct_buffers);  // warm-up, as fmstack's save 1
       const double disk_read = DiskColdRead(disk_file);
       fs::remove(disk_file);
       std::cerr << fmt::format(
@@ -338,7 +401,7 @@ int main(int argc, char** argv) {
       for (int64_t round = 0; round < 3; ++round) {
         for (int side = 0; side < 2; ++side) {
           if ((round + side) % 2 == 0) {
-            disk_writes.push_back(DiskWrite(disk_file, state.bytes, fio));
+            disk_writes.push_back(DiskWrite(disk_file, state.bytes, fio, direct_buffers));
             fs::remove(disk_file);
             continue;
           }
@@ -401,13 +464,13 @@ int main(int argc, char** argv) {
         tier.DropCache(4, ckpt::RankFileName(0));
         std::this_thread::sleep_for(std::chrono::seconds(1));
       };
-      FileRead(file, fio, cold);
+      FileRead(file, fio, cold, direct_buffers);
       cold();
       if (!engine.Restore(targets)) throw fmstack::Error("bench: restore found no checkpoint");
       for (int round = 0; round < 3; ++round) {
         for (int side = 0; side < 2; ++side) {
           if ((round + side) % 2 == 0) {
-            read_s.push_back(FileRead(file, fio, cold));
+            read_s.push_back(FileRead(file, fio, cold, direct_buffers));
             continue;
           }
           cold();
@@ -462,7 +525,7 @@ int main(int argc, char** argv) {
       TextTable table({"metric", "fmstack", "ratio", "target"});
       table.AddRow({"limit: memcpy of 1 GB, 1 thread, best of 3, before the rounds",
                     units::FormatBytes(memcpy_bw) + "/s", "", ""});
-      table.AddRow({"limit: disk write + fsync (fio/dd), median of 3",
+      table.AddRow({"limit: disk write + fsync (fio/dd/huge pages), median of 3",
                     units::FormatBytes(disk_write) + "/s",
                     fmt::format("rounds {}/s - {}/s",
                                 units::FormatBytes(*std::ranges::min_element(disk_writes)),
@@ -474,7 +537,7 @@ int main(int argc, char** argv) {
       table.AddRow({"writer hand-off of 3 tasks, median of 3 x 1000",
                     fmt::format("{:.1f} us", pooled_us),
                     fmt::format("std::async: {:.1f} us", spawned_us), ""});
-      table.AddRow({"limit: read of the checkpoint, cold (dd or fio), median of 3",
+      table.AddRow({"limit: checkpoint read cold (dd/fio/huge pages), median of 3",
                     units::FormatBytes(file_read) + "/s", "", ""});
       table.AddRow({"limit: training step during dd O_DIRECT of the same bytes",
                     fmt::format("{:.1f} ms ({} steps)", 1e3 * during_dd / n_during_dd, n_during_dd),

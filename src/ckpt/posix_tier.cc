@@ -64,17 +64,39 @@ int OpenForReading(const std::string& path) {
   return fd;
 }
 
+// Reads of whole 4 KiB blocks into aligned memory go through a second,
+// O_DIRECT descriptor, the rest through the page cache. The engine writes
+// with O_DIRECT, so a checkpoint is seldom in the page cache when it is
+// restored, and a cold buffered read pays for the page cache's copy and its
+// read-ahead's pace. On the Zen 5 VM the engine's restore of 4 GB, three
+// times each, alternated: 4.8-5.6 GB/s with O_DIRECT (8 MiB reads into huge
+// pages, stream_reader.cc), 0.6-4.8 GB/s buffered (1 MiB reads); of 1 GB
+// 5.7-5.9 against 2.5-4.7. A file system that refuses O_DIRECT (tmpfs)
+// gets buffered reads only.
 class PosixFileReader final : public FileReader {
  public:
-  explicit PosixFileReader(std::string path) : path_(std::move(path)), fd_(OpenForReading(path_)) {}
-  ~PosixFileReader() override { ::close(fd_); }
+  explicit PosixFileReader(std::string path)
+      : path_(std::move(path)),
+        fd_(OpenForReading(path_)),
+        direct_fd_(::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_DIRECT)) {}
+  ~PosixFileReader() override {
+    ::close(fd_);
+    if (direct_fd_ >= 0) ::close(direct_fd_);
+  }
   PosixFileReader(const PosixFileReader&) = delete;
   PosixFileReader& operator=(const PosixFileReader&) = delete;
-  void Read(int64_t offset, std::span<char> out) override { ReadExactly(fd_, path_, offset, out); }
+  void Read(int64_t offset, std::span<char> out) override {
+    const bool aligned = offset % kDirectBlock == 0 && out.size() % kDirectBlock == 0 &&
+                         reinterpret_cast<uintptr_t>(out.data()) % kDirectBlock == 0;
+    ReadExactly(direct_fd_ >= 0 && aligned ? direct_fd_ : fd_, path_, offset, out);
+  }
+  size_t direct_alignment() const override { return direct_fd_ >= 0 ? kDirectBlock : 0; }
 
  private:
+  static constexpr size_t kDirectBlock = 4096;
   const std::string path_;
   const int fd_;
+  const int direct_fd_;  // -1 where the file system refuses O_DIRECT
 };
 
 void FsyncDir(const std::string& dir) {

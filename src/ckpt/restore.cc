@@ -83,14 +83,15 @@ void ReadAndCheckHeader(Tier& tier, int64_t step, const Manifest& m, const std::
 }
 
 // Remote tiers: pieces of 8 MiB, a ranged read each, in order. Local files:
-// four chunks in flight, each through its worker's own reader, in 1 MiB
-// pieces that stay in cache for their hash. A piece that lands whole in one
-// tensor is read straight into it; the others are scattered from the
-// worker's buffer (docs/ckpt.md, "A reader of its own per restore worker").
-// AMD EPYC VM (2 vCPUs, virtio disk), restore GB/s at 0.5 / 4 GB: 1.2-2.2 /
-// 1.8-1.9; one thread reading 8 MiB pieces through a ring (before): 1.7 /
-// 1.4; O_DIRECT, four readers: 0.8-1.9 / 1.1-2.1 (erratic on this disk, so
-// not used).
+// kLocalRestoreReaders chunks in flight, each through its worker's own reader, checked and
+// scattered in 1 MiB pieces that stay in cache for their hash. Where the
+// file system takes O_DIRECT, each worker reads 8 MiB at a time past the
+// page cache into a buffer on huge pages (stream_reader.cc and
+// posix_tier.cc have the figures), else 1 MiB pieces through the page
+// cache. A read that lands whole in one tensor (and, for O_DIRECT, at an
+// aligned address) goes straight into it (docs/ckpt.md, "A reader of its
+// own per restore worker"). Earlier, on an AMD EPYC VM, O_DIRECT with 1 MiB
+// reads into 4 KiB pages ran erratically (0.8-2.1 GB/s) and was not used.
 constexpr int64_t kRemotePieceBytes = int64_t{8} << 20;
 constexpr int64_t kLocalPieceBytes = int64_t{1} << 20;
 

@@ -31,8 +31,10 @@ struct TensorTarget {
 };
 
 // Chunks of a local file read at once (Tier::local_reads): a drive wants
-// several reads in flight, and each reader hashes and scatters its own.
-constexpr int kLocalRestoreReaders = 4;
+// several reads in flight, and each reader hashes and scatters its own,
+// with no read in flight meanwhile. On the Zen 5 VM, restoring 4 GB with
+// O_DIRECT, three runs each: 4 readers 5.3-6.2 GB/s, 8 readers 5.6-7.0.
+constexpr int kLocalRestoreReaders = 8;
 
 struct RestoreResult {
   int64_t step = 0;

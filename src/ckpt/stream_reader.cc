@@ -3,14 +3,25 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <exception>
 #include <mutex>
 #include <thread>
+
+#include "util/huge_pages.h"
 
 namespace fmstack::ckpt {
 namespace {
 
 constexpr int kRing = 4;
+// A reader that bypasses the page cache reads this much at a time: each of
+// its reads waits for the disk, with no read-ahead running ahead of it. Its
+// buffer (kDirectReadBytes >= 2 MiB) is on huge pages: on the Zen 5 VM four
+// threads reading 8 MiB at a time with O_DIRECT ran at 4.9 GB/s (hash and
+// copy out included) into a buffer on 2 MiB pages and 1.4-2.2 GB/s into
+// one on 4 KiB pages, likely since the virtual disk takes a request's
+// memory in physically contiguous segments, a bounded number of them.
+constexpr int64_t kDirectReadBytes = int64_t{8} << 20;
 
 struct PieceRef {
   int64_t offset = 0, len = 0;
@@ -108,25 +119,38 @@ void ReadChunksInParallel(Tier& tier, int64_t step, const std::string& file, int
   size_t failed_chunk = chunks.size();  // the earliest chunk that failed
   std::exception_ptr error;
   auto work = [&](int worker) {
-    std::vector<char> buffer;
+    std::vector<char, HugePageAllocator<char>> buffer;
     std::unique_ptr<FileReader> reader;  // opened in the first chunk: a failure is that chunk's
+    int64_t read_bytes = piece_bytes;
+    size_t direct = 0;  // the reader's alignment for reads past the page cache
     for (size_t c; (c = next.fetch_add(1)) < chunks.size();) {
       {
         const std::lock_guard lock(mu);
         if (c > failed_chunk) return;
       }
       try {
-        buffer.resize(static_cast<size_t>(piece_bytes));
         const auto [lo, hi] = chunks[c];
-        if (!reader) reader = tier.OpenReader(step, file);
+        if (!reader) {
+          reader = tier.OpenReader(step, file);
+          direct = reader->direct_alignment();
+          if (direct > 0) read_bytes = std::max(piece_bytes, kDirectReadBytes);
+          buffer.resize(static_cast<size_t>(read_bytes));
+        }
         for (int64_t p = lo; p < hi;) {
-          const int64_t n = std::min(hi - p, piece_bytes);
-          std::span<char> piece = place ? place(p, n) : std::span<char>();
-          if (static_cast<int64_t>(piece.size()) != n)
-            piece = std::span(buffer.data(), static_cast<size_t>(n));
-          reader->Read(base + p, piece);
-          fn(worker, p, piece);
-          p += static_cast<int64_t>(piece.size());
+          const int64_t n = std::min(hi - p, read_bytes);
+          std::span<char> into = place ? place(p, n) : std::span<char>();
+          // Memory the disk cannot DMA into takes the buffer and a copy.
+          const bool misaligned =
+              direct > 0 && reinterpret_cast<uintptr_t>(into.data()) % direct != 0;
+          if (static_cast<int64_t>(into.size()) != n || misaligned)
+            into = std::span(buffer.data(), static_cast<size_t>(n));
+          reader->Read(base + p, into);
+          // The caller checks and scatters in pieces that stay in cache.
+          for (int64_t q = 0; q < n; q += piece_bytes)
+            fn(worker, p + q,
+               into.subspan(static_cast<size_t>(q),
+                            static_cast<size_t>(std::min(piece_bytes, n - q))));
+          p += n;
         }
       } catch (...) {
         const std::lock_guard lock(mu);

@@ -30,14 +30,17 @@ void StreamSpans(Tier& tier, int64_t step, const std::string& file, int64_t base
 
 // Reads the chunks (byte ranges relative to `base`, each within one
 // checksum chunk) on `workers` threads, the next chunk to the next free
-// worker. A worker reads its chunk in pieces of at most `piece_bytes` and calls
+// worker. A worker reads its chunk in pieces of at most `piece_bytes` (8
+// MiB at a time, still handed on in pieces of `piece_bytes`, when its
+// reader bypasses the page cache: FileReader::direct_alignment) and calls
 // fn(worker, offset, bytes) for each piece in order; fn runs on the
 // worker's thread. After an error (a read, or thrown by fn) no later chunk
 // starts; the error of the earliest failed chunk is rethrown once every
 // worker has stopped, so the message does not depend on timing.
-// `place`, when given, may name where a piece should be read to instead of
-// the worker's buffer: a span of exactly `bytes` bytes (fn then gets that
-// span), or an empty one. It lets a piece that lands whole in one tensor be
+// `place`, when given, may name where a read should go instead of the
+// worker's buffer: a span of exactly `bytes` bytes (fn then gets pieces of
+// that span), or an empty one; a direct reader ignores one that is not
+// aligned for it. It lets a piece that lands whole in one tensor be
 // read straight into it, saving a copy of every byte.
 void ReadChunksInParallel(
     Tier& tier, int64_t step, const std::string& file, int64_t base,

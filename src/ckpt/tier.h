@@ -50,6 +50,10 @@ class FileReader {
   virtual ~FileReader() = default;
   // Reads exactly out.size() bytes at `offset`, as Tier::Read does.
   virtual void Read(int64_t offset, std::span<char> out) = 0;
+  // Nonzero when a read whose offset, length and buffer are multiples of
+  // it bypasses the page cache (O_DIRECT): such a reader wants few large
+  // reads into aligned memory, not many small ones.
+  virtual size_t direct_alignment() const { return 0; }
 };
 
 struct StepListing {

@@ -46,6 +46,14 @@ class EngineTest : public ::testing::Test {
 
   std::string Root(const std::string& tier) const { return (root_ / tier).string(); }
 
+  // Rank 0's file of `state` saved as step 2 of a world of one, read whole.
+  std::vector<char> SavedRankFile(const SyntheticState& state, Tier& tier) {
+    SaveAsWorld(state, 2, 1);
+    std::vector<char> whole(static_cast<size_t>(*tier.Size(2, RankFileName(0))));
+    tier.Read(2, RankFileName(0), 0, whole);
+    return whole;
+  }
+
   std::vector<std::unique_ptr<Tier>> Tiers(int n = 1) const {
     static const char* kNames[] = {"local", "shared", "archive"};
     std::vector<std::unique_ptr<Tier>> t;
@@ -264,13 +272,10 @@ TEST_F(EngineTest, ParallelAndStreamedReadsAgree) {
 // fn as that span; the others go through the worker's buffer. Either way fn
 // sees the file's bytes, in order within each chunk.
 TEST_F(EngineTest, PlacedPiecesAreReadStraightIntoTheirSpan) {
-  const SyntheticState state = MakeState(3, 900);
-  SaveAsWorld(state, 2, 1);
   std::vector<std::unique_ptr<Tier>> tiers = Tiers();
   const std::string file = RankFileName(0);
-  const int64_t size = *tiers[0]->Size(2, file);
-  std::vector<char> whole(static_cast<size_t>(size));
-  tiers[0]->Read(2, file, 0, whole);
+  const std::vector<char> whole = SavedRankFile(MakeState(3, 900), *tiers[0]);
+  const auto size = static_cast<int64_t>(whole.size());
   // Chunks of 5000 bytes, pieces of 1024: pieces whose offset is a multiple
   // of 2048 are placed, the rest, and every chunk's short last piece, not.
   std::vector<std::pair<int64_t, int64_t>> chunks;
@@ -278,8 +283,9 @@ TEST_F(EngineTest, PlacedPiecesAreReadStraightIntoTheirSpan) {
   std::vector<char> placed(whole.size()), seen(whole.size());
   std::mutex mu;
   int64_t straight = 0, buffered = 0;
+  RemoteView through_the_cache(*tiers[0]);  // its reader is buffered: reads of 1024
   ReadChunksInParallel(
-      *tiers[0], 2, file, 0, chunks, 3, 1024,
+      through_the_cache, 2, file, 0, chunks, 3, 1024,
       [&](int, int64_t pos, std::span<const char> bytes) {
         const std::lock_guard lock(mu);
         const bool in_place = bytes.data() == placed.data() + pos;
@@ -294,6 +300,53 @@ TEST_F(EngineTest, PlacedPiecesAreReadStraightIntoTheirSpan) {
   EXPECT_EQ(seen, whole);
   EXPECT_GT(straight, 10);
   EXPECT_GT(buffered, 10);
+}
+
+// A reader past the page cache (the POSIX tier's, where the file system
+// takes O_DIRECT) reads whole chunks at once; fn still gets pieces of at
+// most piece_bytes, in order, and a read goes straight into a place that is
+// aligned for it, through the worker's buffer into one that is not.
+TEST_F(EngineTest, ADirectReaderReadsWholeChunksAndCopiesIntoMisalignedPlaces) {
+  std::vector<std::unique_ptr<Tier>> tiers = Tiers();
+  const std::string file = RankFileName(0);
+  const std::vector<char> whole = SavedRankFile(MakeState(4, 3000), *tiers[0]);
+  const auto size = static_cast<int64_t>(whole.size());
+  const size_t direct = tiers[0]->OpenReader(2, file)->direct_alignment();
+  ASSERT_TRUE(direct == 0 || direct == 4096) << direct;
+  // Chunks of 64 KiB, the last one short; pieces of 4 KiB. Even chunks are
+  // placed at an aligned address, odd ones 4 bytes past one.
+  constexpr int64_t kChunk = 64 << 10, kPiece = 4096;
+  std::vector<std::pair<int64_t, int64_t>> chunks;
+  for (int64_t p = 0; p < size; p += kChunk) chunks.emplace_back(p, std::min(size, p + kChunk));
+  ASSERT_GT(chunks.size(), 4u);
+  const HugeFloats placed_floats(static_cast<size_t>(size + 2 * kPiece) / sizeof(float) + 1);
+  char* const placed = const_cast<char*>(reinterpret_cast<const char*>(placed_floats.data()));
+  std::vector<char> seen(whole.size());
+  std::mutex mu;
+  int64_t largest_read = 0, straight = 0, copied = 0;
+  const auto shift = [&](int64_t pos) { return (pos / kChunk) % 2 == 0 ? 0 : 4; };
+  ReadChunksInParallel(
+      *tiers[0], 2, file, 0, chunks, 3, kPiece,
+      [&](int, int64_t pos, std::span<const char> bytes) {
+        const std::lock_guard lock(mu);
+        EXPECT_LE(static_cast<int64_t>(bytes.size()), kPiece);
+        (bytes.data() == placed + pos + shift(pos) ? straight : copied) += 1;
+        std::memcpy(seen.data() + pos, bytes.data(), bytes.size());
+      },
+      [&](int64_t pos, int64_t n) {
+        const std::lock_guard lock(mu);
+        largest_read = std::max(largest_read, n);
+        return std::span(placed + pos + shift(pos), static_cast<size_t>(n));
+      });
+  EXPECT_EQ(seen, whole);
+  if (direct == 0) {  // a file system without O_DIRECT: pieces read one by one, all in place
+    EXPECT_EQ(largest_read, kPiece);
+    EXPECT_EQ(copied, 0);
+    return;
+  }
+  EXPECT_EQ(largest_read, kChunk);
+  EXPECT_GT(straight, 10);
+  EXPECT_GT(copied, 10);
 }
 
 TEST(StagingCopy, EveryThreadCountFillsTheSlotsWithTheConcatenation) {
