@@ -85,18 +85,31 @@ class PosixFileReader final : public FileReader {
   }
   PosixFileReader(const PosixFileReader&) = delete;
   PosixFileReader& operator=(const PosixFileReader&) = delete;
+  // A direct read that comes back short (the end of the file) or failing
+  // is finished, or retried and reported, through the page cache. EINVAL
+  // means the device wants more than 4 KiB alignment: from then on, the
+  // page cache only.
   void Read(int64_t offset, std::span<char> out) override {
-    const bool aligned = offset % kDirectBlock == 0 && out.size() % kDirectBlock == 0 &&
-                         reinterpret_cast<uintptr_t>(out.data()) % kDirectBlock == 0;
-    ReadExactly(direct_fd_ >= 0 && aligned ? direct_fd_ : fd_, path_, offset, out);
+    if (direct_ && offset % kDirectBlock == 0 && out.size() % kDirectBlock == 0 &&
+        reinterpret_cast<uintptr_t>(out.data()) % kDirectBlock == 0) {
+      const ssize_t n = ::pread(direct_fd_, out.data(), out.size(), offset);
+      if (n == static_cast<ssize_t>(out.size())) return;
+      if (n < 0 && errno == EINVAL) direct_ = false;
+      if (n > 0) {
+        offset += n;
+        out = out.subspan(static_cast<size_t>(n));
+      }
+    }
+    ReadExactly(fd_, path_, offset, out);
   }
-  size_t direct_alignment() const override { return direct_fd_ >= 0 ? kDirectBlock : 0; }
+  size_t direct_alignment() const override { return direct_ ? kDirectBlock : 0; }
 
  private:
   static constexpr size_t kDirectBlock = 4096;
   const std::string path_;
   const int fd_;
   const int direct_fd_;  // -1 where the file system refuses O_DIRECT
+  bool direct_ = direct_fd_ >= 0;
 };
 
 void FsyncDir(const std::string& dir) {
