@@ -235,11 +235,15 @@ double DiskWrite(const std::string& file, int64_t bytes, bool fio, DirectBuffers
   return best;
 }
 
+// Seconds for dd to read `file` through the page cache.
+double DdRead(const std::string& file) {
+  return Timed(fmt::format("dd if={} of=/dev/null bs=1M status=none", file));
+}
+
 // A cold read of a file just written (dd after dropping its pages).
 double DiskColdRead(const std::string& file) {
   DropCache(file);
-  return static_cast<double>(fs::file_size(file)) /
-         Timed(fmt::format("dd if={} of=/dev/null bs=1M status=none", file));
+  return static_cast<double>(fs::file_size(file)) / DdRead(file);
 }
 
 // Seconds for the disk to read `file` sequentially, the fastest of dd
@@ -251,7 +255,7 @@ double DiskColdRead(const std::string& file) {
 double FileRead(const std::string& file, bool fio, const std::function<void()>& cold,
                 DirectBuffers& buffers) {
   cold();
-  double best = Timed(fmt::format("dd if={} of=/dev/null bs=1M status=none", file));
+  double best = DdRead(file);
   if (fio) {
     cold();
     const nlohmann::json j = nlohmann::json::parse(Output(
