@@ -17,6 +17,8 @@
 //               huge pages), alternated, median of 3               target >= 80%
 //     overlap   step time of a training loop (sgemm, one thread) while the
 //               background write runs / without it             target <= 1.05x
+//     XXH3      the checksum of every slot and chunk: fmstack's build for this
+//               CPU against Debian's libxxhash (x86-64 baseline)
 //     hand-off  the writer's helpers: three tasks through its standing threads,
 //               against a std::async thread each (what it used before)
 //     peers     torch.save + fsync, torch.distributed.checkpoint + fsync
@@ -30,6 +32,7 @@
 #include <fmt/format.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -54,6 +57,7 @@
 #include "util/text_table.h"
 #include "util/units.h"
 #include "util/worker_pool.h"
+#include "util/xxh3.h"
 
 namespace {
 
@@ -78,6 +82,34 @@ double MemcpyBandwidth(size_t bytes) {
     best = std::min(best, Since(t));
   }
   return static_cast<double>(bytes) / best;
+}
+
+// XXH3 of an 8 MiB slot (what the writer hashes beside each write, and the
+// restore per chunk), GB/s, best of 5 over 32 slots: fmstack's build for this
+// CPU (util/xxh3.h) and Debian's libxxhash, which is built for the x86-64
+// baseline. The digests must agree.
+std::pair<double, double> HashBandwidths() {
+  constexpr size_t kSlot = size_t{8} << 20, kSlots = 32;
+  std::vector<char, HugePageAllocator<char>> data(kSlot * kSlots);
+  Rng rng(3);
+  for (size_t i = 0; i + 8 <= data.size(); i += 8) {
+    const uint64_t word = rng.Next();
+    std::memcpy(data.data() + i, &word, 8);
+  }
+  auto best = [&](auto&& hash) {
+    double t_best = 1e30;
+    uint64_t sum = 0;
+    for (int r = 0; r < 5; ++r) {
+      const auto t = Clock::now();
+      for (size_t i = 0; i < kSlots; ++i) sum += hash(data.data() + i * kSlot, kSlot);
+      t_best = std::min(t_best, Since(t));
+    }
+    return std::pair{static_cast<double>(data.size()) / t_best, sum};
+  };
+  const auto [ours, ours_sum] = best([](const char* p, size_t n) { return Xxh3(p, n); });
+  const auto [lib, lib_sum] = best([](const char* p, size_t n) { return XXH3_64bits(p, n); });
+  if (ours_sum != lib_sum) throw Error("bench: util/xxh3.h and libxxhash disagree on XXH3");
+  return {ours, lib};
 }
 
 // The writer hands each slot's other pieces and its hash to helpers:
@@ -359,6 +391,7 @@ int main(int argc, char** argv) {
     dir = fs::absolute(dir).string();
     std::cerr << "measuring memcpy...\n";
     const double memcpy_bw = MemcpyBandwidth(size_t{1} << 30);
+    const auto [hash_ours, hash_lib] = HashBandwidths();
 
     const std::string script = std::string(FMSTACK_SOURCE_DIR) + "/bench/torch_ckpt.py";
     const bool fio = std::system("command -v fio > /dev/null") == 0;
@@ -541,6 +574,11 @@ int main(int argc, char** argv) {
       table.AddRow({"writer hand-off of 3 tasks, median of 3 x 1000",
                     fmt::format("{:.1f} us", pooled_us),
                     fmt::format("std::async: {:.1f} us", spawned_us), ""});
+      table.AddRow({fmt::format("XXH3 of 8 MiB slots, {} build, best of 5", Xxh3Best().name),
+                    units::FormatBytes(hash_ours) + "/s",
+                    fmt::format("{:.1f}x Debian libxxhash ({}/s)", hash_ours / hash_lib,
+                                units::FormatBytes(hash_lib)),
+                    ""});
       table.AddRow({"limit: checkpoint read cold (dd/fio/huge pages), median of 3",
                     units::FormatBytes(file_read) + "/s", "", ""});
       table.AddRow({"limit: training step during dd O_DIRECT of the same bytes",

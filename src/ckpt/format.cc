@@ -1,12 +1,12 @@
 #include "ckpt/format.h"
 
 #include <fmt/format.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include "util/error.h"
+#include "util/xxh3.h"
 
 namespace fmstack::ckpt {
 namespace {
@@ -49,7 +49,7 @@ bool PlainFileName(const std::string& name) {
 std::string ManifestDigest(nlohmann::json j) {
   j.erase("xxh3");
   const std::string text = j.dump();
-  return fmt::format("{:016x}", XXH3_64bits(text.data(), text.size()));
+  return fmt::format("{:016x}", Xxh3(text.data(), text.size()));
 }
 
 std::string PieceName(const ShardPiece& p) {

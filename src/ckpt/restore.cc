@@ -1,18 +1,16 @@
 #include "ckpt/restore.h"
 
 #include <fmt/format.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
-#include <memory>
-#include <new>
 
 #include "ckpt/choose.h"
 #include "ckpt/stream_reader.h"
 #include "util/error.h"
+#include "util/xxh3.h"
 
 namespace fmstack::ckpt {
 namespace {
@@ -150,14 +148,6 @@ std::vector<std::pair<int64_t, int64_t>> SplitChunks(
   return out;
 }
 
-using HashState = std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)>;
-
-HashState NewHash() {
-  HashState h(XXH3_createState(), XXH3_freeState);
-  if (!h) throw std::bad_alloc();
-  return h;
-}
-
 // Reads the chunks of `file` that `needs` touch, verifies them, scatters.
 int64_t ReadFile(Tier& tier, int64_t step, const Manifest& m, const std::string& file,
                  std::vector<Need> needs) {
@@ -177,31 +167,30 @@ int64_t ReadFile(Tier& tier, int64_t step, const Manifest& m, const std::string&
   const int64_t data_bytes = f.size - f.data_offset;
   // One piece of a chunk, in order within it: hash it (into the chunk's
   // state), check the digest at the chunk's end, scatter it.
-  const auto take = [&](XXH3_state_t* hash, int64_t pos, std::span<const char> bytes) {
+  const auto take = [&](Xxh3Stream& hash, int64_t pos, std::span<const char> bytes) {
     const int64_t end = pos + static_cast<int64_t>(bytes.size());
-    if (pos % f.chunk_bytes == 0) XXH3_64bits_reset(hash);
-    XXH3_64bits_update(hash, bytes.data(), bytes.size());
+    if (pos % f.chunk_bytes == 0) hash.Reset();
+    hash.Update(bytes.data(), bytes.size());
     if (end % f.chunk_bytes == 0 || end == data_bytes)
-      CheckDigest(m, file, f, pos / f.chunk_bytes, XXH3_64bits_digest(hash), end, where);
+      CheckDigest(m, file, f, pos / f.chunk_bytes, hash.Digest(), end, where);
     index.Scatter(pos, bytes);
   };
   int64_t read = 0;
   for (const auto& [lo, hi] : spans) read += hi - lo;
   if (tier.local_reads()) {
-    std::vector<HashState> hashes;
-    for (int w = 0; w < kLocalRestoreReaders; ++w) hashes.push_back(NewHash());
+    std::vector<Xxh3Stream> hashes(kLocalRestoreReaders);
     ReadChunksInParallel(
         tier, step, file, f.data_offset, SplitChunks(spans, f.chunk_bytes), kLocalRestoreReaders,
         kLocalPieceBytes,
         [&](int worker, int64_t pos, std::span<const char> bytes) {
-          take(hashes[static_cast<size_t>(worker)].get(), pos, bytes);
+          take(hashes[static_cast<size_t>(worker)], pos, bytes);
         },
         [&](int64_t pos, int64_t n) { return index.Place(pos, n); });
   } else {
-    const HashState hash = NewHash();
+    Xxh3Stream hash;
     StreamSpans(
         tier, step, file, f.data_offset, spans, f.chunk_bytes,
-        [&](int64_t pos, std::span<const char> bytes) { take(hash.get(), pos, bytes); },
+        [&](int64_t pos, std::span<const char> bytes) { take(hash, pos, bytes); },
         kRemotePieceBytes);
   }
   return read;

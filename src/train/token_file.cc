@@ -1,7 +1,6 @@
 #include "train/token_file.h"
 
 #include <fmt/format.h>
-#include <xxhash.h>
 
 #include <array>
 #include <cstring>
@@ -10,6 +9,7 @@
 #include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/random.h"
+#include "util/xxh3.h"
 
 namespace fmstack::train {
 namespace {
@@ -44,7 +44,7 @@ void WriteTokenFile(const std::string& path, std::span<const int32_t> tokens, in
   Put<uint32_t>(header, 8, kHeaderSize);
   Put<uint32_t>(header, 12, static_cast<uint32_t>(vocab));
   Put<uint64_t>(header, 16, body.size());
-  Put<uint64_t>(header, 24, XXH3_64bits(body.data(), body.size() * sizeof(uint16_t)));
+  Put<uint64_t>(header, 24, Xxh3(std::span(body)));
 
   AtomicFileWriter w(path);
   w.Write(header.data(), header.size());
@@ -75,7 +75,7 @@ TokenFile TokenFile::Load(const std::string& path) {
     throw Error(fmt::format("{}: truncated: header says {} tokens ({} bytes), body has {} bytes",
                             path, count, count * 2, f.gcount()));
   }
-  if (XXH3_64bits(t.tokens.data(), count * 2) != Get<uint64_t>(header, 24)) {
+  if (Xxh3(t.tokens.data(), count * 2) != Get<uint64_t>(header, 24)) {
     throw Error(fmt::format("{}: checksum mismatch: the token data is corrupt", path));
   }
   for (size_t i = 0; i < t.tokens.size(); ++i) {

@@ -1,6 +1,6 @@
 #include "train/train_state.h"
 
-#include <xxhash.h>
+#include "util/xxh3.h"
 
 namespace fmstack::train {
 
@@ -23,7 +23,7 @@ workload::TransformerShape ShapeFromJson(const nlohmann::json& j) {
 }
 
 uint64_t HashFloats(std::span<const float> data) {
-  return XXH3_64bits(data.data(), data.size_bytes());
+  return Xxh3(data);
 }
 
 }  // namespace fmstack::train
