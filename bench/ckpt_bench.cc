@@ -26,7 +26,8 @@
 //               (torch.save blocks until its bytes are durable); their durable
 //               time / fmstack's is printed beside, with no target: both sides
 //               wait for the same disk there
-// Usage: bench_ckpt [--dir DIR] [--sizes 1,4] [--no-torch]
+// Usage: bench_ckpt [--dir DIR] [--sizes 1,4] [--no-torch] [--copy-threads N]
+//                   [--python P] [--torch-script F]
 #include <cblas.h>
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -358,10 +359,11 @@ struct Loop {
   }
 };
 
-nlohmann::json TorchPeers(const std::string& script, const std::string& dir, int64_t bytes) {
+nlohmann::json TorchPeers(const std::string& python, const std::string& script,
+                          const std::string& dir, int64_t bytes) {
   try {
     const std::string out =
-        Output(fmt::format("/usr/bin/python3 {} --bytes {} --dir {} 2>&1", script, bytes, dir));
+        Output(fmt::format("{} {} --bytes {} --dir {} 2>&1", python, script, bytes, dir));
     return nlohmann::json::parse(out.substr(out.rfind('{')));
   } catch (const std::exception& e) {
     std::cerr << "PyTorch peers failed (install python3-torch: scripts/bootstrap.sh --bench): "
@@ -380,7 +382,14 @@ int main(int argc, char** argv) {
   std::string dir = "bench-ckpt.tmp";
   std::vector<double> sizes = {1, 4};
   bool no_torch = false;
+  // Debian's python3-torch by default; a GPU machine's pip PyTorch elsewhere.
+  std::string python = "/usr/bin/python3";
+  std::string script = std::string(FMSTACK_SOURCE_DIR) + "/bench/torch_ckpt.py";
   app.add_option("--dir", dir, "scratch directory on the disk to measure");
+  int copy_threads = ckpt::EngineOptions{}.copy_threads;
+  app.add_option("--copy-threads", copy_threads, "threads copying a save into the staging pool");
+  app.add_option("--python", python, "the Python that has PyTorch");
+  app.add_option("--torch-script", script, "the PyTorch peers (bench/torch_ckpt.py)");
   app.add_option("--sizes", sizes, "state sizes in GB")->delimiter(',');
   app.add_flag("--no-torch", no_torch, "skip the PyTorch peers");
   CLI11_PARSE(app, argc, argv);
@@ -393,7 +402,6 @@ int main(int argc, char** argv) {
     const double memcpy_bw = MemcpyBandwidth(size_t{1} << 30);
     const auto [hash_ours, hash_lib] = HashBandwidths();
 
-    const std::string script = std::string(FMSTACK_SOURCE_DIR) + "/bench/torch_ckpt.py";
     const bool fio = std::system("command -v fio > /dev/null") == 0;
     DirectBuffers direct_buffers;
     for (const double gb : sizes) {
@@ -414,6 +422,7 @@ int main(int argc, char** argv) {
       tiers.push_back(ckpt::MakePosixTier("local", dir + "/engine"));
       ckpt::EngineOptions o;
       o.keep = 1;
+      o.copy_threads = copy_threads;
       ckpt::Engine engine(std::move(tiers), o);
       const int64_t huge_before = ProcessHugePageBytes();
       engine.Reserve(state.bytes);
@@ -616,7 +625,7 @@ int main(int argc, char** argv) {
       std::string torch_version = "skipped";
       if (!no_torch) {
         std::cerr << "  PyTorch peers...\n";
-        const nlohmann::json peers = TorchPeers(script, dir, state.bytes);
+        const nlohmann::json peers = TorchPeers(python, script, dir, state.bytes);
         if (!peers.is_null()) {
           torch_version = peers.value("torch", "?") + ", 1 thread";
           for (const auto& [key, label] :
@@ -637,9 +646,8 @@ int main(int argc, char** argv) {
       std::cout << fmt::format(
                        "state {} ({} tensors; fmstack: {} copy threads, {} restore readers, {}; "
                        "training loop: 1 thread of {}; PyTorch {})\n",
-                       units::FormatBytes(size), state.tensors.size(),
-                       ckpt::EngineOptions{}.copy_threads, ckpt::kLocalRestoreReaders, pool_pages,
-                       gpt::BlasConfig(), torch_version)
+                       units::FormatBytes(size), state.tensors.size(), copy_threads,
+                       ckpt::kLocalRestoreReaders, pool_pages, gpt::BlasConfig(), torch_version)
                 << table.RenderText() << "\n";
     }
     fs::remove_all(dir);

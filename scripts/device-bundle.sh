@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Packs the CUDA tests, bench_gpu and fmstack, built here, for a GPU machine
+# Packs the CUDA tests, bench_gpu, bench_ckpt and fmstack, built here, for a GPU machine
 # that has the CUDA toolkit but none of fmstack's Debian libraries (and no
 # network to fetch them): the binaries, stripped, the shared libraries they
 # need that are neither glibc's nor CUDA's (packed), the PyTorch peer,
 # examples/gpt-mini-cuda.toml and its token shards, plus run.sh, which runs
 # there: the CUDA kernel and model tests, the NCCL tests, bench_gpu beside
-# PyTorch on the same model, and `fmstack train` on the device, stopped and
-# resumed, against one straight run.
+# PyTorch on the same model, `fmstack train` on the device, stopped and
+# resumed, against one straight run, and bench_ckpt on the host's disk.
 #
 #   scripts/device-bundle.sh [OUT_DIR]      (default .device; about 33 MB)
 #   then on the GPU machine, from the repository root:  bash .device/run.sh
@@ -14,7 +14,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build="${FMSTACK_BUILD_DIR:-$root/build}"
 out="${1:-$root/.device}"
-bins=("$build/tests/gpt_cuda_test" "$build/tests/nccl_test" "$build/bench_gpu" "$build/fmstack")
+bins=("$build/tests/gpt_cuda_test" "$build/tests/nccl_test" "$build/bench_gpu" "$build/fmstack" "$build/bench_ckpt")
 [ -f "$root/data/kjv/train.bin" ] || { echo "device-bundle: data/kjv is missing: run fmstack data prepare first" >&2; exit 1; }
 for b in "${bins[@]}"; do
   [ -x "$b" ] || { echo "device-bundle: $b is missing: build with the CUDA backend first (scripts/build.sh)" >&2; exit 1; }
@@ -48,7 +48,10 @@ cat > "$out/run.sh" <<'SH'
 #      against PyTorch's torch.save and DCP async_save of the same state
 #   4. fmstack train on the device: 20 steps, then resumed from its own
 #      checkpoint to 40, against one run of 40: the parameter hashes must agree
-#   5. with --profile, where Nsight Compute (ncu) is installed: one TF32 and
+#   5. bench_ckpt, the checkpoint engine on the host against its disk's limits
+#      and PyTorch's torch.save and DCP (1 and 4 GB): a machine with many
+#      cores and a local NVMe drive, where ours has two and a virtual disk
+#   6. with --profile, where Nsight Compute (ncu) is installed: one TF32 and
 #      one bf16 training step's kernels, by time (ncu_table.py), the CSVs
 #      beside run.log
 # STEPS='cuda_test|train_.*' (a regular expression) runs only the steps it
@@ -113,6 +116,10 @@ if [ -z "${STEPS:-}" ] || [[ "train_straight" =~ ^(${STEPS})$ ]]; then
     failed+=("resume-matches-straight")
   fi
 fi
+# On the repository's disk, not in /tmp (often memory) nor under $OUT (copied back).
+step bench_ckpt 420 "$here/bench_ckpt" --sizes 1,4 --dir "$here/ckpt-bench.tmp" --python python3 \
+  --torch-script "$here/torch_ckpt.py"
+rm -rf "$here/ckpt-bench.tmp"
 if [ "$profile" = 1 ]; then
   ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
   if [ -n "$ncu_bin" ]; then

@@ -3,9 +3,11 @@
 // slot by slot to the writer when the pool is smaller than the state; and
 // abandoning a save whose copy cannot finish.
 #include <fmt/format.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <mutex>
+#include <thread>
 
 #include "ckpt/engine.h"
 #include "ckpt/engine_job.h"
@@ -14,6 +16,19 @@
 #include "util/error.h"
 
 namespace fmstack::ckpt {
+
+int CopyThreadsFor(int cpus) {
+  return std::clamp(cpus, 2, kMaxCopyThreads);
+}
+
+int DefaultCopyThreads() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  const int cpus = ::sched_getaffinity(0, sizeof allowed, &allowed) == 0
+                       ? CPU_COUNT(&allowed)
+                       : static_cast<int>(std::thread::hardware_concurrency());
+  return CopyThreadsFor(cpus);
+}
 
 void Engine::CopyAll(const Snapshot& snap, Job& job, const std::vector<Slot*>& slots) {
   std::vector<std::span<const std::byte>> sources;

@@ -10,6 +10,7 @@
 
 #include "catalog/catalog.h"
 #include "cli/commands.h"
+#include "gpt/sgemm_peak.h"
 #include "resilience/job_model.h"
 #include "resilience/policy.h"
 #include "train/checkpoint.h"
@@ -40,6 +41,9 @@ std::unique_ptr<ckpt::Engine> TrainCheckpointer::MakeEngine(bool collect_garbage
   o.keep = static_cast<int>(job_.checkpoint.keep);
   o.pool_bytes = static_cast<int64_t>(job_.checkpoint.pool_bytes);
   o.write_timeout_seconds = job_.checkpoint.write_timeout;
+  // The rank's compute threads are what sits idle while it waits for the copy
+  // (under `fmstack run`, its share of the node's cores).
+  o.copy_threads = ckpt::CopyThreadsFor(gpt::CpuThreads());
   if (o.rank == 0) o.log = note_;
   o.on_committed = [this](int64_t step, const std::string& tier, double seconds) {
     if (on_committed_) on_committed_(step, tier, seconds);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -382,6 +383,21 @@ TEST(StagingCopy, EveryThreadCountFillsTheSlotsWithTheConcatenation) {
     // Nothing past the stream's end is written.
     EXPECT_EQ(slots.back()[want.size() % kSlot], 'x') << threads << " threads";
   }
+}
+
+// Save() blocks on the copy with the process's CPUs idle: it takes as many
+// threads as there are CPUs, never fewer than two (one core does not
+// saturate memory) nor more than kMaxCopyThreads.
+TEST(CopyThreads, FollowTheCpusFromTwoToTheCap) {
+  EXPECT_EQ(CopyThreadsFor(1), 2);
+  EXPECT_EQ(CopyThreadsFor(2), 2);
+  EXPECT_EQ(CopyThreadsFor(5), 5);
+  EXPECT_EQ(CopyThreadsFor(kMaxCopyThreads + 56), kMaxCopyThreads);
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  EXPECT_EQ(DefaultCopyThreads(), CopyThreadsFor(CPU_COUNT(&allowed)));
+  EXPECT_EQ(EngineOptions{}.copy_threads, DefaultCopyThreads());
 }
 
 TEST_F(EngineTest, SavesWithOneOrManyCopyThreadsWriteTheSameFile) {
