@@ -1,9 +1,5 @@
-// Built with -mavx2 on x86-64 (CMakeLists.txt); run only where the CPU has it.
+// Built with -mavx2 on x86-64 (CMakeLists.txt); called only where the CPU
+// has it (util/xxh3.cc). Include nothing else here (util/xxh3_build.h).
 #include "util/xxh3_build.h"
 
-namespace fmstack {
-const Xxh3Impl& Xxh3Avx2() {
-  static const Xxh3Impl impl = MakeXxh3("avx2");
-  return impl;
-}
-}  // namespace fmstack
+FMSTACK_XXH3_BUILD(xxh3_avx2)
