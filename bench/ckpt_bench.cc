@@ -386,7 +386,7 @@ int main(int argc, char** argv) {
   std::string python = "/usr/bin/python3";
   std::string script = std::string(FMSTACK_SOURCE_DIR) + "/bench/torch_ckpt.py";
   app.add_option("--dir", dir, "scratch directory on the disk to measure");
-  int copy_threads = ckpt::EngineOptions{}.copy_threads;
+  int copy_threads = ckpt::DefaultCopyThreads();
   app.add_option("--copy-threads", copy_threads, "threads copying a save into the staging pool");
   app.add_option("--python", python, "the Python that has PyTorch");
   app.add_option("--torch-script", script, "the PyTorch peers (bench/torch_ckpt.py)");

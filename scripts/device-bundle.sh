@@ -49,8 +49,8 @@ cat > "$out/run.sh" <<'SH'
 #   4. fmstack train on the device: 20 steps, then resumed from its own
 #      checkpoint to 40, against one run of 40: the parameter hashes must agree
 #   5. bench_ckpt, the checkpoint engine on the host against its disk's limits
-#      and PyTorch's torch.save and DCP (1 and 4 GB): a machine with many
-#      cores and a local NVMe drive, where ours has two and a virtual disk
+#      and PyTorch's torch.save and DCP (1 and 4 GB): a host with many more
+#      cores than ours (16 on the H200 machines lent so far), and its own disk
 #   6. with --profile, where Nsight Compute (ncu) is installed: one TF32 and
 #      one bf16 training step's kernels, by time (ncu_table.py), the CSVs
 #      beside run.log

@@ -295,7 +295,7 @@ void Engine::WriteFirstTier(Job& job) {
     // The slot is hashed while it is written (both only read it). Hashed
     // first, in turn, an 8 MiB slot's XXH3 (2 ms at Debian libxxhash's
     // 4.3 GB/s) held the disk idle for a third of its write (6.4 ms at
-    // 1.31 GB/s), on the Intel VM. (util/xxh3.h now hashes 3-4x faster.)
+    // 1.31 GB/s), on the Intel VM. (util/xxh3.h: 1.5-1.7x faster on slots from memory.)
     auto checksum = hasher.Submit([bytes] { return Xxh3(bytes); });
     queued.push_back(slot);
     size_t written = queued.size();  // after a failed write none is in flight

@@ -6,7 +6,7 @@
 // every byte it reads on two cores, so that was a tenth of its time.
 // XXH3 is defined bit for bit, whatever the vector width: each build gives
 // the same digest, and this picks the widest one the CPU and the kernel
-// allow, once per call site's first use.
+// allow, once per process.
 #pragma once
 
 #include <array>
