@@ -106,8 +106,12 @@ CONF
 )
 nodes=$(sed -n 's/^NodeName=\([^ ]*\) .*/\1/p' "$SLURM_CONF")
 
+# Every link at the MTU that `fmstack run --netns` gives its nodes
+# (cluster::kLinkMtu, src/cluster/netns.h): a veth has no wire, and at
+# 1500 bytes the nodes' TCP ran at half speed.
+mtu=65535
 ip addr add "$net.1/24" dev "$bridge"
-ip link set "$bridge" up
+ip link set "$bridge" mtu $mtu up
 i=0
 for n in $nodes; do
   i=$((i + 1))
@@ -116,9 +120,9 @@ for n in $nodes; do
   record "netns=$ns"
   ip link add "${bridge}v$i" type veth peer name eth0 netns "$ns"
   record "veth=${bridge}v$i"
-  ip link set "${bridge}v$i" master "$bridge" up
+  ip link set "${bridge}v$i" mtu $mtu master "$bridge" up
   ip -n "$ns" addr add "$net.$((10 + i))/24" dev eth0
-  ip -n "$ns" link set eth0 up
+  ip -n "$ns" link set eth0 mtu $mtu up
   ip -n "$ns" link set lo up
 done
 

@@ -53,9 +53,9 @@ NodeNetwork::NodeNetwork(int nodes) {
       names_.push_back(ns);
       Ip(fmt::format("link add {} type veth peer name eth0 netns {}", host_end, ns));
       host_ends_.push_back(host_end);
-      Ip(fmt::format("link set {} master {} up", host_end, bridge_));
+      Ip(fmt::format("link set {} mtu {} master {} up", host_end, kLinkMtu, bridge_));
       Ip(fmt::format("-n {} addr add {}/24 dev eth0", ns, ip));
-      Ip(fmt::format("-n {} link set eth0 up", ns));
+      Ip(fmt::format("-n {} link set eth0 mtu {} up", ns, kLinkMtu));
       Ip(fmt::format("-n {} link set lo up", ns));
       node_ips_.push_back(ip);
       paths_.push_back("/run/netns/" + ns);
@@ -95,7 +95,7 @@ void NodeNetwork::ClaimBridge(int pid) {
     subnet_ = net + ".0/24";
     try {
       Ip(fmt::format("addr add {}/24 dev {}", bridge_ip_, bridge_));
-      Ip(fmt::format("link set {} up", bridge_));
+      Ip(fmt::format("link set {} mtu {} up", bridge_, kLinkMtu));
     } catch (...) {
       Teardown();
       throw;

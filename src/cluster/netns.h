@@ -10,6 +10,15 @@
 
 namespace fmstack::cluster {
 
+// The MTU of every link of the node network (the bridge, both ends of each
+// veth): loopback's, less one, the most a veth takes. A veth has no wire,
+// and at Ethernet's 1500 bytes the TCP stacks of the nodes ran at half
+// their speed: between two namespaces on the 2-vCPU AMD VM of 2026-11-30,
+// a 2-rank allreduce of 1-16 MiB ran at 0.84-1.44 GB/s busbw over our TCP
+// mesh and 0.66-1.13 over OpenMPI's, against 2.07-2.85 and 1.45-2.99 at
+// this MTU (and 9000 was slower than 1500, for both); docs/comm.md.
+inline constexpr int kLinkMtu = 65535;
+
 class NodeNetwork {
  public:
   // Creates the bridge and `nodes` namespaces; throws Error (with the failing

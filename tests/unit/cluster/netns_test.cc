@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -12,6 +13,17 @@ namespace {
 
 bool LinkExists(const std::string& name) {
   return std::system(fmt::format("ip link show {} > /dev/null 2>&1", name).c_str()) == 0;
+}
+
+// The output of a shell command; fails the test when it does not exit 0.
+std::string Output(const std::string& cmd) {
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return "(cannot run " + cmd + ")";
+  std::string out;
+  char buf[256];
+  while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  EXPECT_EQ(::pclose(p), 0) << cmd << ": " << out;
+  return out;
 }
 
 // The bridge a supervisor of this pid tries first is there already (a
@@ -36,6 +48,25 @@ TEST(NodeNetwork, ABridgeThatIsThereAlreadyIsLeftAloneAndAnotherTaken) {
   EXPECT_FALSE(LinkExists(taken)) << "the network's own bridge outlived it";
   EXPECT_TRUE(LinkExists(first)) << "the bridge that was there before was removed";
   EXPECT_EQ(std::system(fmt::format("ip link del {}", first).c_str()), 0);
+}
+
+// Every link a node's packets cross, its eth0, the veth's end on the
+// bridge and the bridge, carries kLinkMtu, not Ethernet's 1500.
+TEST(NodeNetwork, EveryLinkCarriesTheNetworksMtu) {
+  ASSERT_EQ(::geteuid(), 0) << "network namespaces need root (the CI runs as root)";
+  const NodeNetwork net(2);
+  const std::string mtu = fmt::format(" mtu {} ", kLinkMtu);
+  for (const std::string& path : net.namespace_paths()) {
+    const std::string ns = path.substr(path.rfind('/') + 1);
+    EXPECT_NE(Output("ip -n " + ns + " link show eth0").find(mtu), std::string::npos) << ns;
+  }
+  // Named as the network names them: namespaces fmstack-<tag>-n<k>, veth
+  // ends fmv<tag>n<k> and the bridge fmbr<tag>.
+  const std::string& first = net.namespace_paths()[0];
+  const size_t from = first.find("fmstack-") + 8;
+  const std::string tag = first.substr(from, first.rfind("-n") - from);
+  for (const std::string& link : {"fmbr" + tag, "fmv" + tag + "n0", "fmv" + tag + "n1"})
+    EXPECT_NE(Output("ip link show " + link).find(mtu), std::string::npos) << link;
 }
 
 }  // namespace
