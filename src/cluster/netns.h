@@ -15,7 +15,7 @@ namespace fmstack::cluster {
 // and at Ethernet's 1500 bytes the TCP stacks of the nodes ran at half
 // their speed: between two namespaces on the 2-vCPU AMD VM of 2026-11-30,
 // a 2-rank allreduce of 1-16 MiB ran at 0.84-1.44 GB/s busbw over our TCP
-// mesh and 0.66-1.13 over OpenMPI's, against 2.07-2.85 and 1.45-2.99 at
+// mesh and 0.66-1.13 over OpenMPI's, against 2.10-2.85 and 1.45-2.99 at
 // this MTU (and 9000 was slower than 1500, for both); docs/comm.md.
 inline constexpr int kLinkMtu = 65535;
 
