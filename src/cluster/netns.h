@@ -32,6 +32,8 @@ class NodeNetwork {
   const std::string& subnet() const { return subnet_; }  // the bridge's, e.g. "10.1.2.0/24"
   const std::vector<std::string>& node_addresses() const { return node_ips_; }
   const std::vector<std::string>& namespace_paths() const { return paths_; }
+  const std::string& bridge() const { return bridge_; }
+  const std::vector<std::string>& host_ends() const { return host_ends_; }  // veth ends on it
   // Takes a node's link down (a cut cable, a dead NIC) or brings it back.
   void SetLink(int node, bool up);
   // Whether the node's interface is up.

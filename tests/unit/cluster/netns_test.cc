@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 namespace fmstack::cluster {
 namespace {
@@ -60,12 +61,10 @@ TEST(NodeNetwork, EveryLinkCarriesTheNetworksMtu) {
     const std::string ns = path.substr(path.rfind('/') + 1);
     EXPECT_NE(Output("ip -n " + ns + " link show eth0").find(mtu), std::string::npos) << ns;
   }
-  // Named as the network names them: namespaces fmstack-<tag>-n<k>, veth
-  // ends fmv<tag>n<k> and the bridge fmbr<tag>.
-  const std::string& first = net.namespace_paths()[0];
-  const size_t from = first.find("fmstack-") + 8;
-  const std::string tag = first.substr(from, first.rfind("-n") - from);
-  for (const std::string& link : {"fmbr" + tag, "fmv" + tag + "n0", "fmv" + tag + "n1"})
+  std::vector<std::string> links = net.host_ends();
+  links.push_back(net.bridge());
+  EXPECT_EQ(links.size(), 3u);
+  for (const std::string& link : links)
     EXPECT_NE(Output("ip link show " + link).find(mtu), std::string::npos) << link;
 }
 
