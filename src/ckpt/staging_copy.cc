@@ -1,6 +1,7 @@
 #include "ckpt/staging_copy.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -38,17 +39,24 @@ void CopyStreaming(char* dst, const std::byte* src, size_t n) {
 
 namespace {
 
+constexpr int64_t kTakeBytes = int64_t{4} << 20;
+
 bool OnDevice(std::span<const char> on_device, size_t i) {
   return i < on_device.size() && on_device[i] != 0;
 }
 
-// Bytes [lo, hi) of the concatenated host sources into the slots.
-void CopyRange(std::span<const std::span<const std::byte>> sources, std::span<const char> on_device,
-               std::span<char* const> slots, int64_t slot_bytes, int64_t lo, int64_t hi) {
-  int64_t at = 0;  // where the current source starts in the stream
-  for (size_t i = 0; i < sources.size(); ++i) {
+// Bytes [lo, hi) of the concatenated host sources into the slots; source i
+// starts at starts[i] in the stream (found by bisection: a save of many
+// tensors is copied in many such ranges).
+void CopyRange(std::span<const std::span<const std::byte>> sources, std::span<const int64_t> starts,
+               std::span<const char> on_device, std::span<char* const> slots, int64_t slot_bytes,
+               int64_t lo, int64_t hi) {
+  const auto first = std::upper_bound(starts.begin(), starts.end(), lo) - starts.begin() - 1;
+  for (size_t i = static_cast<size_t>(std::max<ptrdiff_t>(0, first)); i < sources.size(); ++i) {
     const std::span<const std::byte> src = sources[i];
+    const int64_t at = starts[i];
     const int64_t end = at + static_cast<int64_t>(src.size());
+    if (at >= hi) return;
     for (int64_t p = std::max(at, lo); p < std::min(end, hi) && !OnDevice(on_device, i);) {
       const int64_t slot = p / slot_bytes;
       const int64_t n = std::min({end, hi, (slot + 1) * slot_bytes}) - p;
@@ -56,8 +64,6 @@ void CopyRange(std::span<const std::span<const std::byte>> sources, std::span<co
                     src.data() + (p - at), static_cast<size_t>(n));
       p += n;
     }
-    at = end;
-    if (at >= hi) return;
   }
 }
 
@@ -65,24 +71,28 @@ void CopyRange(std::span<const std::span<const std::byte>> sources, std::span<co
 
 void CopyToSlots(std::span<const std::span<const std::byte>> sources, std::span<char* const> slots,
                  int64_t slot_bytes, int threads, std::span<const char> on_device) {
+  std::vector<int64_t> starts;
   int64_t total = 0;
-  for (const auto& s : sources) total += static_cast<int64_t>(s.size());
+  for (const auto& s : sources) {
+    starts.push_back(total);
+    total += static_cast<int64_t>(s.size());
+  }
   const int64_t n_slots = static_cast<int64_t>(slots.size());
+  // Each take is a run of slots of at least kTakeBytes, so that small
+  // slots do not make the counter the bottleneck.
+  const int64_t per_take = std::max<int64_t>(1, kTakeBytes / std::max<int64_t>(1, slot_bytes));
   const int64_t workers = std::clamp<int64_t>(threads, 1, std::max<int64_t>(1, n_slots));
-  // Worker w takes slots [w * n / workers, (w + 1) * n / workers).
-  auto range = [&](int64_t w) {
-    const int64_t first = w * n_slots / workers, last = (w + 1) * n_slots / workers;
-    return std::pair{std::min(total, first * slot_bytes), std::min(total, last * slot_bytes)};
+  std::atomic<int64_t> next{0};
+  const auto work = [&] {
+    for (int64_t first; (first = next.fetch_add(per_take)) < n_slots;) {
+      const int64_t last = std::min(n_slots, first + per_take);
+      CopyRange(sources, starts, on_device, slots, slot_bytes, std::min(total, first * slot_bytes),
+                std::min(total, last * slot_bytes));
+    }
   };
   std::vector<std::jthread> helpers;
-  for (int64_t w = 1; w < workers; ++w) {
-    helpers.emplace_back([&, w] {
-      const auto [lo, hi] = range(w);
-      CopyRange(sources, on_device, slots, slot_bytes, lo, hi);
-    });
-  }
-  const auto [lo, hi] = range(0);
-  CopyRange(sources, on_device, slots, slot_bytes, lo, hi);
+  for (int64_t w = 1; w < workers; ++w) helpers.emplace_back(work);
+  work();
 }
 
 std::vector<DeviceSource::Copy> PlanDeviceCopies(

@@ -350,13 +350,13 @@ TEST_F(EngineTest, ADirectReaderReadsWholeChunksAndCopiesIntoMisalignedPlaces) {
   EXPECT_GT(copied, 10);
 }
 
-TEST(StagingCopy, EveryThreadCountFillsTheSlotsWithTheConcatenation) {
-  // Sources of odd sizes (one empty, one spanning several slots) into slots
-  // of 4 KiB: the bytes must land as one stream, whatever the split.
+// Copies sources of `sizes` into slots of `slot` bytes on 1, 2, 3 and 8
+// threads: the bytes must land as one stream, whatever the split, and
+// nothing past the stream's end is written.
+void ExpectConcatenationInSlots(const std::vector<size_t>& sizes, int64_t slot) {
   Rng rng(11);
   std::vector<std::vector<std::byte>> data;
-  for (const size_t n :
-       {size_t{1}, size_t{4095}, size_t{0}, size_t{9000}, size_t{17}, size_t{6001}}) {
+  for (const size_t n : sizes) {
     std::vector<std::byte> v(n);
     for (auto& b : v) b = static_cast<std::byte>(rng.Next() & 0xff);
     data.push_back(std::move(v));
@@ -367,22 +367,31 @@ TEST(StagingCopy, EveryThreadCountFillsTheSlotsWithTheConcatenation) {
     sources.emplace_back(v);
     want.insert(want.end(), v.begin(), v.end());
   }
-  constexpr int64_t kSlot = 4096;
-  const size_t n_slots = (want.size() + kSlot - 1) / kSlot;
+  const size_t n_slots = (want.size() + slot - 1) / slot;
   for (const int threads : {1, 2, 3, 8}) {
-    std::vector<std::vector<char>> slots(n_slots, std::vector<char>(kSlot, 'x'));
+    std::vector<std::vector<char>> slots(n_slots, std::vector<char>(slot, 'x'));
     std::vector<char*> to;
     for (auto& s : slots) to.push_back(s.data());
-    CopyToSlots(sources, to, kSlot, threads);
+    CopyToSlots(sources, to, slot, threads);
     std::vector<std::byte> got;
     for (const auto& s : slots) {
       for (const char c : s) got.push_back(static_cast<std::byte>(c));
     }
     got.resize(want.size());
     EXPECT_EQ(got, want) << threads << " threads";
-    // Nothing past the stream's end is written.
-    EXPECT_EQ(slots.back()[want.size() % kSlot], 'x') << threads << " threads";
+    EXPECT_EQ(slots.back()[want.size() % slot], 'x') << threads << " threads";
   }
+}
+
+TEST(StagingCopy, EveryThreadCountFillsTheSlotsWithTheConcatenation) {
+  // Odd sizes, one empty, one spanning several slots of 4 KiB.
+  ExpectConcatenationInSlots({1, 4095, 0, 9000, 17, 6001}, 4096);
+}
+
+TEST(StagingCopy, ThreadsTakingRunsOfSlotsInTurnFillThemAll) {
+  // About 15 MiB in 64 KiB slots: the threads take several runs of slots
+  // each (4 MiB at a time), with tensors across the runs' edges.
+  ExpectConcatenationInSlots({(3 << 20) + 5, 0, (7 << 20) - 3, 1, 5 << 20, 3}, 64 << 10);
 }
 
 // Save() blocks on the copy with the process's CPUs idle: it takes as many
