@@ -15,10 +15,10 @@
 #include "cli/commands.h"
 #include "health/agent.h"
 #include "health/node_metrics.h"
-#include "health/program.h"
 #include "metrics/exporter.h"
 #include "runtime/control.h"
 #include "util/error.h"
+#include "util/program.h"
 #include "util/strict_table.h"
 #include "util/text_table.h"
 
@@ -40,8 +40,8 @@ bool DrainInSlurm(const std::string& node, const std::vector<health::Verdict>& v
   }
   if (reason.empty()) return true;
   reason = ("fmstack: " + reason).substr(0, 200);
-  const health::ProgramResult r = health::RunProgram(
-      {"scontrol", "update", "nodename=" + node, "state=drain", "reason=" + reason}, 10);
+  const ProgramResult r =
+      RunProgram({"scontrol", "update", "nodename=" + node, "state=drain", "reason=" + reason}, 10);
   if (!r.ok) {
     std::cerr << fmt::format("fmstack agent: scontrol could not drain {} ({}): {}\n", node, r.how,
                              r.output.substr(0, r.output.find('\n')));

@@ -28,6 +28,7 @@
 #include "util/core_round_trip.h"
 #include "util/error.h"
 #include "util/paired_rounds.h"
+#include "util/program.h"
 #include "util/text_table.h"
 #include "util/units.h"
 
@@ -283,14 +284,11 @@ Results RunMpiNetns(const BenchArgs& args, int n) {
 }
 
 std::string MpiVersion() {
-  FILE* p = ::popen("mpirun --version 2>&1", "r");
-  if (p == nullptr) return "unknown";
-  char line[256] = {0};
-  const bool got = std::fgets(line, sizeof line, p) != nullptr;
-  ::pclose(p);
-  std::string v = got ? line : "unknown";
-  while (!v.empty() && (v.back() == '\n' || v.back() == '\r')) v.pop_back();
-  return v;
+  const ProgramResult r = RunProgram({"mpirun", "--version"}, 30);
+  if (!r.ok) return "unknown (mpirun --version " + r.how + ")";
+  std::string v = r.output.substr(0, r.output.find('\n'));
+  while (!v.empty() && v.back() == '\r') v.pop_back();
+  return v.empty() ? "unknown" : v;
 }
 
 double MemcpyBandwidth() {

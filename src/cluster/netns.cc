@@ -3,26 +3,35 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <cstdio>
+#include <algorithm>
+#include <string>
+#include <vector>
 
 #include "util/error.h"
+#include "util/program.h"
 
 namespace fmstack::cluster {
 namespace {
 
-// Runs an `ip` command; returns its output, throws Error with it when it fails.
+// What one `ip` call may take: netlink requests that the kernel answers in
+// milliseconds, unless it is stuck tearing down links (then we say so).
+constexpr double kIpDeadlineSeconds = 30;
+
+// Runs `ip` with `args` (words split at spaces: names and addresses only);
+// returns its output, throws Error with it when it fails or overruns.
 std::string Ip(const std::string& args) {
-  const std::string cmd = "ip " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) throw Error("cannot run `" + cmd + "`");
-  std::string out;
-  char buf[512];
-  while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
-  if (::pclose(p) != 0) {
-    throw Error(fmt::format("network namespaces: `ip {}` failed: {}", args,
-                            out.empty() ? "(no output; is iproute2 installed?)" : out));
+  std::vector<std::string> argv{"ip"};
+  for (size_t at = 0; at < args.size();) {
+    const size_t end = std::min(args.find(' ', at), args.size());
+    if (end > at) argv.push_back(args.substr(at, end - at));
+    at = end + 1;
   }
-  return out;
+  const ProgramResult r = RunProgram(argv, kIpDeadlineSeconds, {}, 64 << 10);
+  if (!r.ok) {
+    throw Error(fmt::format("network namespaces: `ip {}` {}: {}", args, r.how,
+                            r.output.empty() ? "(no output; is iproute2 installed?)" : r.output));
+  }
+  return r.output;
 }
 
 }  // namespace

@@ -16,8 +16,8 @@
 #include <map>
 #include <sstream>
 
-#include "health/program.h"
 #include "util/error.h"
+#include "util/program.h"
 
 namespace fmstack::cluster {
 namespace {
@@ -35,7 +35,7 @@ std::string Trim(std::string s) {
 
 // Runs a Slurm client command; throws Error naming it with what it printed.
 std::string Slurm(const std::vector<std::string>& argv, double deadline, const std::string& what) {
-  const health::ProgramResult r = health::RunProgram(argv, deadline, {}, kMaxOutput);
+  const ProgramResult r = RunProgram(argv, deadline, {}, kMaxOutput);
   if (r.ok) return r.output;
   std::string cmd;
   for (const std::string& a : argv) cmd += (cmd.empty() ? "" : " ") + a;
@@ -219,7 +219,7 @@ void ShrinkAllocation(const SlurmAllocation& a, const std::vector<std::string>& 
 }
 
 void PingController(double deadline) {
-  const health::ProgramResult r = health::RunProgram({"scontrol", "ping"}, deadline);
+  const ProgramResult r = RunProgram({"scontrol", "ping"}, deadline);
   if (r.ok && r.output.find(" is UP") != std::string::npos) return;
   throw Error(
       fmt::format("slurmctld is unreachable: `scontrol ping` {}{} (is SLURM_CONF{} right, and the "
@@ -288,8 +288,7 @@ bool JobStatus::finished() const {
 
 JobStatus QueryJob(const std::string& id, double deadline) {
   JobStatus s;
-  const health::ProgramResult r =
-      health::RunProgram({"scontrol", "show", "job", "-o", id}, deadline);
+  const ProgramResult r = RunProgram({"scontrol", "show", "job", "-o", id}, deadline);
   if (!r.ok) {
     if (r.output.find("Invalid job id") != std::string::npos) return s;
     throw Error(fmt::format("job {}: `scontrol show job` {}: {}", id, r.how, Trim(r.output)));

@@ -20,7 +20,7 @@
 #include <fstream>
 #include <set>
 
-#include "health/program.h"
+#include "util/program.h"
 #include "util/strict_table.h"
 #include "util/units.h"
 

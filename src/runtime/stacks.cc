@@ -6,7 +6,7 @@
 #include <chrono>
 #include <vector>
 
-#include "health/program.h"
+#include "util/program.h"
 
 namespace fmstack::runtime {
 
@@ -29,8 +29,7 @@ Stacks RunGdb(pid_t pid, bool debug_info, double deadline_seconds, size_t max_by
   for (const char* a : {"-ex", "thread apply all bt"}) argv.emplace_back(a);
   argv.emplace_back("-p");
   argv.push_back(std::to_string(pid));
-  const health::ProgramResult r =
-      health::RunProgram(argv, deadline_seconds, {{"LC_ALL", "C"}}, max_bytes);
+  const ProgramResult r = RunProgram(argv, deadline_seconds, {{"LC_ALL", "C"}}, max_bytes);
   Stacks s;
   s.text = r.output;
   s.started = r.how.rfind("could not start", 0) != 0;

@@ -4,27 +4,27 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
+
+#include "util/program.h"
 
 namespace fmstack::cluster {
 namespace {
 
 bool LinkExists(const std::string& name) {
-  return std::system(fmt::format("ip link show {} > /dev/null 2>&1", name).c_str()) == 0;
+  return RunProgram({"ip", "link", "show", name}, 60).ok;
 }
 
-// The output of a shell command; fails the test when it does not exit 0.
-std::string Output(const std::string& cmd) {
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return "(cannot run " + cmd + ")";
-  std::string out;
-  char buf[256];
-  while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
-  EXPECT_EQ(::pclose(p), 0) << cmd << ": " << out;
-  return out;
+// The output of `ip` with `args`; fails the test when it does not exit 0
+// within a minute.
+std::string IpOutput(const std::vector<std::string>& args) {
+  std::vector<std::string> argv{"ip"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const ProgramResult r = RunProgram(argv, 60, {}, 1 << 20);
+  EXPECT_TRUE(r.ok) << fmt::format("ip {}", fmt::join(args, " ")) << ": " << r.how << ": "
+                    << r.output;
+  return r.output;
 }
 
 // The bridge a supervisor of this pid tries first is there already (a
@@ -34,7 +34,7 @@ TEST(NodeNetwork, ABridgeThatIsThereAlreadyIsLeftAloneAndAnotherTaken) {
   ASSERT_EQ(::geteuid(), 0) << "network namespaces need root (the CI runs as root)";
   const std::string first = fmt::format("fmbr{}", ::getpid() % 10000000);
   ASSERT_FALSE(LinkExists(first)) << first << " is there before the test";
-  ASSERT_EQ(std::system(fmt::format("ip link add {} type bridge", first).c_str()), 0);
+  ASSERT_TRUE(RunProgram({"ip", "link", "add", first, "type", "bridge"}, 60).ok) << first;
   std::string taken;
   {
     const NodeNetwork net(2);
@@ -48,7 +48,7 @@ TEST(NodeNetwork, ABridgeThatIsThereAlreadyIsLeftAloneAndAnotherTaken) {
   }
   EXPECT_FALSE(LinkExists(taken)) << "the network's own bridge outlived it";
   EXPECT_TRUE(LinkExists(first)) << "the bridge that was there before was removed";
-  EXPECT_EQ(std::system(fmt::format("ip link del {}", first).c_str()), 0);
+  EXPECT_TRUE(RunProgram({"ip", "link", "del", first}, 60).ok) << first;
 }
 
 // Every link a node's packets cross, its eth0, the veth's end on the
@@ -59,13 +59,13 @@ TEST(NodeNetwork, EveryLinkCarriesTheNetworksMtu) {
   const std::string mtu = fmt::format(" mtu {} ", kLinkMtu);
   for (const std::string& path : net.namespace_paths()) {
     const std::string ns = path.substr(path.rfind('/') + 1);
-    EXPECT_NE(Output("ip -n " + ns + " link show eth0").find(mtu), std::string::npos) << ns;
+    EXPECT_NE(IpOutput({"-n", ns, "link", "show", "eth0"}).find(mtu), std::string::npos) << ns;
   }
   std::vector<std::string> links = net.host_ends();
   links.push_back(net.bridge());
   EXPECT_EQ(links.size(), 3u);
   for (const std::string& link : links)
-    EXPECT_NE(Output("ip link show " + link).find(mtu), std::string::npos) << link;
+    EXPECT_NE(IpOutput({"link", "show", link}).find(mtu), std::string::npos) << link;
 }
 
 }  // namespace

@@ -1,12 +1,13 @@
-// health: run a program under a deadline, as the agent does for `command`
-// checks and for scontrol. Safe to call from a process with threads.
+// util: run a program under a deadline and capture what it prints: health
+// checks' commands, scontrol, ip, the corpus reader. Safe to call from a
+// process with threads (everything is built before fork).
 #pragma once
 
 #include <map>
 #include <string>
 #include <vector>
 
-namespace fmstack::health {
+namespace fmstack {
 
 struct ProgramResult {
   bool ok = false;         // exited 0
@@ -19,4 +20,4 @@ ProgramResult RunProgram(const std::vector<std::string>& argv, double deadline_s
                          const std::map<std::string, std::string>& env = {},
                          size_t max_output = 4096);
 
-}  // namespace fmstack::health
+}  // namespace fmstack

@@ -1,4 +1,4 @@
-#include "health/program.h"
+#include "util/program.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -13,7 +13,7 @@
 
 extern char** environ;
 
-namespace fmstack::health {
+namespace fmstack {
 namespace {
 
 double Now() {
@@ -96,4 +96,4 @@ ProgramResult RunProgram(const std::vector<std::string>& args, double deadline_s
   return r;
 }
 
-}  // namespace fmstack::health
+}  // namespace fmstack
