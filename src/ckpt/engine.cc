@@ -43,6 +43,7 @@ Engine::Engine(std::vector<std::unique_ptr<Tier>> tiers, EngineOptions options)
   if (options_.collect_garbage && options_.rank == 0) CollectGarbage(0, 1);
   writer_ = std::thread([this] { Writer(); });
   drainer_ = std::thread([this] { Drainer(); });
+  janitor_ = std::thread([this] { Janitor(); });
 }
 
 Engine::~Engine() {
@@ -78,6 +79,7 @@ Engine::~Engine() {
   cv_.notify_all();
   writer_.join();
   drainer_.join();
+  janitor_.join();  // after a last pass, when one is due
 }
 
 void Engine::Committed(size_t tier, const Job& job) const {
@@ -219,6 +221,7 @@ void Engine::Writer() {
       const std::lock_guard lock(mu_);
       in_write_ = nullptr;
       --writing_;
+      if (job->first_tier_ok) retain_due_ = true;
       if (drain) {
         pinned_.insert(job->step());
         drain_queue_.push_back(job);
@@ -329,7 +332,6 @@ void Engine::WriteFirstTier(Job& job) {
     job.timing.commit_seconds[0] = Since(job.start);
     Committed(0, job);
     job.first_tier_ok = true;
-    Retain(0);
   } catch (const std::exception& e) {
     sink.reset();  // discards the partial file
     Fail(0, fmt::format("{} not saved: {}", StepDirName(job.step()), e.what()));
@@ -361,14 +363,16 @@ void Engine::Drainer() {
                        StepDirName(s->step()), StepDirName(job->step())));
     }
     for (size_t t = 1; t < tiers_.size(); ++t) {
+      bool saved = false;
       try {
         DrainTo(t, *job);
         job->timing.commit_seconds[t] = Since(job->start);
         Committed(t, *job);
-        Retain(t);
+        saved = true;
       } catch (const std::exception& e) {
         Fail(t, fmt::format("{} not saved: {}", StepDirName(job->step()), e.what()));
       }
+      if (saved) RetainOrWarn(t);
     }
     {
       const std::lock_guard lock(mu_);
@@ -492,6 +496,13 @@ std::vector<std::string> Engine::Wait(double drain_seconds) {
       AbandonUnwritten(lock);
     }
     behind = !cv_.wait_until(lock, Deadline(drain_seconds), [&] { return busy_ == 0; });
+    if (!cv_.wait_until(lock, Deadline(options_.write_timeout_seconds),
+                        [&] { return !retain_due_ && !retaining_; })) {
+      errors_.push_back(fmt::format(
+          "checkpoint: {} tier: removing older steps still runs after {:g} s (the newest step "
+          "is committed)",
+          tiers_[0]->name(), options_.write_timeout_seconds));
+    }
     errors.swap(errors_);
     first = std::exchange(first_tier_error_, nullptr);
   }

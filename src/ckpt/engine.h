@@ -196,6 +196,14 @@ class Engine {
   // Rank 0: waits for every rank's index on `tier`, writes manifest, commits.
   void CommitStep(size_t tier, const Job& job);
   void Retain(size_t tier);
+  // Retain(), with a failure reported (log, Wait()'s lines) rather than
+  // thrown: the step just committed stands whatever became of older ones.
+  void RetainOrWarn(size_t tier);
+  // Runs the first tier's retention whenever the writer asks for it, off
+  // the writer's thread: removing a step can take long (on the Zen 5 VM's
+  // ext4, mounted with online discard, `rm` of a 4 GB file took 1.4 s),
+  // and the next save's writes need not wait for it.
+  void Janitor();
   void CollectGarbage(size_t first, size_t last);
   bool TierDown(size_t tier);
   void Note(const std::string& line) const;
@@ -221,7 +229,10 @@ class Engine {
   std::vector<std::string> errors_;
   std::set<size_t> failed_tiers_;  // slower tiers that failed once: not logged or listed again
   std::vector<SaveTiming> timings_;
-  std::thread writer_, drainer_;
+  // Guarded by mu_: the first tier's retention is due (requests coalesce:
+  // one pass keeps the newest steps, whatever asked), or running.
+  bool retain_due_ = false, retaining_ = false;
+  std::thread writer_, drainer_, janitor_;
 };
 
 }  // namespace fmstack::ckpt

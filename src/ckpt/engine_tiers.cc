@@ -39,6 +39,40 @@ void Engine::Retain(size_t t) {
   }
 }
 
+void Engine::RetainOrWarn(size_t t) {
+  try {
+    Retain(t);
+  } catch (const std::exception& e) {
+    const std::string line = fmt::format(
+        "checkpoint: {} tier: older steps not removed (the newest step stands; the next save "
+        "tries again): {}",
+        tiers_[t]->name(), e.what());
+    {
+      const std::lock_guard lock(mu_);
+      if (errors_.size() < 16) errors_.push_back(line);
+    }
+    Note(line);
+  }
+}
+
+void Engine::Janitor() {
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return retain_due_ || stop_; });
+      if (!retain_due_) return;
+      retain_due_ = false;
+      retaining_ = true;
+    }
+    RetainOrWarn(0);
+    {
+      const std::lock_guard lock(mu_);
+      retaining_ = false;
+    }
+    cv_.notify_all();
+  }
+}
+
 void Engine::CollectGarbage(size_t first, size_t last) {
   for (size_t t = first; t < last; ++t) {
     Tier* tier = tiers_[t].get();
