@@ -138,11 +138,12 @@ class Engine {
   SaveTiming Save(const Snapshot& snapshot);
   // Waits until every queued save is committed on the first tier (for at
   // most options.write_timeout_seconds), and on the slower tiers for at most
-  // `drain_seconds` more. Throws the first tier's error (naming the tier and
-  // file); returns the slower tiers' problems
-  // since the last Wait() — failures, and steps left behind at the deadline
-  // — as lines for the log: a slow or dead object store never stops a run
-  // whose fast copy is safe.
+  // `drain_seconds` more, then for the removal of older steps (at most
+  // write_timeout_seconds). Throws the first tier's error (naming the tier
+  // and file); returns the other problems since the last Wait() — slower
+  // tiers' failures, steps left behind at the deadline, steps that could not
+  // be removed — as lines for the log: a slow or dead object store never
+  // stops a run whose fast copy is safe.
   std::vector<std::string> Wait(double drain_seconds = 1e18);
 
   // The newest committed step on any tier.
