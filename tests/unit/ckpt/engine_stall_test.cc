@@ -2,6 +2,7 @@
 // tier that hangs, removals of old steps that are slow or fail.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -10,6 +11,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -29,6 +31,22 @@ using testing::Matches;
 using testing::SliceFor;
 using testing::TargetsFor;
 
+// A fresh directory under the system's temporary one, removed when the
+// test ends (passed or not).
+struct ScratchDir {
+  explicit ScratchDir(const std::string& name)
+      : path(std::filesystem::temp_directory_path() / (name + "-" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path);
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::filesystem::path path;
+};
+
 // A slower tier that stalls on every write, as an object store that stopped
 // answering does (within its request timeouts).
 std::unique_ptr<Tier> StallingTier(std::unique_ptr<Tier> inner) {
@@ -38,9 +56,8 @@ std::unique_ptr<Tier> StallingTier(std::unique_ptr<Tier> inner) {
 }
 
 TEST(EngineDrain, ASlowTierIsLeftBehindAtTheDeadlineAndNeverStopsTheRun) {
-  const auto root =
-      std::filesystem::temp_directory_path() / ("fmstack-stall-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(root);
+  const ScratchDir scratch("fmstack-stall");
+  const std::filesystem::path& root = scratch.path;
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::string> problems;
   {
@@ -63,7 +80,6 @@ TEST(EngineDrain, ASlowTierIsLeftBehindAtTheDeadlineAndNeverStopsTheRun) {
   // Not a speed threshold: without abandoning, the destructor would wait for
   // the whole 15 s drain.
   EXPECT_LT(seconds, 10);
-  std::filesystem::remove_all(root);
 }
 
 // A first tier whose writes hang (a hung disk) while Save() streams through
@@ -71,9 +87,8 @@ TEST(EngineDrain, ASlowTierIsLeftBehindAtTheDeadlineAndNeverStopsTheRun) {
 // an error naming the tier and file, the checkpoint committed before stays
 // committed, and once the disk answers again the next save commits.
 TEST(EngineStall, SaveGivesUpWaitingForASlotAndKeepsWhatWasCommitted) {
-  const auto root =
-      std::filesystem::temp_directory_path() / ("fmstack-hung-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(root);
+  const ScratchDir scratch("fmstack-hung");
+  const std::filesystem::path& root = scratch.path;
   std::mutex mu;
   std::condition_variable cv;
   bool hung = false;
@@ -121,7 +136,6 @@ TEST(EngineStall, SaveGivesUpWaitingForASlotAndKeepsWhatWasCommitted) {
     }
     EXPECT_EQ(committed, (std::vector<int64_t>{1, 3}));
   }
-  std::filesystem::remove_all(root);
 }
 
 // A first tier whose writes block while `hung` is set, as a disk or file
@@ -152,9 +166,8 @@ std::vector<int64_t> CommittedSteps(Tier& tier) {
 }
 
 TEST(EngineStall, WaitGivesUpOnAHungFirstTierAndKeepsWhatWasCommitted) {
-  const auto root =
-      std::filesystem::temp_directory_path() / ("fmstack-hung-wait-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(root);
+  const ScratchDir scratch("fmstack-hung-wait");
+  const std::filesystem::path& root = scratch.path;
   Gate gate;
   {
     EngineOptions o;
@@ -191,13 +204,11 @@ TEST(EngineStall, WaitGivesUpOnAHungFirstTierAndKeepsWhatWasCommitted) {
     EXPECT_EQ(r->step, 3);
     EXPECT_TRUE(testing::Matches(state, loaded, 0, 1));
   }
-  std::filesystem::remove_all(root);
 }
 
 TEST(EngineStall, DestructorAbandonsAWriteThatOutlivesTheDeadline) {
-  const auto root =
-      std::filesystem::temp_directory_path() / ("fmstack-hung-dtor-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(root);
+  const ScratchDir scratch("fmstack-hung-dtor");
+  const std::filesystem::path& root = scratch.path;
   Gate gate;
   std::vector<std::string> log;
   std::mutex log_mu;
@@ -231,7 +242,6 @@ TEST(EngineStall, DestructorAbandonsAWriteThatOutlivesTheDeadline) {
   EXPECT_TRUE(noted);
   const std::unique_ptr<Tier> tier = MakePosixTier("l", (root / "local").string());
   EXPECT_TRUE(CommittedSteps(*tier).empty());
-  std::filesystem::remove_all(root);
 }
 
 // Removing old steps runs beside the writer, not in its way: while the
@@ -239,9 +249,8 @@ TEST(EngineStall, DestructorAbandonsAWriteThatOutlivesTheDeadline) {
 // commits. (Were the removal on the writer's thread, the held removal would
 // hold that commit until its safety deadline, and the test would fail.)
 TEST(EngineRetention, ASlowRemovalDoesNotHoldTheNextCommit) {
-  const auto root =
-      std::filesystem::temp_directory_path() / ("fmstack-retain-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(root);
+  const ScratchDir scratch("fmstack-retain");
+  const std::filesystem::path& root = scratch.path;
   std::mutex mu;
   std::condition_variable cv;
   bool removing = false, released = false;
@@ -284,16 +293,14 @@ TEST(EngineRetention, ASlowRemovalDoesNotHoldTheNextCommit) {
     EXPECT_EQ(steps, std::vector<int64_t>{3});
   }
   EXPECT_EQ(committed_while_removing, std::vector<int64_t>{3});
-  std::filesystem::remove_all(root);
 }
 
 // A step that cannot be removed is reported, and only that: the step just
 // committed stands, Wait() returns the line instead of throwing, the next
 // save goes ahead, and a later pass removes what is left once it can.
 TEST(EngineRetention, AFailedRemovalIsReportedAndNeverFailsTheCommittedStep) {
-  const auto root = std::filesystem::temp_directory_path() /
-                    ("fmstack-retain-fail-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(root);
+  const ScratchDir scratch("fmstack-retain-fail");
+  const std::filesystem::path& root = scratch.path;
   std::atomic<bool> refuse{true};
   EngineOptions o;
   o.keep = 1;
@@ -327,7 +334,6 @@ TEST(EngineRetention, AFailedRemovalIsReportedAndNeverFailsTheCommittedStep) {
   const std::optional<RestoreResult> r = engine.Restore(l.targets);
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->step, 3);
-  std::filesystem::remove_all(root);
 }
 
 }  // namespace
