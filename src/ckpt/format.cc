@@ -407,6 +407,13 @@ std::optional<int64_t> ParseStepDirName(const std::string& name) {
 std::string RankFileName(int rank) {
   return fmt::format("rank-{:05d}.safetensors", rank);
 }
+bool IsRankFileName(std::string_view name) {
+  constexpr std::string_view kPrefix = "rank-", kSuffix = ".safetensors";
+  if (name.size() > 64 || !name.starts_with(kPrefix) || !name.ends_with(kSuffix)) return false;
+  const std::string_view digits =
+      name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
+  return !digits.empty() && digits.find_first_not_of("0123456789") == std::string_view::npos;
+}
 std::string RankIndexName(int rank) {
   return fmt::format("rank-{:05d}.index.json", rank);
 }

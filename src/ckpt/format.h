@@ -134,8 +134,9 @@ int64_t SafetensorsHeaderBytes(std::string_view first8, const std::string& where
 
 std::string StepDirName(int64_t step);  // "step-00001200"
 std::optional<int64_t> ParseStepDirName(const std::string& name);
-std::string RankFileName(int rank);   // "rank-00003.safetensors"
-std::string RankIndexName(int rank);  // "rank-00003.index.json"
+std::string RankFileName(int rank);          // "rank-00003.safetensors"
+bool IsRankFileName(std::string_view name);  // a name RankFileName gives
+std::string RankIndexName(int rank);         // "rank-00003.index.json"
 inline constexpr const char* kManifestName = "manifest.json";
 inline constexpr const char* kCommittedName = "COMMITTED";
 

@@ -1,342 +1,35 @@
-// ckpt: the POSIX directory tier. Data goes through large sequential pwrites,
-// with O_DIRECT where the file system takes it. Without it, writeback of
-// each window is started at once (sync_file_range) so that the disk is busy
-// from the first window and the final fdatasync finds little left to do.
+// ckpt: the POSIX directory tier: one directory per step under the tier's
+// root, COMMITTED written last. A retired step's shard files are kept in
+// <root>/.recycle for the next save to write over (see Recycle below).
 #include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <deque>
-#include <exception>
 #include <filesystem>
-#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
 
 #include "ckpt/format.h"
+#include "ckpt/posix_io.h"
 #include "ckpt/tier.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
-#include "util/worker_pool.h"
 
 namespace fmstack::ckpt {
 namespace {
 
 namespace fs = std::filesystem;
-constexpr int64_t kWindow = 32 << 20;
-
-[[noreturn]] void Fail(const std::string& what, const std::string& path) {
-  throw Error(fmt::format("{}: {}: {}", path, what, std::strerror(errno)));
-}
-
-// Reads exactly out.size() bytes of `fd` at `offset`.
-void ReadExactly(int fd, const std::string& path, int64_t offset, std::span<char> out) {
-  size_t done = 0;
-  while (done < out.size()) {
-    const ssize_t n =
-        ::pread(fd, out.data() + done, out.size() - done, offset + static_cast<int64_t>(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) Fail(fmt::format("read at offset {} failed", offset + done), path);
-    if (n == 0) {
-      throw Error(fmt::format("{}: truncated: {} bytes wanted at offset {}, the file ends at {}",
-                              path, out.size(), offset, offset + static_cast<int64_t>(done)));
-    }
-    done += static_cast<size_t>(n);
-  }
-}
-
-// A descriptor advised for sequential reading (the kernel doubles its
-// read-ahead window).
-int OpenForReading(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) Fail("cannot open", path);
-  ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  return fd;
-}
-
-// Reads of whole 4 KiB blocks into aligned memory go through a second,
-// O_DIRECT descriptor, the rest through the page cache. The engine writes
-// with O_DIRECT, so a checkpoint is seldom in the page cache when it is
-// restored, and a cold buffered read pays for the page cache's copy and its
-// read-ahead's pace. On the Zen 5 VM the engine's restore of 4 GB, three
-// times each, alternated: 4.8-5.6 GB/s with O_DIRECT (8 MiB reads into huge
-// pages, stream_reader.cc), 0.6-4.8 GB/s buffered (1 MiB reads); of 1 GB
-// 5.7-5.9 against 2.5-4.7. A file system that refuses O_DIRECT (tmpfs)
-// gets buffered reads only.
-class PosixFileReader final : public FileReader {
- public:
-  explicit PosixFileReader(std::string path)
-      : path_(std::move(path)),
-        fd_(OpenForReading(path_)),
-        direct_fd_(::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_DIRECT)) {}
-  ~PosixFileReader() override {
-    ::close(fd_);
-    if (direct_fd_ >= 0) ::close(direct_fd_);
-  }
-  PosixFileReader(const PosixFileReader&) = delete;
-  PosixFileReader& operator=(const PosixFileReader&) = delete;
-  // A direct read that comes back short (the end of the file) or failing
-  // is finished, or retried and reported, through the page cache. EINVAL
-  // means the device wants more than 4 KiB alignment: from then on, the
-  // page cache only.
-  void Read(int64_t offset, std::span<char> out) override {
-    if (direct_ && offset % kDirectBlock == 0 && out.size() % kDirectBlock == 0 &&
-        reinterpret_cast<uintptr_t>(out.data()) % kDirectBlock == 0) {
-      const ssize_t n = ::pread(direct_fd_, out.data(), out.size(), offset);
-      if (n == static_cast<ssize_t>(out.size())) return;
-      if (n < 0 && errno == EINVAL) direct_ = false;
-      if (n > 0) {
-        offset += n;
-        out = out.subspan(static_cast<size_t>(n));
-      }
-    }
-    ReadExactly(fd_, path_, offset, out);
-  }
-  size_t direct_alignment() const override { return direct_ ? kDirectBlock : 0; }
-
- private:
-  static constexpr size_t kDirectBlock = 4096;
-  const std::string path_;
-  const int fd_;
-  const int direct_fd_;  // -1 where the file system refuses O_DIRECT
-  bool direct_ = direct_fd_ >= 0;
-};
-
-void FsyncDir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) Fail("cannot open directory to fsync it", dir);
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) Fail("fsync of directory failed", dir);
-}
-
-// Writes with O_DIRECT where the file system allows it: the disk DMAs
-// straight from the staging pool, so no page-cache copy competes with
-// training for memory bandwidth and CPU (measured here: dd oflag=direct 750-850
-// MB/s against 390-470 MB/s buffered). Aligned runs go straight out; anything
-// unaligned (the header string, a short last slot, drained chunks) goes
-// through an aligned bounce buffer; Finish pads the last block and truncates.
-class PosixSink final : public Sink {
- public:
-  explicit PosixSink(std::string path) : path_(std::move(path)) {
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_DIRECT,
-                 0644);
-    direct_ = fd_ >= 0;
-    if (fd_ < 0 && errno == EINVAL) {  // tmpfs and some others refuse O_DIRECT
-      fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-    }
-    if (fd_ < 0) Fail("cannot create", path_);
-  }
-  ~PosixSink() override {
-    // No write may still go to the descriptor (or read a caller's buffer)
-    // once it is closed.
-    try {
-      Drain();
-    } catch (...) {  // an unfinished sink is discarded anyway
-    }
-    if (fd_ >= 0) ::close(fd_);
-    if (!finished_) ::unlink(path_.c_str());
-  }
-
-  void Write(std::span<const char> data) override {
-    if (!direct_) {
-      PwriteAll(data);
-      while (offset_ - started_ >= kWindow) {
-        ::sync_file_range(fd_, started_, kWindow, SYNC_FILE_RANGE_WRITE);
-        started_ += kWindow;
-      }
-      return;
-    }
-    while (!data.empty()) {
-      const bool aligned = pending_ == 0 && reinterpret_cast<uintptr_t>(data.data()) % kBlock == 0;
-      if (aligned && data.size() >= kBlock) {
-        const size_t n = data.size() / kBlock * kBlock;
-        PwriteInFlight(data.first(n));
-        data = data.subspan(n);
-        continue;
-      }
-      if (!bounce_) {
-        bounce_.reset(static_cast<char*>(std::aligned_alloc(kBlock, kBounce)));
-        if (!bounce_) Fail("cannot allocate an aligned write buffer", path_);
-      }
-      const size_t n = std::min(data.size(), kBounce - pending_);
-      std::memcpy(bounce_.get() + pending_, data.data(), n);
-      pending_ += n;
-      data = data.subspan(n);
-      if (pending_ == kBounce) FlushBounce(false);
-    }
-  }
-
-  // Whole blocks from an aligned buffer go out as one pwrite on a writer
-  // of their own, kQueueWriters of them at once, and one more waits its
-  // turn: the disk always has writes to do. Anything else is written at
-  // once, after the queued writes.
-  size_t Queue(std::span<const char> data) override {
-    const bool whole = direct_ && pending_ == 0 && !data.empty() && data.size() % kBlock == 0 &&
-                       reinterpret_cast<uintptr_t>(data.data()) % kBlock == 0;
-    if (!whole) {
-      const size_t done = Drain();
-      Write(data);
-      return done + 1;
-    }
-    if (!queue_writers_) queue_writers_ = std::make_unique<WorkerPool>(kQueueWriters);
-    const int64_t offset = offset_;
-    queued_.push_back(queue_writers_->Submit([this, data, offset] { PwriteAt(data, offset); }));
-    Advance(data.size());
-    size_t done = 0;
-    while (!queued_.empty() &&
-           (queued_.size() > kQueueWriters ||
-            queued_.front().wait_for(std::chrono::seconds(0)) == std::future_status::ready)) {
-      SettleFront();
-      ++done;
-    }
-    return done;
-  }
-
-  size_t Drain() override {
-    const size_t done = queued_.size();
-    while (!queued_.empty()) SettleFront();
-    return done;
-  }
-
-  void Finish() override {
-    Drain();
-    if (direct_ && pending_ > 0) FlushBounce(true);
-    if (size_ != offset_ && ::ftruncate(fd_, size_) != 0) Fail("ftruncate failed", path_);
-    if (::fdatasync(fd_) != 0) Fail("fdatasync failed", path_);
-    if (::close(fd_) != 0) {
-      fd_ = -1;
-      Fail("close failed", path_);
-    }
-    fd_ = -1;
-    finished_ = true;
-  }
-
- private:
-  static constexpr size_t kBlock = 4096, kBounce = 4 << 20;
-  static constexpr size_t kInFlight = 4, kMinPiece = 1 << 20;
-  // Queued 8 MiB slots, each one pwrite, two at a time with no gap between
-  // them: 2.13-2.22 GB/s (4 GB, three alternated rounds, Intel VM), against
-  // 1.80-2.01 for each slot as four 2 MiB pieces at once, waiting for all
-  // four before the next slot. Four at a time ran alike (1.99-2.22); four 2
-  // MiB or 4 MiB pieces at a time without the wait 2.05-2.09.
-  static constexpr size_t kQueueWriters = 2;
-  struct FreeDeleter {
-    void operator()(char* p) const { std::free(p); }
-  };
-
-  void PwriteAll(std::span<const char> data) {
-    PwriteAt(data, offset_);
-    Advance(data.size());
-  }
-
-  void Advance(size_t bytes) {
-    offset_ += static_cast<int64_t>(bytes);
-    size_ += static_cast<int64_t>(bytes);
-  }
-
-  // One aligned run as up to kInFlight pwrites at once, the calling thread
-  // writing the first piece: a virtio disk given one 8 MiB O_DIRECT write
-  // at a time wrote 1.31 GB/s, four at a time 1.41 and eight 2 MiB ones
-  // 1.47 (fio, 1 GB, Intel VM).
-  void PwriteInFlight(std::span<const char> data) {
-    const size_t blocks = data.size() / kBlock;
-    const size_t pieces = std::clamp<size_t>(data.size() / kMinPiece, 1, kInFlight);
-    const size_t per_piece = (blocks + pieces - 1) / pieces * kBlock;
-    if (pieces > 1 && !writers_) writers_ = std::make_unique<WorkerPool>(kInFlight - 1);
-    std::vector<std::future<void>> others;
-    for (size_t at = per_piece; at < data.size(); at += per_piece) {
-      const auto piece = data.subspan(at, std::min(per_piece, data.size() - at));
-      const int64_t offset = offset_ + static_cast<int64_t>(at);
-      others.push_back(writers_->Submit([this, piece, offset] { PwriteAt(piece, offset); }));
-    }
-    std::exception_ptr first_error;
-    try {
-      PwriteAt(data.first(std::min(per_piece, data.size())), offset_);
-    } catch (...) {
-      first_error = std::current_exception();
-    }
-    for (std::future<void>& f : others) {
-      try {
-        f.get();
-      } catch (...) {
-        if (!first_error) first_error = std::current_exception();
-      }
-    }
-    if (first_error) std::rethrow_exception(first_error);
-    Advance(data.size());
-  }
-
-  // Waits for the oldest queued write. When it failed, waits for the
-  // others too, so that none is left reading a buffer the caller frees.
-  void SettleFront() {
-    std::future<void> oldest = std::move(queued_.front());
-    queued_.pop_front();
-    try {
-      oldest.get();
-    } catch (...) {
-      for (std::future<void>& f : queued_) f.wait();
-      queued_.clear();
-      throw;
-    }
-  }
-
-  void PwriteAt(std::span<const char> data, int64_t offset) const {
-    while (!data.empty()) {
-      const ssize_t n = ::pwrite(fd_, data.data(), data.size(), offset);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0)
-        Fail(fmt::format("write of {} bytes at offset {} failed", data.size(), offset), path_);
-      offset += n;
-      data = data.subspan(static_cast<size_t>(n));
-    }
-  }
-
-  // Writes the whole blocks of the bounce buffer; `last` pads the tail with
-  // zeros to a block (Finish truncates them away) and keeps the true size.
-  void FlushBounce(bool last) {
-    size_t n = pending_ / kBlock * kBlock;
-    const size_t tail = pending_ - n;
-    if (last && tail > 0) {
-      std::memset(bounce_.get() + pending_, 0, kBlock - tail);
-      n += kBlock;
-    }
-    const int64_t true_size = size_ + static_cast<int64_t>(pending_);
-    PwriteAll(std::span<const char>(bounce_.get(), n));
-    if (last) {
-      size_ = true_size;
-      pending_ = 0;
-      return;
-    }
-    std::memmove(bounce_.get(), bounce_.get() + n, tail);
-    pending_ = tail;
-  }
-
-  std::string path_;
-  int fd_ = -1;
-  bool direct_ = false;
-  int64_t offset_ = 0, started_ = 0;
-  int64_t size_ = 0;  // bytes of the file, padding excluded
-  std::unique_ptr<char, FreeDeleter> bounce_;
-  size_t pending_ = 0;
-  bool finished_ = false;
-  // The other pieces' writers, started with the first run that has more
-  // than one piece. Every PwriteInFlight waits for its pieces, so none is
-  // in flight when the sink closes its file.
-  std::unique_ptr<WorkerPool> writers_;
-  std::deque<std::future<void>> queued_;  // Queue's writes, oldest first
-  std::unique_ptr<WorkerPool> queue_writers_;
-};
+using posix::Fail;
+using posix::FsyncDir;
 
 class PosixTier final : public Tier {
  public:
@@ -358,8 +51,9 @@ class PosixTier final : public Tier {
 
   std::unique_ptr<Sink> Create(int64_t step, const std::string& file) override {
     MakeDir(step);
-    CloseReaders(Where(step, file));
-    return std::make_unique<PosixSink>(Where(step, file));
+    const std::string path = Where(step, file);
+    CloseReaders(path);
+    return posix::CreateSink(path, TakeRecycled(file, path));
   }
 
   void PutSmall(int64_t step, const std::string& file, const std::string& text) override {
@@ -423,11 +117,11 @@ class PosixTier final : public Tier {
 
   void Read(int64_t step, const std::string& file, int64_t offset, std::span<char> out) override {
     const std::string path = Where(step, file);
-    ReadExactly(Reader(path), path, offset, out);
+    posix::ReadExactly(Reader(path), path, offset, out);
   }
 
   std::unique_ptr<FileReader> OpenReader(int64_t step, const std::string& file) override {
-    return std::make_unique<PosixFileReader>(Where(step, file));
+    return posix::OpenFileReader(Where(step, file));
   }
 
   bool local_reads() const override { return true; }
@@ -435,7 +129,15 @@ class PosixTier final : public Tier {
   void Remove(int64_t step) override {
     CloseReaders(Dir(step));
     const std::string marker = Where(step, kCommittedName);
-    if (::unlink(marker.c_str()) == 0) FsyncDir(Dir(step));
+    bool uncommitted = ::unlink(marker.c_str()) == 0;
+    if (uncommitted) {
+      FsyncDir(Dir(step));
+    } else {
+      uncommitted = errno == ENOENT;
+    }
+    // Only a step that can no longer be taken for committed, even after a
+    // crash, gives its files to be written over.
+    if (uncommitted) Recycle(step);
     std::error_code ec;
     fs::remove_all(Dir(step), ec);
     if (ec) throw Error(fmt::format("{}: cannot remove: {}", Dir(step), ec.message()));
@@ -466,6 +168,53 @@ class PosixTier final : public Tier {
 
  private:
   std::string Dir(int64_t step) const { return root_ + "/" + StepDirName(step); }
+  std::string RecycleDir() const { return root_ + "/.recycle"; }
+
+  // Moves the shard files of a step that is being removed to .recycle, one
+  // per name, for the next save of that name to write over (Create), as
+  // databases recycle their log files. On the Zen 5 VM's ext4 (mounted
+  // with online discard) a 4 GB shard written into a fresh file ran at
+  // 1.40-1.74 GB/s, over an existing file at 2.30-3.24, and deleting one
+  // took 1.38 s of trim (docs/ckpt.md). The disk holds one retired step
+  // more between saves; a save never needs more than before.
+  //
+  // A file that anyone still has open (a reader in this process or in
+  // another) is deleted instead: its reader would otherwise read the next
+  // save's bytes. The kernel grants a write lease only to the sole holder
+  // of a file, and the lease is held across the rename. Where leases are
+  // refused (NFS, a file of another user) or a name is already in
+  // .recycle, the file goes with its directory, as before. Failures here
+  // only cost the reuse.
+  void Recycle(int64_t step) {
+    const std::string dir = Dir(step), bin = RecycleDir();
+    if (::mkdir(bin.c_str(), 0755) != 0 && errno != EEXIST) return;
+    std::vector<std::string> names;
+    if (DIR* d = ::opendir(dir.c_str())) {
+      while (const dirent* e = ::readdir(d))
+        if (IsRankFileName(e->d_name)) names.emplace_back(e->d_name);
+      ::closedir(d);
+    }
+    for (const std::string& name : names) {
+      const std::string from = dir + "/" + name;
+      // O_NONBLOCK: an open never waits for another holder's lease.
+      const int fd = ::open(from.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+      if (fd < 0) continue;
+      struct stat st {};
+      if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ::fcntl(fd, F_SETLEASE, F_WRLCK) == 0) {
+        ::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, (bin + "/" + name).c_str(), RENAME_NOREPLACE);
+        ::fcntl(fd, F_SETLEASE, F_UNLCK);
+      }
+      ::close(fd);
+    }
+  }
+
+  // Moves a retired shard named `file` from .recycle to `path` when there
+  // is one and `path` does not exist yet.
+  bool TakeRecycled(const std::string& file, const std::string& path) const {
+    if (!IsRankFileName(file)) return false;
+    const std::string from = RecycleDir() + "/" + file;
+    return ::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) == 0;
+  }
 
   void MakeDir(int64_t step) {
     const std::string dir = Dir(step);
@@ -475,7 +224,7 @@ class PosixTier final : public Tier {
   int Reader(const std::string& path) {
     const std::lock_guard lock(mu_);
     if (const auto it = readers_.find(path); it != readers_.end()) return it->second;
-    const int fd = OpenForReading(path);
+    const int fd = posix::OpenForReading(path);
     readers_[path] = fd;
     return fd;
   }
