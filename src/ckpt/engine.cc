@@ -391,6 +391,11 @@ void Engine::DrainTo(size_t t, Job& job) {
   sink->Write(job.header);
   const int64_t data = job.entry.size - job.entry.data_offset;
   std::vector<char> buf(static_cast<size_t>(std::min(data, job.entry.chunk_bytes)));
+  // A reader of its own, closed when the drain ends: the tier's cached
+  // descriptors are closed only by that tier's Remove, which only rank 0
+  // calls, so on any other rank every drained step's shard stayed open
+  // (and, once removed, held its disk space) until the process ended.
+  const std::unique_ptr<FileReader> reader = from.OpenReader(job.step(), job.file);
   for (int64_t c = 0; c * job.entry.chunk_bytes < data; ++c) {
     {
       const std::lock_guard lock(mu_);
@@ -399,7 +404,7 @@ void Engine::DrainTo(size_t t, Job& job) {
     const int64_t lo = c * job.entry.chunk_bytes;
     const std::span<char> chunk(buf.data(),
                                 static_cast<size_t>(std::min(job.entry.chunk_bytes, data - lo)));
-    from.Read(job.step(), job.file, job.entry.data_offset + lo, chunk);
+    reader->Read(job.entry.data_offset + lo, chunk);
     if (Xxh3(chunk) != job.entry.checksums[static_cast<size_t>(c)]) {
       throw Error(
           fmt::format("{}: chunk {} changed since it was written (bad disk or memory?); "

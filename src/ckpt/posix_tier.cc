@@ -157,6 +157,22 @@ class PosixTier final : public Tier {
     return to;
   }
 
+  Retired RetiredFiles() override {
+    Retired r{.where = RecycleDir()};
+    DIR* d = ::opendir(r.where.c_str());
+    if (d == nullptr) return r;
+    while (const dirent* e = ::readdir(d)) {
+      struct stat st {};
+      if (!IsRankFileName(e->d_name) ||
+          ::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+        continue;
+      ++r.files;
+      r.bytes += static_cast<int64_t>(st.st_size);
+    }
+    ::closedir(d);
+    return r;
+  }
+
   void DropCache(int64_t step, const std::string& file) override {
     CloseReaders(Where(step, file));
     const int fd = ::open(Where(step, file).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);

@@ -68,13 +68,16 @@ std::vector<std::pair<int64_t, int64_t>> PlanReads(const std::vector<Need>& need
 void ReadAndCheckHeader(Tier& tier, int64_t step, const Manifest& m, const std::string& file) {
   const FileEntry& f = m.files.at(file);
   const std::string where = tier.Where(step, file);
+  // A reader closed on return (not the tier's cache, which holds its
+  // descriptors until this process removes the step).
+  const std::unique_ptr<FileReader> reader = tier.OpenReader(step, file);
   std::vector<char> head(8);
-  tier.Read(step, file, 0, head);
+  reader->Read(0, head);
   const int64_t header_bytes = SafetensorsHeaderBytes({head.data(), 8}, where);
   if (header_bytes > f.size)
     throw Error(fmt::format("{}: truncated in the safetensors header", where));
   head.resize(static_cast<size_t>(header_bytes));
-  tier.Read(step, file, 0, head);
+  reader->Read(0, head);
   const SafetensorsIndex idx =
       ParseSafetensorsHeader({head.data(), head.size()}, where, f.size - f.data_offset);
   CheckShardHeader(idx, m, file, where);

@@ -104,6 +104,13 @@ class Tier {
   // Drops a file from the page cache (cold-restore measurements); a no-op
   // where there is none.
   virtual void DropCache(int64_t /*step*/, const std::string& /*file*/) {}
+  // Files of removed steps that the tier keeps for the next save to write
+  // over (the POSIX tier's retired shards); none where it keeps none.
+  struct Retired {
+    int64_t files = 0, bytes = 0;
+    std::string where;
+  };
+  virtual Retired RetiredFiles() { return {}; }
 };
 
 // A tier in a directory: `root` is created if missing.

@@ -99,6 +99,12 @@ int Ls(const CkptArgs& a) {
       t.AddRow({tier->name(), std::to_string(s.step), s.committed ? "committed" : "incomplete",
                 files, size, tier->Where(s.step, "")});
     }
+    // Removed steps' shards that the next save writes over: they hold disk
+    // space, and a user who sees it in `du` should find it here.
+    if (const ckpt::Tier::Retired r = tier->RetiredFiles(); r.files > 0) {
+      t.AddRow({tier->name(), "-", "retired", std::to_string(r.files),
+                units::FormatBytes(static_cast<double>(r.bytes)), r.where});
+    }
   }
   std::cout << t.RenderText();
   return 0;

@@ -135,8 +135,15 @@ echo "parameter hash: uninterrupted $a, resumed at step 6 $b"
 tiers=$(if [ -n "$s3" ]; then echo "local shared object"; else echo "local shared"; fi)
 for t in $tiers; do
   grep -Eq "^$t +12 +committed +2 " ls.txt || { echo "FAIL: step 12 not committed on $t"; exit 1; }
-  [ "$(grep -c "^$t " ls.txt)" = 2 ] || { echo "FAIL: $t keeps $(grep -c "^$t " ls.txt) steps, not 2"; exit 1; }
+  kept=$(grep -Ec "^$t +[0-9]+ " ls.txt)
+  [ "$kept" = 2 ] || { echo "FAIL: $t keeps $kept steps, not 2"; exit 1; }
 done
+# The steps removed on the local tier left their two ranks' shards for the
+# next save to write over, and ls says so.
+grep -Eq "^local +- +retired +2 .*runs/tiny/ckpt/.recycle" ls.txt ||
+  { echo "FAIL: ls does not show the local tier's retired shards"; exit 1; }
+[ "$(ls runs/tiny/ckpt/.recycle)" = "$(printf 'rank-00000.safetensors\nrank-00001.safetensors')" ] ||
+  { ls -la runs/tiny/ckpt/.recycle; echo "FAIL: .recycle holds other files"; exit 1; }
 "$FMSTACK" ckpt verify tiny.toml --out runs/tiny
 local_dir=runs/tiny/ckpt/step-00000012
 $PY - "$local_dir/rank-00001.safetensors" <<'PY'

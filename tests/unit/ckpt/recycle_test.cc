@@ -16,6 +16,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "ckpt/engine.h"
 #include "ckpt/format.h"
@@ -175,6 +176,53 @@ TEST(Recycle, EverySaveThroughTheEngineVerifiesAndRestores) {
   }
   for (size_t i = 2; i < inodes.size(); ++i)
     EXPECT_EQ(inodes[i], inodes[i - 2]) << "step " << i + 1 << " did not reuse a retired shard";
+}
+
+// Paths under `root` that this process has open.
+std::vector<std::string> OpenFilesUnder(const fs::path& root) {
+  std::vector<std::string> open;
+  for (const fs::directory_entry& e : fs::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const fs::path target = fs::read_symlink(e.path(), ec);
+    if (!ec && target.string().starts_with(root.string())) open.push_back(target.string());
+  }
+  return open;
+}
+
+// Two ranks, two tiers, one step kept. Only rank 0 removes steps, so a
+// descriptor that rank 1's drain or restore leaves open would keep a
+// removed shard's disk space (and, here, its reuse) until the process ends.
+TEST(Recycle, NoRankKeepsAShardOpenOnceItsSaveOrRestoreIsDone) {
+  const ScratchDir dir;
+  std::vector<std::unique_ptr<Engine>> engines;
+  for (int rank = 0; rank < 2; ++rank) {
+    EngineOptions o;
+    o.rank = rank;
+    o.world = 2;
+    o.keep = 1;
+    o.chunk_bytes = 1 << 16;
+    std::vector<std::unique_ptr<Tier>> tiers;
+    tiers.push_back(MakePosixTier("local", (dir.path / "local").string()));
+    tiers.push_back(MakePosixTier("shared", (dir.path / "shared").string()));
+    engines.push_back(std::make_unique<Engine>(std::move(tiers), o));
+  }
+  const testing::SyntheticState state = testing::MakeState(7, 40);
+  for (int64_t step = 1; step <= 4; ++step) {
+    for (int rank = 0; rank < 2; ++rank)
+      engines[static_cast<size_t>(rank)]->Save(testing::SliceFor(state, step, rank, 2));
+    for (auto& e : engines) ASSERT_TRUE(e->Wait().empty()) << "step " << step;
+    if (step == 2) {
+      testing::Loaded l = testing::TargetsFor(state, 1, 2);
+      ASSERT_TRUE(engines[1]->Restore(l.targets).has_value());
+    }
+  }
+  EXPECT_EQ(OpenFilesUnder(dir.path), std::vector<std::string>{});
+  for (const char* tier : {"local", "shared"}) {
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_TRUE(fs::exists(dir.path / tier / ".recycle" / RankFileName(rank)))
+          << tier << ": rank " << rank << "'s retired shard was not kept for reuse";
+    }
+  }
 }
 
 }  // namespace
