@@ -391,10 +391,8 @@ void Engine::DrainTo(size_t t, Job& job) {
   sink->Write(job.header);
   const int64_t data = job.entry.size - job.entry.data_offset;
   std::vector<char> buf(static_cast<size_t>(std::min(data, job.entry.chunk_bytes)));
-  // A reader of its own, closed when the drain ends: the tier's cached
-  // descriptors are closed only by that tier's Remove, which only rank 0
-  // calls, so on any other rank every drained step's shard stayed open
-  // (and, once removed, held its disk space) until the process ended.
+  // One reader for the whole shard, closed when the drain ends: a shard
+  // left open would hold its disk space after rank 0 removes its step.
   const std::unique_ptr<FileReader> reader = from.OpenReader(job.step(), job.file);
   for (int64_t c = 0; c * job.entry.chunk_bytes < data; ++c) {
     {

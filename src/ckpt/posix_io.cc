@@ -29,6 +29,18 @@ namespace fmstack::ckpt::posix {
   throw Error(fmt::format("{}: {}: {}", path, what, std::strerror(errno)));
 }
 
+void FsyncDir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) Fail("cannot open directory to fsync it", dir);
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) Fail("fsync of directory failed", dir);
+}
+
+namespace {
+
+constexpr int64_t kWindow = 32 << 20;
+
 // Reads exactly out.size() bytes of `fd` at `offset`.
 void ReadExactly(int fd, const std::string& path, int64_t offset, std::span<char> out) {
   size_t done = 0;
@@ -53,18 +65,6 @@ int OpenForReading(const std::string& path) {
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   return fd;
 }
-
-void FsyncDir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) Fail("cannot open directory to fsync it", dir);
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) Fail("fsync of directory failed", dir);
-}
-
-namespace {
-
-constexpr int64_t kWindow = 32 << 20;
 
 // Reads of whole 4 KiB blocks into aligned memory go through a second,
 // O_DIRECT descriptor, the rest through the page cache. The engine writes

@@ -5,7 +5,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <span>
 #include <string>
 
 #include "ckpt/tier.h"
@@ -14,13 +13,6 @@ namespace fmstack::ckpt::posix {
 
 // Throws Error "<path>: <what>: <strerror(errno)>".
 [[noreturn]] void Fail(const std::string& what, const std::string& path);
-
-// Reads exactly out.size() bytes of `fd` at `offset`; a short file is an
-// Error naming `path` and where it ends.
-void ReadExactly(int fd, const std::string& path, int64_t offset, std::span<char> out);
-
-// A descriptor advised for sequential reading.
-int OpenForReading(const std::string& path);
 
 void FsyncDir(const std::string& dir);
 

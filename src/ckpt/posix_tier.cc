@@ -13,9 +13,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "ckpt/format.h"
@@ -40,9 +38,6 @@ class PosixTier final : public Tier {
       throw Error(
           fmt::format("{}: cannot create the {} tier's directory: {}", root_, name_, ec.message()));
   }
-  ~PosixTier() override {
-    for (const auto& [path, fd] : readers_) ::close(fd);
-  }
 
   const std::string& name() const override { return name_; }
   std::string Where(int64_t step, const std::string& file) const override {
@@ -52,7 +47,6 @@ class PosixTier final : public Tier {
   std::unique_ptr<Sink> Create(int64_t step, const std::string& file) override {
     MakeDir(step);
     const std::string path = Where(step, file);
-    CloseReaders(path);
     return posix::CreateSink(path, TakeRecycled(file, path));
   }
 
@@ -116,8 +110,10 @@ class PosixTier final : public Tier {
   }
 
   void Read(int64_t step, const std::string& file, int64_t offset, std::span<char> out) override {
-    const std::string path = Where(step, file);
-    posix::ReadExactly(Reader(path), path, offset, out);
+    // Opened for each read and closed after it: no caller reads a posix
+    // tier this way in a loop (the engine and restore use OpenReader), and
+    // a cached descriptor would hold a removed shard's disk space.
+    posix::OpenFileReader(Where(step, file))->Read(offset, out);
   }
 
   std::unique_ptr<FileReader> OpenReader(int64_t step, const std::string& file) override {
@@ -127,7 +123,6 @@ class PosixTier final : public Tier {
   bool local_reads() const override { return true; }
 
   void Remove(int64_t step) override {
-    CloseReaders(Dir(step));
     const std::string marker = Where(step, kCommittedName);
     bool uncommitted = ::unlink(marker.c_str()) == 0;
     if (uncommitted) {
@@ -145,7 +140,6 @@ class PosixTier final : public Tier {
   }
 
   std::string Quarantine(int64_t step) override {
-    CloseReaders(Dir(step));
     const std::string dir = root_ + "/quarantine";
     std::error_code ec;
     fs::create_directories(dir, ec);
@@ -159,22 +153,16 @@ class PosixTier final : public Tier {
 
   Retired RetiredFiles() override {
     Retired r{.where = RecycleDir()};
-    DIR* d = ::opendir(r.where.c_str());
-    if (d == nullptr) return r;
-    while (const dirent* e = ::readdir(d)) {
+    for (const std::string& name : RankFilesIn(r.where)) {
       struct stat st {};
-      if (!IsRankFileName(e->d_name) ||
-          ::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
-        continue;
+      if (::lstat((r.where + "/" + name).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
       ++r.files;
       r.bytes += static_cast<int64_t>(st.st_size);
     }
-    ::closedir(d);
     return r;
   }
 
   void DropCache(int64_t step, const std::string& file) override {
-    CloseReaders(Where(step, file));
     const int fd = ::open(Where(step, file).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) return;
     ::fdatasync(fd);
@@ -204,13 +192,7 @@ class PosixTier final : public Tier {
   void Recycle(int64_t step) {
     const std::string dir = Dir(step), bin = RecycleDir();
     if (::mkdir(bin.c_str(), 0755) != 0 && errno != EEXIST) return;
-    std::vector<std::string> names;
-    if (DIR* d = ::opendir(dir.c_str())) {
-      while (const dirent* e = ::readdir(d))
-        if (IsRankFileName(e->d_name)) names.emplace_back(e->d_name);
-      ::closedir(d);
-    }
-    for (const std::string& name : names) {
+    for (const std::string& name : RankFilesIn(dir)) {
       const std::string from = dir + "/" + name;
       // O_NONBLOCK: an open never waits for another holder's lease.
       const int fd = ::open(from.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
@@ -222,6 +204,17 @@ class PosixTier final : public Tier {
       }
       ::close(fd);
     }
+  }
+
+  // The names in `dir` that RankFileName gives; none when it is missing.
+  static std::vector<std::string> RankFilesIn(const std::string& dir) {
+    std::vector<std::string> names;
+    if (DIR* d = ::opendir(dir.c_str())) {
+      while (const dirent* e = ::readdir(d))
+        if (IsRankFileName(e->d_name)) names.emplace_back(e->d_name);
+      ::closedir(d);
+    }
+    return names;
   }
 
   // Moves a retired shard named `file` from .recycle to `path` when there
@@ -237,29 +230,7 @@ class PosixTier final : public Tier {
     if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) Fail("cannot create", dir);
   }
 
-  int Reader(const std::string& path) {
-    const std::lock_guard lock(mu_);
-    if (const auto it = readers_.find(path); it != readers_.end()) return it->second;
-    const int fd = posix::OpenForReading(path);
-    readers_[path] = fd;
-    return fd;
-  }
-
-  void CloseReaders(const std::string& prefix) {
-    const std::lock_guard lock(mu_);
-    for (auto it = readers_.begin(); it != readers_.end();) {
-      if (it->first.rfind(prefix, 0) == 0) {
-        ::close(it->second);
-        it = readers_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-
   std::string name_, root_;
-  std::mutex mu_;
-  std::map<std::string, int> readers_;  // open files for Read, by path
 };
 
 }  // namespace

@@ -68,8 +68,6 @@ std::vector<std::pair<int64_t, int64_t>> PlanReads(const std::vector<Need>& need
 void ReadAndCheckHeader(Tier& tier, int64_t step, const Manifest& m, const std::string& file) {
   const FileEntry& f = m.files.at(file);
   const std::string where = tier.Where(step, file);
-  // A reader closed on return (not the tier's cache, which holds its
-  // descriptors until this process removes the step).
   const std::unique_ptr<FileReader> reader = tier.OpenReader(step, file);
   std::vector<char> head(8);
   reader->Read(0, head);
