@@ -12,7 +12,9 @@
 //     blocking  Save() time / memcpy time of the state in the same round,
 //               median of 3                                    target <= 1.2x
 //     commit    state / time to COMMITTED on the local tier, median of 3 saves,
-//               over the median disk write of the same rounds  target >= 85%
+//               over the median disk write of the same rounds  target >= 85%;
+//               and the same less the blocking copy (which the limit's writers
+//               do not do), for where the rest of the gap lies
 //     restore   state / cold restore time (page cache dropped), against the disk
 //               reading the same checkpoint file cold (the fastest of dd, fio
 //               O_DIRECT with 8 reads in flight and O_DIRECT into buffers on
@@ -459,17 +461,33 @@ int main(int argc, char** argv) {
       }
       engine.TakeTimings();
       std::vector<ckpt::SaveTiming> runs;
-      std::vector<double> disk_writes, fresh_writes, over_writes, copy_seconds;
+      std::vector<double> disk_writes, fresh_writes, over_writes, next_shard_writes, copy_seconds;
       // On huge pages, as the engine's staging slots are: the best memcpy.
       HugeBytes copy_to(static_cast<size_t>(state.bytes), std::byte{3});
       for (int64_t round = 0; round < 3; ++round) {
         for (int side = 0; side < 2; ++side) {
           if ((round + side) % 2 == 0) {
+            // The huge-page writer over the retired shard that the next
+            // save takes back, first: the very blocks that save writes, as
+            // long after they were last written (a virtual disk's speed can
+            // differ from one region to another), for reference.
+            const std::string next = dir + "/engine/.recycle/" + ckpt::RankFileName(0);
+            if (fs::exists(next))
+              next_shard_writes.push_back(
+                  static_cast<double>(state.bytes) /
+                  HugeDirect(next, state.bytes, true, direct_buffers, true));
             const DiskWriteRound w = DiskWrite(disk_file, state.bytes, fio, direct_buffers);
             disk_writes.push_back(w.best());
             fresh_writes.push_back(w.fresh);
             over_writes.push_back(w.over);
             fs::remove(disk_file);
+            std::cerr << fmt::format(
+                "  round {}: disk write {}/s fresh, {}/s over the last file, {} over the next "
+                "shard\n",
+                round + 1, units::FormatBytes(w.fresh), units::FormatBytes(w.over),
+                next_shard_writes.size() > static_cast<size_t>(round)
+                    ? units::FormatBytes(next_shard_writes.back()) + "/s"
+                    : std::string("-"));
             continue;
           }
           // The memcpy of the same bytes, beside the save and in turn
@@ -483,6 +501,10 @@ int main(int argc, char** argv) {
           if (round % 2 == 0) copy_s = CopyOfState(state, copy_to);
           runs.push_back(engine.TakeTimings().at(0));
           runs.back().blocking_seconds = b.blocking_seconds;
+          std::cerr << fmt::format(
+              "  round {}: save blocked {:.3f} s (memcpy {:.3f} s), committed "
+              "in {:.2f} s\n",
+              round + 1, b.blocking_seconds, copy_s, runs.back().commit_seconds[0]);
           copy_seconds.push_back(copy_s);
         }
       }
@@ -600,8 +622,11 @@ int main(int argc, char** argv) {
                     ""});
       table.AddRow({"  of which: fresh file (fio/dd/huge pages), median of 3",
                     units::FormatBytes(Median(fresh_writes)) + "/s",
-                    fmt::format("over the last file's blocks: {}/s",
-                                units::FormatBytes(Median(over_writes))),
+                    fmt::format("over the last file's blocks: {}/s; the next shard's: {}",
+                                units::FormatBytes(Median(over_writes)),
+                                next_shard_writes.empty()
+                                    ? "-"
+                                    : units::FormatBytes(Median(next_shard_writes)) + "/s"),
                     ""});
       table.AddRow(
           {"limit: disk cold read (dd, fresh file)", units::FormatBytes(disk_read) + "/s", "", ""});
@@ -637,6 +662,15 @@ int main(int argc, char** argv) {
                                 100 * size / t.commit_seconds[0] / disk_write,
                                 100 * commit_ratios.front(), 100 * commit_ratios.back()),
                     ">= 85%"});
+      // The commit includes the blocking copy, which the limit's writers
+      // do not do: what follows the copy is the engine's own writing (and
+      // the commit protocol's small files), against the same limit.
+      const double after_copy = median(
+          [](const ckpt::SaveTiming& r) { return r.commit_seconds[0] - r.blocking_seconds; });
+      table.AddRow(
+          {"  of which: after the blocking copy",
+           fmt::format("{:.2f} s = {}/s", after_copy, units::FormatBytes(size / after_copy)),
+           fmt::format("{:.0f}% of disk write", 100 * size / after_copy / disk_write), ""});
       table.AddRow(
           {"cold restore, median of 3",
            fmt::format("{:.2f} s = {}/s", restore_seconds,
