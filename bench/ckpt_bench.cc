@@ -490,9 +490,9 @@ int main(int argc, char** argv) {
             // shard that the next save takes back, first: the very blocks
             // that save writes, as long after they were last written. Over
             // a file written seconds before, which no save writes over, the
-            // same writer ran 1.24-1.46x as fast in four of six rounds at 4
-            // GB there (2.60-2.64 GB/s against 1.78-2.10), 1.01x and 0.85x
-            // in the other two.
+            // same writer ran 1.24-1.46x as fast in five of twelve rounds at
+            // 4 GB there, and 0.85-1.09x in the other seven (four runs;
+            // their medians 0.91-1.33x).
             const std::string next = dir + "/engine/.recycle/" + ckpt::RankFileName(0);
             const double over_next =
                 fs::exists(next) ? static_cast<double>(state.bytes) /
