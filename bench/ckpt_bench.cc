@@ -490,8 +490,8 @@ int main(int argc, char** argv) {
             // shard that the next save takes back, first: the very blocks
             // that save writes, as long after they were last written. Over
             // a file written seconds before, which no save writes over, the
-            // same writer ran 1.24-1.94x as fast in seven of fifteen rounds
-            // at 4 GB there, and 0.85-1.09x in the other eight (five runs;
+            // same writer ran 1.24-1.94x as fast in eight of eighteen rounds
+            // at 4 GB there, and 0.85-1.09x in the other ten (six runs;
             // their medians 0.91-1.35x).
             const std::string next = dir + "/engine/.recycle/" + ckpt::RankFileName(0);
             const double over_next =
