@@ -493,7 +493,8 @@ int main(int argc, char** argv) {
             // same writer ran 1.24-1.94x as fast in eight of eighteen rounds
             // at 4 GB there, and 0.85-1.09x in the other ten (six runs;
             // their medians 0.91-1.35x).
-            const std::string next = dir + "/engine/.recycle/" + ckpt::RankFileName(0);
+            const std::string next =
+                engine.tiers()[0]->RetiredFiles().where + "/" + ckpt::RankFileName(0);
             const double over_next =
                 fs::exists(next) ? static_cast<double>(state.bytes) /
                                        HugeDirect(next, state.bytes, true, direct_buffers, true)
