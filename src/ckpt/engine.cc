@@ -15,19 +15,6 @@
 #include "util/xxh3.h"
 
 namespace fmstack::ckpt {
-namespace {
-
-double Since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-// `seconds` from now; anything over a year is "no deadline" without overflow.
-Clock::time_point Deadline(double seconds) {
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                            std::chrono::duration<double>(std::clamp(seconds, 0.0, 3e7)));
-}
-
-}  // namespace
 
 Engine::Engine(std::vector<std::unique_ptr<Tier>> tiers, EngineOptions options)
     : tiers_(std::move(tiers)), options_(std::move(options)) {
@@ -47,6 +34,11 @@ Engine::Engine(std::vector<std::unique_ptr<Tier>> tiers, EngineOptions options)
 }
 
 Engine::~Engine() {
+  try {
+    Release();  // the caller's memory may go once the engine is gone
+  } catch (const std::exception& e) {
+    Note(fmt::format("checkpoint: {}", e.what()));
+  }
   {
     // The first tier is finished, or abandoned after write_timeout_seconds:
     // the writer then stops at its next chunk. A write the kernel never
@@ -168,6 +160,9 @@ std::shared_ptr<Engine::Job> Engine::MakeJob(const Snapshot& snap) const {
 
 SaveTiming Engine::Save(const Snapshot& snap) {
   const Clock::time_point start = Clock::now();
+  // The caller has moved on from an earlier live snapshot's memory (it
+  // should have released it already): no save may read it from here on.
+  Release();
   {
     std::lock_guard lock(mu_);
     if (first_tier_error_) {
@@ -179,29 +174,48 @@ SaveTiming Engine::Save(const Snapshot& snap) {
   const std::shared_ptr<Job> job = MakeJob(snap);
   job->start = start;
   Reserve(job->timing.bytes, snap.device);
+  const bool live = snap.live && job->slots_total > 0 &&
+                    std::ranges::none_of(snap.slices, &TensorSlice::on_device);
+  if (live) {
+    job->SetLiveRuns(snap.slices);
+    if (!gather_) gather_ = std::make_unique<Pool>(options_.chunk_bytes, kGatherSlots);
+  }
   {
     const std::lock_guard lock(mu_);
     write_queue_.push_back(job);
     ++busy_;
     ++writing_;
+    if (live) {
+      job->live = job->copied = true;
+      live_ = job;
+    }
   }
   cv_.notify_all();
-
-  // The blocking part: copy into slots. When the pool holds the whole
-  // snapshot, every slot is taken at once and filled by several threads.
-  std::vector<Slot*> all = pool_->TryAcquireAll(job->slots_total);
-  if (!all.empty() || job->slots_total == 0) {
-    CopyAll(snap, *job, all);
-  } else {
-    CopyStreamingToWriter(snap, *job);
+  if (!live) {
+    // The blocking part: copy into slots. When the pool holds the whole
+    // snapshot, every slot is taken at once and filled by several threads.
+    std::vector<Slot*> all = pool_->TryAcquireAll(job->slots_total);
+    if (!all.empty() || job->slots_total == 0) {
+      CopyAll(snap.slices, snap.device.get(), *job, all);
+    } else {
+      CopyStreamingToWriter(snap.slices, snap.device.get(), *job);
+    }
+    {
+      const std::lock_guard lock(mu_);
+      job->copied = true;
+    }
+    cv_.notify_all();
   }
-  {
-    const std::lock_guard lock(mu_);
-    job->copied = true;
-  }
-  cv_.notify_all();
-  job->timing.blocking_seconds = Since(start);
-  return job->timing;
+  // The writer may be done with a live job already: it reads the timing
+  // under mu_, and this returns what Save() knows, not what it wrote.
+  SaveTiming out;
+  out.step = job->step();
+  out.bytes = job->timing.bytes;
+  out.blocking_seconds = Since(start);
+  out.commit_seconds.assign(tiers_.size(), -1);
+  const std::lock_guard lock(mu_);
+  job->timing.blocking_seconds = out.blocking_seconds;
+  return out;
 }
 
 void Engine::Writer() {
@@ -260,12 +274,26 @@ void Engine::WriteFirstTier(Job& job) {
   // goes back to the pool unwritten. The sink writes a slot while this
   // takes the next (Sink::Queue): `queued` holds the slots it has not yet
   // reported written, oldest first. After a failed write none is in flight.
-  std::deque<Slot*> queued;
+  // What the sink has not reported written yet, oldest first: a staging
+  // slot, one of the writer's gather slots, or (no slot) a live snapshot's
+  // memory, which Release() waits for.
+  struct Held {
+    Slot* slot = nullptr;
+    Pool* owner = nullptr;
+  };
+  std::deque<Held> queued;
   const auto release = [&](size_t n) {
+    int live_done = 0;
     for (; n > 0 && !queued.empty(); --n) {
-      pool_->Release(queued.front());
+      const Held h = queued.front();
       queued.pop_front();
+      if (h.slot != nullptr) {
+        h.owner->Release(h.slot);
+      } else {
+        ++live_done;
+      }
     }
+    if (live_done > 0) LiveReadsDone(job, live_done);
   };
   const auto drain = [&] {
     if (error.empty() && sink) {
@@ -279,28 +307,50 @@ void Engine::WriteFirstTier(Job& job) {
   };
   WorkerPool hasher(1);
   for (int64_t i = 0; i < job.slots_total; ++i) {
-    Slot* slot = nullptr;
+    Held held;
     {
       std::unique_lock lock(mu_);
-      if (job.filled.empty() && !queued.empty()) {
+      const auto ready = [&] {
+        return !job.filled.empty() || job.abandoned || (job.live && !job.released);
+      };
+      if (!ready() && !queued.empty()) {
         // A copy through a pool smaller than the snapshot may be waiting
         // for the very slots this writer holds.
         lock.unlock();
         drain();
         lock.lock();
       }
-      cv_.wait(lock, [&] { return !job.filled.empty() || job.abandoned; });
-      if (job.abandoned) break;  // Save() or Wait() has reported it
-      slot = job.filled.front();
-      job.filled.pop_front();
+      cv_.wait(lock, ready);
+      if (job.abandoned) break;  // Save(), Release() or Wait() has reported it
+      if (job.live && !job.released) {
+        job.taken = i + 1;
+        ++job.live_reads;
+      } else {
+        held = {job.filled.front(), pool_.get()};
+        job.filled.pop_front();
+      }
     }
-    const std::span<const char> bytes(slot->data.get(), static_cast<size_t>(slot->used));
+    std::span<const char> bytes;
+    if (held.slot == nullptr) {  // a live chunk: from the caller's memory
+      bytes = DirectLiveChunk(job, i);
+      ++(bytes.empty() ? job.timing.chunks_gathered : job.timing.chunks_direct);
+      if (bytes.empty()) {
+        Slot* g = gather_->TryAcquire();
+        if (g == nullptr) {
+          drain();  // frees every slot queued, the gather slots with them
+          g = gather_->TryAcquire();
+        }
+        GatherLiveChunk(job, i, *g);
+        held = {g, gather_.get()};
+      }
+    }
+    if (held.slot != nullptr) bytes = {held.slot->data.get(), static_cast<size_t>(held.slot->used)};
     // The slot is hashed while it is written (both only read it). Hashed
     // first, in turn, an 8 MiB slot's XXH3 (2 ms at Debian libxxhash's
     // 4.3 GB/s) held the disk idle for a third of its write (6.4 ms at
     // 1.31 GB/s), on the Intel VM. (util/xxh3.h: 1.5-1.7x faster on slots from memory.)
     auto checksum = hasher.Submit([bytes] { return Xxh3(bytes); });
-    queued.push_back(slot);
+    queued.push_back(held);
     size_t written = queued.size();  // after a failed write none is in flight
     if (error.empty()) {
       try {

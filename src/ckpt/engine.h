@@ -9,6 +9,14 @@
 //
 // A pool smaller than the state makes Save() stream: it waits for the writer
 // to free slots. The default pool holds one whole state.
+//
+// A live snapshot (Snapshot::live) is not copied by Save() at all: the
+// writer reads its chunks straight from the caller's memory until the
+// caller is about to change it and calls Release(), which copies only the
+// chunks the writer has not reached. A trainer saves after an optimizer
+// step and releases before the next one, so the write overlaps the forward
+// and backward passes, and the copy training waits for shrinks by what the
+// disk wrote meanwhile (to nothing when the step outlasts the write).
 #pragma once
 
 #include <atomic>
@@ -73,6 +81,13 @@ struct Snapshot {
   nlohmann::json model;
   std::vector<TensorSlice> slices;       // this rank's
   std::shared_ptr<DeviceSource> device;  // required when a slice is on_device
+  // The slices' memory stays valid and unchanged until Engine::Release()
+  // returns (Save, Restore and the destructor release too). Save() then
+  // copies nothing: the writer writes 4 KiB-aligned chunks straight from
+  // that memory (O_DIRECT, no copy at all) and gathers the others into
+  // buffers of its own, chunk by chunk. Host memory only: a snapshot with a
+  // slice on a device is copied by Save() whatever this says.
+  bool live = false;
 };
 
 // Threads for the copy that Save() blocks on, for a process that may run on
@@ -120,6 +135,12 @@ struct SaveTiming {
   int64_t step = 0;
   int64_t bytes = 0;
   double blocking_seconds = 0;  // Save() itself
+  // A live snapshot's Release(): the copy of the chunks the writer had not
+  // reached when the caller needed its memory back (training waits for it).
+  double release_seconds = 0;
+  // A live snapshot's chunks: written straight from its memory, gathered by
+  // the writer into its own slots, and copied by Release().
+  int64_t chunks_direct = 0, chunks_gathered = 0, chunks_released = 0;
   std::vector<double>
       commit_seconds;  // per tier, from Save() to COMMITTED (rank 0) or index written
 };
@@ -136,6 +157,14 @@ class Engine {
   // error of an earlier save's first tier, if any (the fast copy failing
   // must stop the run; slower tiers only log).
   SaveTiming Save(const Snapshot& snapshot);
+  // Returns once no save reads the memory of a live snapshot any more: the
+  // chunks the writer has not taken yet are copied into the staging pool
+  // (streamed when the pool is short, for at most slot_timeout_seconds),
+  // and the chunks it is writing from that memory finish (for at most
+  // write_timeout_seconds; past it the save is abandoned and the error names
+  // the step, tier and file). Returns the seconds it blocked; 0 with no live
+  // save pending. Call it before changing a live snapshot's memory.
+  double Release();
   // Waits until every queued save is committed on the first tier (for at
   // most options.write_timeout_seconds), and on the slower tiers for at most
   // `drain_seconds` more, then for the removal of older steps (at most
@@ -175,8 +204,19 @@ class Engine {
   // The shard layout, header and index of a snapshot: everything but the bytes.
   std::shared_ptr<Job> MakeJob(const Snapshot& snap) const;
   // Save()'s copy: into slots taken all at once, or slot by slot.
-  void CopyAll(const Snapshot& snap, Job& job, const std::vector<Slot*>& slots);
-  void CopyStreamingToWriter(const Snapshot& snap, Job& job);
+  void CopyAll(std::span<const TensorSlice> slices, DeviceSource* device, Job& job,
+               const std::vector<Slot*>& slots);
+  void CopyStreamingToWriter(std::span<const TensorSlice> slices, DeviceSource* device, Job& job);
+  // Release()'s copy: a live job's chunks from `first` on, into the pool.
+  void CopyLiveRest(Job& job, int64_t first);
+  // Release()'s wait for the writer's reads of a live job's memory.
+  void AwaitLiveReads(Job& job);
+  // The writer's live chunks: chunk i straight from the caller's memory when
+  // it is one run aligned for O_DIRECT (else empty), or copied into `to`;
+  // and the end of `n` reads of that memory.
+  std::span<const char> DirectLiveChunk(const Job& job, int64_t i) const;
+  void GatherLiveChunk(Job& job, int64_t i, Slot& to);
+  void LiveReadsDone(Job& job, int n);
   // Tells the writer no more slots of `job` will come, then throws the
   // error that names the wait.
   [[noreturn]] void Abandon(Job& job);
@@ -215,6 +255,9 @@ class Engine {
   std::vector<std::unique_ptr<Tier>> tiers_;
   EngineOptions options_;
   std::unique_ptr<Pool> pool_;
+  // The writer's own slots (its thread alone uses them), for the chunks of a
+  // live snapshot that are not one aligned run of memory.
+  std::unique_ptr<Pool> gather_;
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -223,6 +266,7 @@ class Engine {
   int busy_ = 0;                             // jobs not yet through every tier
   int writing_ = 0;                          // jobs not yet through the first tier
   std::shared_ptr<Job> in_write_;            // the one the writer works on
+  std::shared_ptr<Job> live_;                // the live save not yet released
   bool abandon_ = false;                     // the destructor gave up on a slow drain
   std::atomic<bool> give_up_commit_{false};  // Abandon()
   bool stop_ = false;

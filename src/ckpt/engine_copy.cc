@@ -30,24 +30,26 @@ int DefaultCopyThreads() {
   return CopyThreadsFor(cpus);
 }
 
-void Engine::CopyAll(const Snapshot& snap, Job& job, const std::vector<Slot*>& slots) {
+void Engine::CopyAll(std::span<const TensorSlice> slices, DeviceSource* device, Job& job,
+                     const std::vector<Slot*>& slots) {
   std::vector<std::span<const std::byte>> sources;
   std::vector<char> on_device;
-  for (const TensorSlice& s : snap.slices) {
+  int64_t left = 0;
+  for (const TensorSlice& s : slices) {
     sources.push_back(s.data);
     on_device.push_back(s.on_device ? 1 : 0);
+    left += static_cast<int64_t>(s.data.size());
   }
   std::vector<char*> to;
   for (Slot* slot : slots) to.push_back(slot->data.get());
-  if (snap.device) {
+  if (device != nullptr) {
     try {
-      snap.device->CopyToHost(PlanDeviceCopies(sources, on_device, to, options_.chunk_bytes));
+      device->CopyToHost(PlanDeviceCopies(sources, on_device, to, options_.chunk_bytes));
     } catch (const std::exception& e) {
       AbandonCopy(job, slots, e);
     }
   }
   CopyToSlots(sources, to, options_.chunk_bytes, options_.copy_threads, on_device);
-  int64_t left = job.timing.bytes;
   const std::lock_guard lock(mu_);
   for (Slot* slot : slots) {
     slot->used = std::min(left, options_.chunk_bytes);
@@ -62,7 +64,8 @@ void Engine::CopyAll(const Snapshot& snap, Job& job, const std::vector<Slot*>& s
 
 // A pool smaller than the snapshot: fill slots one by one and hand each to
 // the writer, waiting for it to free slots.
-void Engine::CopyStreamingToWriter(const Snapshot& snap, Job& job) {
+void Engine::CopyStreamingToWriter(std::span<const TensorSlice> slices, DeviceSource* device,
+                                   Job& job) {
   Slot* cur = nullptr;
   // Waking the writer per slot costs two context switches on a busy machine;
   // it only needs waking per slot when it must free slots for this copy.
@@ -79,7 +82,7 @@ void Engine::CopyStreamingToWriter(const Snapshot& snap, Job& job) {
     if (streaming) cv_.notify_all();
     cur = nullptr;
   };
-  for (const TensorSlice& s : snap.slices) {
+  for (const TensorSlice& s : slices) {
     std::span<const std::byte> bytes = s.data;
     while (!bytes.empty()) {
       if (cur == nullptr && (cur = pool_->TryAcquire()) == nullptr) {
@@ -96,7 +99,7 @@ void Engine::CopyStreamingToWriter(const Snapshot& snap, Job& job) {
       if (s.on_device) {
         const DeviceSource::Copy copy{cur->data.get() + cur->used, bytes.data(), n};
         try {
-          snap.device->CopyToHost({&copy, 1});
+          device->CopyToHost({&copy, 1});
         } catch (const std::exception& e) {
           AbandonCopy(job, {&cur, 1}, e);
         }

@@ -3,12 +3,15 @@
 // Save()'s copy into the staging pool.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "ckpt/engine.h"
 #include "ckpt/format.h"
@@ -16,6 +19,20 @@
 namespace fmstack::ckpt {
 
 using Clock = std::chrono::steady_clock;
+
+// The writer's own slots for live chunks it gathers: one per write the
+// POSIX sink keeps in flight (two), one it hashes and fills, and a spare.
+constexpr int64_t kGatherSlots = 4;
+
+inline double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// `seconds` from now; anything over a year is "no deadline" without overflow.
+inline Clock::time_point Deadline(double seconds) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::duration<double>(std::clamp(seconds, 0.0, 3e7)));
+}
 
 struct Engine::Job {
   Counters counters;  // counters.step names the checkpoint
@@ -31,11 +48,26 @@ struct Engine::Job {
   // writer to free slots (a pool smaller than the state), or Save() gave up
   // waiting and no more slots will come.
   bool copied = false, streaming = false, abandoned = false;
+  // A live snapshot (Snapshot::live): the slices the writer reads chunks
+  // from, merged where one continues the other in memory, with each run's
+  // offset in the shard's data. Guarded by Engine::mu_: Release() has been
+  // called (chunks from `taken` on come from the pool), the chunks the
+  // writer has taken, and how many of those it still reads from the memory.
+  bool live = false;
+  std::vector<std::span<const std::byte>> runs;
+  std::vector<int64_t> run_offsets;
+  bool released = false;
+  int64_t taken = 0;
+  int live_reads = 0;
   Clock::time_point start;
   SaveTiming timing;
   bool first_tier_ok = false;
 
   int64_t step() const { return counters.step; }
+  // Makes the job live over `slices` (host memory).
+  void SetLiveRuns(std::span<const TensorSlice> slices);
+  // The pieces of memory that hold bytes [lo, hi) of the shard's data.
+  std::vector<std::span<const std::byte>> LiveBytes(int64_t lo, int64_t hi) const;
 };
 
 }  // namespace fmstack::ckpt

@@ -120,6 +120,7 @@ bool Engine::TierDown(size_t t) {
 
 std::optional<RestoreResult> Engine::Restore(std::span<const TensorTarget> targets,
                                              std::optional<int64_t> max_step) {
+  Release();  // the targets are likely the very memory a live save reads
   // A slower tier that already failed in this process is not asked again:
   // each question to a hung store costs its timeouts.
   std::vector<Tier*> all;
