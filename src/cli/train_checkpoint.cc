@@ -7,6 +7,7 @@
 #include <csignal>
 #include <filesystem>
 #include <functional>
+#include <utility>
 
 #include "catalog/catalog.h"
 #include "cli/commands.h"
@@ -24,6 +25,7 @@ TrainCheckpointer::TrainCheckpointer(const spec::JobSpec& job, const catalog::Ca
                                      bool joining)
     : job_(job), out_(out), catalog_(catalog), trainer_(trainer), note_(std::move(note)) {
   engine_ = MakeEngine(!joining);
+  trainer_.set_before_state_change([this] { ReleaseState(); });
   // The pool is touched (and pinned) now, so that no save, the first
   // included, pays page faults; not by a joining rank, whose peers wait for it.
   if (joining) return;
@@ -31,6 +33,18 @@ TrainCheckpointer::TrainCheckpointer(const spec::JobSpec& job, const catalog::Ca
   int64_t bytes = 0;
   for (const ckpt::TensorSlice& s : snap.slices) bytes += static_cast<int64_t>(s.data.size());
   engine_->Reserve(bytes, snap.device);  // and pinned, for a state in device memory
+}
+
+TrainCheckpointer::~TrainCheckpointer() {
+  trainer_.set_before_state_change(nullptr);
+}
+
+void TrainCheckpointer::ReleaseState() {
+  try {
+    last_release_ = engine_->Release();
+  } catch (const std::exception& e) {
+    throw CheckpointFailed(e.what());
+  }
 }
 
 std::unique_ptr<ckpt::Engine> TrainCheckpointer::MakeEngine(bool collect_garbage) {
@@ -58,6 +72,7 @@ std::unique_ptr<ckpt::Engine> TrainCheckpointer::MakeEngine(bool collect_garbage
 }
 
 void TrainCheckpointer::Reshaped() {
+  ReleaseState();  // the trainer did when it reshaped; the engine goes now
   engine_->Abandon();
   engine_.reset();  // its threads end; what it wrote of an unfinished step stays uncommitted
   // Every rank is done with the old engine before rank 0 of the new world
@@ -74,6 +89,7 @@ void TrainCheckpointer::Reshaped() {
 
 std::optional<int64_t> TrainCheckpointer::Resume(std::optional<int64_t> max_step,
                                                  const std::string& from) {
+  ReleaseState();  // the targets are the state
   const std::vector<ckpt::TensorTarget> targets = train::CheckpointTargets(trainer_);
   std::function<std::optional<ckpt::RestoreResult>(std::optional<int64_t>)> restore;
   ckpt::CheckpointDir dir;
@@ -169,6 +185,7 @@ void TrainCheckpointer::ChooseCadence(double blocking_seconds) {
 ckpt::SaveTiming TrainCheckpointer::Save() {
   ckpt::SaveTiming t;
   ckpt::Snapshot snap = train::CheckpointSnapshot(trainer_);
+  snap.live = true;  // released by the trainer before its next optimizer step
   // Where the tokenizer of these weights lives, for `fmstack generate`.
   snap.model["data_dir"] = std::filesystem::absolute(job_.data.dir).lexically_normal().string();
   try {
@@ -177,7 +194,11 @@ ckpt::SaveTiming TrainCheckpointer::Save() {
     throw CheckpointFailed(e.what());
   }
   saved_through_ = trainer_.step();
-  if (every_ == 0) ChooseCadence(t.blocking_seconds);
+  if (every_ == 0) {
+    // A live save costs training its release too, in the next step.
+    first_blocking_ = t.blocking_seconds;
+    cadence_due_ = true;
+  }
   return t;
 }
 
@@ -189,6 +210,7 @@ std::optional<ckpt::SaveTiming> TrainCheckpointer::AfterStep(double step_seconds
                                                              int64_t last_step) {
   step_seconds_sum_ += step_seconds;
   ++steps_seen_;
+  if (std::exchange(cadence_due_, false)) ChooseCadence(first_blocking_ + last_release_);
   const int64_t step = trainer_.step();
   // The first step saves to measure the blocking time the interval needs;
   // a fixed interval needs a step time first.

@@ -28,9 +28,16 @@ class TrainCheckpointer {
   using Note = std::function<void(const std::string&)>;
   // A `joining` rank replaces a lost one in a running job: it must not
   // clean up the steps its peers are still writing.
+  // Saves are live (ckpt::Snapshot::live): written straight from the
+  // trainer's memory while the next step's forward and backward passes run,
+  // and released by the trainer before it changes that memory
+  // (Trainer::set_before_state_change, which this sets and clears).
   TrainCheckpointer(const spec::JobSpec& job, const catalog::Catalog& catalog,
                     const std::string& out, train::Trainer& trainer, Note note,
                     bool joining = false);
+  ~TrainCheckpointer();
+  TrainCheckpointer(const TrainCheckpointer&) = delete;
+  TrainCheckpointer& operator=(const TrainCheckpointer&) = delete;
 
   // Restores the newest checkpoint that every rank loaded (collective),
   // no newer than `max_step` when given, from the job's own tiers or, with
@@ -73,6 +80,9 @@ class TrainCheckpointer {
 
  private:
   ckpt::SaveTiming Save();
+  // The trainer is about to change the state a live save reads: the save
+  // copies what it has not written yet. Throws CheckpointFailed.
+  void ReleaseState();
   std::unique_ptr<ckpt::Engine> MakeEngine(bool collect_garbage);
   // Collective: the group's cadence (the largest every_) and the newest
   // step any rank began to save.
@@ -91,6 +101,10 @@ class TrainCheckpointer {
   CommitFn on_committed_;
   std::unique_ptr<ckpt::Engine> engine_;
   int64_t every_ = 0;  // steps between saves; 0 = not chosen yet
+  // The first save's cost to training is its Save() and its release in the
+  // next step: the cadence is chosen once both are known.
+  bool cadence_due_ = false;
+  double first_blocking_ = 0, last_release_ = 0;
   int64_t saved_through_ = -1;
   double step_seconds_sum_ = 0;
   int64_t steps_seen_ = 0;

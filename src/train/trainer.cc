@@ -100,6 +100,9 @@ StepStats Trainer::Step() {
                                      counters_.step + 1, loss),
                          counters_.step + 1);
   }
+  // Forward and backward are done: what reads the state (a checkpoint
+  // written from it) has had the whole passes, and must let go now.
+  BeforeStateChange();
   StepStats s;
   s.lr = LearningRate(config_.optim, counters_.step, config_.steps);
   if (dp_) {
@@ -149,12 +152,14 @@ std::vector<Trainer::MomentRun> Trainer::MomentRuns() {
 }
 
 void Trainer::Detach() {
+  BeforeStateChange();  // the moments of a ZeRO shard go with dp_
   if (!dp_) return;
   dp_->comm().Abort("the trainer left this group");  // an operation in flight fails now
   dp_.reset();
 }
 
 void Trainer::Attach(comm::Communicator* comm) {
+  BeforeStateChange();
   if (comm == nullptr || comm->size() != dp_world_) {
     throw Error(fmt::format("rejoin: a communicator of {} ranks for a trainer built for {}",
                             comm ? comm->size() : 0, dp_world_));
@@ -163,6 +168,7 @@ void Trainer::Attach(comm::Communicator* comm) {
 }
 
 void Trainer::Reshape(comm::Communicator* comm) {
+  BeforeStateChange();
   if (comm == nullptr || comm->size() < 2)
     throw Error("reshape: data parallelism needs a communicator of at least 2 ranks");
   CheckShare(comm->size());
@@ -197,10 +203,12 @@ void Trainer::SyncHostState() {
 }
 
 void Trainer::HostStateChanged() {
+  BeforeStateChange();
   if (optimizer_on_device_) model_->SyncToDevice(optimizer_->m(), optimizer_->v());
 }
 
 void Trainer::FlipParameterBit(size_t index, int bit) {
+  BeforeStateChange();
   SyncHostState();
   std::span<float> p = model_->params();
   uint32_t word;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -139,11 +140,20 @@ class Trainer {
   // of the next step; one flipped bit in this rank's parameter replica; a
   // delay added to every step from now on (a slow node).
   void PoisonNextGradient() { poison_ = true; }
+
+  // Called before the trainer changes its parameters or optimizer state, or
+  // frees any of it: each optimizer step (after the forward and backward
+  // passes), restores, rejoins and reshapes. A checkpoint written straight
+  // from that memory (ckpt::Snapshot::live) is released here.
+  void set_before_state_change(std::function<void()> fn) { before_state_change_ = std::move(fn); }
   void FlipParameterBit(size_t index, int bit);
   void SlowDown(double seconds_per_step) { slowdown_ = seconds_per_step; }
 
  private:
   void CheckShare(int world) const;
+  void BeforeStateChange() {
+    if (before_state_change_) before_state_change_();
+  }
 
   TrainConfig config_;
   std::unique_ptr<gpt::Model> model_;
@@ -158,6 +168,7 @@ class Trainer {
   bool poison_ = false;
   bool optimizer_on_device_ = false;
   double slowdown_ = 0;
+  std::function<void()> before_state_change_;
 };
 
 }  // namespace fmstack::train

@@ -4,10 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 
 #include "ckpt/engine.h"
+#include "ckpt/hooked_tier.h"
 #include "ckpt/tier.h"
 #include "gpt/sgemm_peak.h"
 #include "train/checkpoint.h"
@@ -99,6 +103,65 @@ TEST(Trainer, ResumedRunEqualsUninterruptedRun) {
   EXPECT_EQ(resumed.counters().tokens, 8 * Config(20).tokens_per_step());
   while (resumed.step() < 20) resumed.Step();
   EXPECT_EQ(resumed.ParamHash(), straight.ParamHash());
+}
+
+// `fmstack train` saves live: the write reads the trainer's memory during
+// the next step's forward and backward passes, and the step releases it
+// before its optimizer update.
+TEST(Trainer, ALiveSaveHoldsTheStateOfItsStepWhileTheNextStepRuns) {
+  const TokenFile data = MakeData("live.bin", 5000, 3);
+  const std::string dir = ::testing::TempDir() + "/live-ckpt";
+  std::filesystem::remove_all(dir);
+  Trainer t(Config(20), data);
+  for (int i = 0; i < 4; ++i) t.Step();
+  const uint64_t at_save = t.ParamHash();
+  // The writer stops inside its third write (after the header and one
+  // chunk) until the step is over.
+  std::mutex mu;
+  std::condition_variable cv;
+  int writes = 0;
+  bool open = false;
+  std::vector<std::unique_ptr<ckpt::Tier>> tiers;
+  tiers.push_back(
+      std::make_unique<ckpt::testing::HookedTier>(ckpt::MakePosixTier("local", dir), "local", [&] {
+        std::unique_lock lock(mu);
+        if (++writes == 3) cv.notify_all();
+        cv.wait(lock, [&] { return open || writes < 3; });
+      }));
+  ckpt::EngineOptions o;
+  o.chunk_bytes = 4096;
+  ckpt::Engine engine(std::move(tiers), o);
+  std::atomic<int> releases{0};
+  t.set_before_state_change([&] {
+    engine.Release();
+    ++releases;
+  });
+  ckpt::Snapshot snap = CheckpointSnapshot(t);
+  snap.live = true;
+  engine.Save(snap);
+  {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return writes >= 3; });
+  }
+  // The tiny model's arrays are not 4 KiB-aligned, so the writer gathers
+  // every chunk and is done with the memory once it has copied one: the
+  // step's release copies the rest without waiting for the stopped write.
+  t.Step();
+  EXPECT_EQ(releases.load(), 1);
+  EXPECT_NE(t.ParamHash(), at_save);
+  {
+    const std::lock_guard lock(mu);
+    open = true;
+  }
+  cv.notify_all();
+  engine.Wait();
+  t.set_before_state_change(nullptr);
+  const ckpt::SaveTiming timing = engine.TakeTimings().at(0);
+  EXPECT_GT(timing.chunks_released, 0);
+  Trainer loaded(Config(20), data);
+  LoadFrom(loaded, dir);
+  EXPECT_EQ(loaded.step(), 4);
+  EXPECT_EQ(loaded.ParamHash(), at_save);
 }
 
 TEST(Trainer, OverfitsASingleBatch) {
