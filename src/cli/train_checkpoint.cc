@@ -42,6 +42,7 @@ TrainCheckpointer::~TrainCheckpointer() {
 void TrainCheckpointer::ReleaseState() {
   try {
     last_release_ = engine_->Release();
+    release_in_step_ += last_release_;
   } catch (const std::exception& e) {
     throw CheckpointFailed(e.what());
   }

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "catalog/catalog.h"
 #include "ckpt/engine.h"
@@ -52,6 +53,9 @@ class TrainCheckpointer {
   // After each optimizer step (collective when it saves). Returns the save's
   // timing when it saved.
   std::optional<ckpt::SaveTiming> AfterStep(double step_seconds, int64_t last_step);
+  // Seconds the trainer waited in releases of live saves since the last call
+  // (they run inside Trainer::Step, before its update).
+  double TakeReleaseSeconds() { return std::exchange(release_in_step_, 0.0); }
   // Whether the job's own tiers hold a committed checkpoint.
   bool HasOwn() { return engine_->Latest().has_value(); }
   // Saves the current step now, whatever the cadence (collective).
@@ -105,6 +109,7 @@ class TrainCheckpointer {
   // next step: the cadence is chosen once both are known.
   bool cadence_due_ = false;
   double first_blocking_ = 0, last_release_ = 0;
+  double release_in_step_ = 0;  // TakeReleaseSeconds
   int64_t saved_through_ = -1;
   double step_seconds_sum_ = 0;
   int64_t steps_seen_ = 0;

@@ -294,6 +294,8 @@ int RunTrain(const TrainArgs& args) {
                                 slot != nullptr ? slot : std::to_string(trainer.rank())));
   }
   int64_t verified = trainer.step();  // newest step whose replicas were checked equal
+  // A save reported once the next step has released it (its whole cost).
+  std::optional<ckpt::SaveTiming> pending_ckpt;
   try {
     while (trainer.step() < last) {
       try {
@@ -302,7 +304,19 @@ int RunTrain(const TrainArgs& args) {
                        seconds / static_cast<double>(std::max<int64_t>(1, trainer.step() - first)));
         if (rehearsal.exit_now) return 3;
         if (rehearsal.stall) StallMainThread(4 * job.resilience.collective_timeout + 60);
-        const train::StepStats s = trainer.Step();
+        (void)checkpoints.TakeReleaseSeconds();  // one outside a step (a recovery's) is not its
+        train::StepStats s = trainer.Step();
+        // A live save's release ran inside the step (before its update):
+        // checkpoint time, not training time, in the throughput and in the
+        // supervisor's ledger, which gets the save's whole cost now.
+        const double release = checkpoints.TakeReleaseSeconds();
+        s.seconds -= release;
+        if (pending_ckpt) {
+          control->Send({{"ev", "ckpt"},
+                         {"step", pending_ckpt->step},
+                         {"blocking_s", pending_ckpt->blocking_seconds + release}});
+          pending_ckpt.reset();
+        }
         seconds += s.seconds;
         comm_exposed += s.comm.exposed;
         last_loss = s.loss;
@@ -360,9 +374,7 @@ int RunTrain(const TrainArgs& args) {
         const double replica_s = peers.AfterStep();
         seconds += replica_s;
         control->Progress(s.step, "checkpoint");
-        if (const std::optional<ckpt::SaveTiming> t = checkpoints.AfterStep(s.seconds, last)) {
-          control->Send({{"ev", "ckpt"}, {"step", t->step}, {"blocking_s", t->blocking_seconds}});
-        }
+        pending_ckpt = checkpoints.AfterStep(s.seconds, last);
         control->Progress(s.step, "train");
         const double tok_s =
             static_cast<double>((s.step - first) * config.tokens_per_step()) / seconds;
@@ -419,6 +431,11 @@ int RunTrain(const TrainArgs& args) {
       }
     }
     control->Progress(trainer.step(), "checkpoint");
+    if (pending_ckpt) {  // the last save: no step released it, training is over
+      control->Send({{"ev", "ckpt"},
+                     {"step", pending_ckpt->step},
+                     {"blocking_s", pending_ckpt->blocking_seconds}});
+    }
     checkpoints.Finish();
   } catch (const train::NonFiniteError& e) {
     control->Send(
