@@ -190,8 +190,9 @@ class Engine {
   void Abandon() { give_up_commit_ = true; }
   // Timings of saves whose pipeline finished, oldest first.
   std::vector<SaveTiming> TakeTimings();
-  // Allocates and touches the staging pool now (it is otherwise sized by the
-  // first Save, which then pays the page faults), and pins it for `device`
+  // Allocates and touches the staging pool now, and the writer's four gather
+  // slots (otherwise the first Save does, and pays the page faults), and pins
+  // the pool for `device`
   // (otherwise done by the first Save from it).
   void Reserve(int64_t state_bytes, const std::shared_ptr<DeviceSource>& device = nullptr);
   int64_t pool_bytes() const;
@@ -256,7 +257,7 @@ class Engine {
   EngineOptions options_;
   std::unique_ptr<Pool> pool_;
   // The writer's own slots (its thread alone uses them), for the chunks of a
-  // live snapshot that are not one aligned run of memory.
+  // live snapshot that are not one aligned run of memory; made with pool_.
   std::unique_ptr<Pool> gather_;
 
   std::mutex mu_;
