@@ -192,8 +192,7 @@ class Engine {
   std::vector<SaveTiming> TakeTimings();
   // Allocates and touches the staging pool now, and the writer's four gather
   // slots (otherwise the first Save does, and pays the page faults), and pins
-  // the pool for `device`
-  // (otherwise done by the first Save from it).
+  // the pool for `device` (otherwise done by the first Save from it).
   void Reserve(int64_t state_bytes, const std::shared_ptr<DeviceSource>& device = nullptr);
   int64_t pool_bytes() const;
 
