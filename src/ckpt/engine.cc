@@ -271,12 +271,11 @@ void Engine::WriteFirstTier(Job& job) {
   }
   // Every slot is consumed even after an error, so that Save() never waits
   // for one; an abandoned save hands over no more, and what it handed over
-  // goes back to the pool unwritten. The sink writes a slot while this
-  // takes the next (Sink::Queue): `queued` holds the slots it has not yet
-  // reported written, oldest first. After a failed write none is in flight.
-  // What the sink has not reported written yet, oldest first: a staging
-  // slot, one of the writer's gather slots, or (no slot) a live snapshot's
-  // memory, which Release() waits for.
+  // goes back to the pool unwritten. The sink writes a chunk while this
+  // takes the next (Sink::Queue): `queued` holds what it has not yet
+  // reported written, oldest first: a staging slot, one of the writer's
+  // gather slots, or (no slot) a live snapshot's memory, which Release()
+  // waits for. After a failed write none is in flight.
   struct Held {
     Slot* slot = nullptr;
     Pool* owner = nullptr;
