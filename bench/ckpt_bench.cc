@@ -82,7 +82,6 @@ using fmstack::bench::Median;
 using fmstack::bench::Output;
 using fmstack::bench::Since;
 using fmstack::bench::Timed;
-using fmstack::bench::WithDeadline;
 
 using namespace fmstack;
 namespace fs = std::filesystem;

@@ -331,16 +331,19 @@ void Engine::WriteFirstTier(Job& job) {
     }
     std::span<const char> bytes;
     if (held.slot == nullptr) {  // a live chunk: from the caller's memory
-      bytes = DirectLiveChunk(job, i);
-      ++(bytes.empty() ? job.timing.chunks_gathered : job.timing.chunks_direct);
-      if (bytes.empty()) {
+      const Pieces pieces = LivePieces(job, i);
+      bytes = DirectRun(pieces, i == job.slots_total - 1);
+      if (!bytes.empty()) {
+        ++job.timing.chunks_direct;
+      } else {
         Slot* g = gather_->TryAcquire();
         if (g == nullptr) {
           drain();  // frees every slot queued, the gather slots with them
           g = gather_->TryAcquire();
         }
-        GatherLiveChunk(job, i, *g);
+        GatherLiveChunk(job, pieces, *g);
         held = {g, gather_.get()};
+        ++job.timing.chunks_gathered;
       }
     }
     if (held.slot != nullptr) bytes = {held.slot->data.get(), static_cast<size_t>(held.slot->used)};

@@ -211,11 +211,13 @@ class Engine {
   void CopyLiveRest(Job& job, int64_t first);
   // Release()'s wait for the writer's reads of a live job's memory.
   void AwaitLiveReads(Job& job);
-  // The writer's live chunks: chunk i straight from the caller's memory when
-  // it is one run aligned for O_DIRECT (else empty), or copied into `to`;
-  // and the end of `n` reads of that memory.
-  std::span<const char> DirectLiveChunk(const Job& job, int64_t i) const;
-  void GatherLiveChunk(Job& job, int64_t i, Slot& to);
+  // The writer's live chunks: the caller's memory that holds chunk i; that
+  // memory when it is one run aligned for O_DIRECT (else empty); the pieces
+  // copied into `to`; and the end of `n` reads of that memory.
+  using Pieces = std::vector<std::span<const std::byte>>;
+  Pieces LivePieces(const Job& job, int64_t i) const;
+  static std::span<const char> DirectRun(const Pieces& pieces, bool last_chunk);
+  void GatherLiveChunk(Job& job, const Pieces& pieces, Slot& to);
   void LiveReadsDone(Job& job, int n);
   // Tells the writer no more slots of `job` will come, then throws the
   // error that names the wait.

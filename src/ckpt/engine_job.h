@@ -64,7 +64,7 @@ struct Engine::Job {
   bool first_tier_ok = false;
 
   int64_t step() const { return counters.step; }
-  // Makes the job live over `slices` (host memory).
+  // The runs of `slices` (host memory) that a live job reads.
   void SetLiveRuns(std::span<const TensorSlice> slices);
   // The pieces of memory that hold bytes [lo, hi) of the shard's data.
   std::vector<std::span<const std::byte>> LiveBytes(int64_t lo, int64_t hi) const;

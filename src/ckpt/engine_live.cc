@@ -23,7 +23,6 @@ constexpr uintptr_t kDirectAlign = 4096;
 }  // namespace
 
 void Engine::Job::SetLiveRuns(std::span<const TensorSlice> slices) {
-  live = true;
   int64_t offset = 0;
   for (const TensorSlice& s : slices) {
     if (s.data.empty()) continue;
@@ -55,22 +54,22 @@ std::vector<std::span<const std::byte>> Engine::Job::LiveBytes(int64_t lo, int64
   return out;
 }
 
-std::span<const char> Engine::DirectLiveChunk(const Job& job, int64_t i) const {
+Engine::Pieces Engine::LivePieces(const Job& job, int64_t i) const {
   const int64_t lo = i * options_.chunk_bytes;
-  const int64_t hi = std::min(lo + options_.chunk_bytes, job.timing.bytes);
-  const std::vector<std::span<const std::byte>> pieces = job.LiveBytes(lo, hi);
+  return job.LiveBytes(lo, std::min(lo + options_.chunk_bytes, job.timing.bytes));
+}
+
+std::span<const char> Engine::DirectRun(const Pieces& pieces, bool last_chunk) {
   if (pieces.size() != 1) return {};
   const auto* p = reinterpret_cast<const char*>(pieces[0].data());
   const bool aligned = reinterpret_cast<uintptr_t>(p) % kDirectAlign == 0 &&
-                       (pieces[0].size() % kDirectAlign == 0 || hi == job.timing.bytes);
+                       (pieces[0].size() % kDirectAlign == 0 || last_chunk);
   return aligned ? std::span<const char>(p, pieces[0].size()) : std::span<const char>();
 }
 
-void Engine::GatherLiveChunk(Job& job, int64_t i, Slot& to) {
-  const int64_t lo = i * options_.chunk_bytes;
-  const int64_t hi = std::min(lo + options_.chunk_bytes, job.timing.bytes);
+void Engine::GatherLiveChunk(Job& job, const Pieces& pieces, Slot& to) {
   to.used = 0;
-  for (const std::span<const std::byte> piece : job.LiveBytes(lo, hi)) {
+  for (const std::span<const std::byte> piece : pieces) {
     CopyStreaming(to.data.get() + to.used, piece.data(), piece.size());
     to.used += static_cast<int64_t>(piece.size());
   }

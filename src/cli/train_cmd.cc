@@ -304,7 +304,8 @@ int RunTrain(const TrainArgs& args) {
                        seconds / static_cast<double>(std::max<int64_t>(1, trainer.step() - first)));
         if (rehearsal.exit_now) return 3;
         if (rehearsal.stall) StallMainThread(4 * job.resilience.collective_timeout + 60);
-        (void)checkpoints.TakeReleaseSeconds();  // one outside a step (a recovery's) is not its
+        // A release outside a step (a recovery's) is not this step's time.
+        (void)checkpoints.TakeReleaseSeconds();
         train::StepStats s = trainer.Step();
         // A live save's release ran inside the step (before its update):
         // checkpoint time, not training time, in the throughput and in the

@@ -203,7 +203,6 @@ void Trainer::SyncHostState() {
 }
 
 void Trainer::HostStateChanged() {
-  BeforeStateChange();
   if (optimizer_on_device_) model_->SyncToDevice(optimizer_->m(), optimizer_->v());
 }
 

@@ -143,8 +143,10 @@ class Trainer {
 
   // Called before the trainer changes its parameters or optimizer state, or
   // frees any of it: each optimizer step (after the forward and backward
-  // passes), restores, rejoins and reshapes. A checkpoint written straight
-  // from that memory (ckpt::Snapshot::live) is released here.
+  // passes), rejoins and reshapes (before a peer restore writes the state)
+  // and bit flips. A checkpoint written straight from that memory
+  // (ckpt::Snapshot::live) is released here; a checkpoint restore releases
+  // through the engine (ckpt::Engine::Restore, TrainCheckpointer::Resume).
   void set_before_state_change(std::function<void()> fn) { before_state_change_ = std::move(fn); }
   void FlipParameterBit(size_t index, int bit);
   void SlowDown(double seconds_per_step) { slowdown_ = seconds_per_step; }
