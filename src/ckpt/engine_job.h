@@ -40,6 +40,10 @@ struct Engine::Job {
   nlohmann::json model;
   std::string file;    // this rank's shard file name
   std::string header;  // its safetensors header
+  // The snapshot's slices in shard order, with the padding entries between
+  // them (WithPadding in engine.cc): what Save() copies and a live save's
+  // writer reads.
+  std::vector<TensorSlice> slices;
   std::map<std::string, TensorEntry> pieces;
   FileEntry entry;
   int64_t slots_total = 0;
@@ -65,7 +69,7 @@ struct Engine::Job {
 
   int64_t step() const { return counters.step; }
   // The runs of `slices` (host memory) that a live job reads.
-  void SetLiveRuns(std::span<const TensorSlice> slices);
+  void SetLiveRuns();
   // The pieces of memory that hold bytes [lo, hi) of the shard's data.
   std::vector<std::span<const std::byte>> LiveBytes(int64_t lo, int64_t hi) const;
 };

@@ -22,7 +22,7 @@ constexpr uintptr_t kDirectAlign = 4096;
 
 }  // namespace
 
-void Engine::Job::SetLiveRuns(std::span<const TensorSlice> slices) {
+void Engine::Job::SetLiveRuns() {
   int64_t offset = 0;
   for (const TensorSlice& s : slices) {
     if (s.data.empty()) continue;

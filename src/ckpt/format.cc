@@ -280,6 +280,14 @@ void MergeRankIndex(const nlohmann::json& index, const std::string& where, Manif
   }
 }
 
+std::string PadTensorName(int64_t n) {
+  return fmt::format("{}{}", kPadTensorPrefix, n);
+}
+
+bool IsPadTensorName(std::string_view name) {
+  return name.starts_with(kPadTensorPrefix);
+}
+
 std::string SafetensorsHeader(const std::vector<ShardPiece>& pieces) {
   nlohmann::json h = nlohmann::json::object();
   int64_t offset = 0;
@@ -293,7 +301,8 @@ std::string SafetensorsHeader(const std::vector<ShardPiece>& pieces) {
   }
   h["__metadata__"] = {{"format", "pt"}, {"writer", "fmstack"}};
   std::string text = h.dump();
-  const size_t total = (8 + text.size() + 4095) / 4096 * 4096;
+  const auto align = static_cast<size_t>(kShardAlign);
+  const size_t total = (8 + text.size() + align - 1) / align * align;
   text.resize(total - 8, ' ');
   std::string out(8, '\0');
   const uint64_t n = text.size();

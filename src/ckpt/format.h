@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace fmstack::ckpt {
@@ -99,7 +100,17 @@ void MergeRankIndex(const nlohmann::json& index, const std::string& where, Manif
 // The safetensors header of a shard: 8-byte little-endian length, then JSON
 // naming each piece ("name" for a whole tensor, "name@begin+count" for a part)
 // with its dtype, shape and data_offsets, padded with spaces so that the data
-// region starts on a 4096-byte boundary (aligned I/O).
+// region starts on a kShardAlign boundary (aligned I/O).
+//
+// Safetensors allows no holes in the data region, so the writer's padding
+// between pieces (a run of memory starts at the offset that agrees with its
+// address modulo kShardAlign: O_DIRECT with no copy, both ways) is itself an
+// entry: "__pad.<n>", U8 of zeros. The manifest does not list them; any
+// safetensors reader sees them as small tensors of that reserved name.
+constexpr int64_t kShardAlign = 4096;
+inline constexpr std::string_view kPadTensorPrefix = "__pad.";
+std::string PadTensorName(int64_t n);  // "__pad.3"
+bool IsPadTensorName(std::string_view name);
 struct ShardPiece {
   std::string tensor;
   DType dtype = DType::kF32;

@@ -87,10 +87,10 @@ void ReadAndCheckHeader(Tier& tier, int64_t step, const Manifest& m, const std::
 // file system takes O_DIRECT, each worker reads 8 MiB at a time past the
 // page cache into a buffer on huge pages (stream_reader.cc and
 // posix_tier.cc have the figures), else 1 MiB pieces through the page
-// cache. A read that lands whole in one tensor (and, for O_DIRECT, at an
-// aligned address) goes straight into it (docs/ckpt.md, "A reader of its
-// own per restore worker"). Earlier, on an AMD EPYC VM, O_DIRECT with 1 MiB
-// reads into 4 KiB pages ran erratically (0.8-2.1 GB/s) and was not used.
+// cache. The whole aligned blocks of a read that land in one run of the
+// targets' memory go straight into it, the rest through the buffer in the
+// same request (NeedIndex::Place; docs/ckpt.md, "Padding"). Earlier, on an AMD EPYC VM, O_DIRECT
+// with 1 MiB reads into 4 KiB pages ran erratically (0.8-2.1 GB/s) and was not used.
 constexpr int64_t kRemotePieceBytes = int64_t{8} << 20;
 constexpr int64_t kLocalPieceBytes = int64_t{1} << 20;
 
@@ -99,9 +99,28 @@ constexpr int64_t kLocalPieceBytes = int64_t{1} << 20;
 struct NeedIndex {
   const std::vector<Need>& needs;
   std::vector<int64_t> max_hi;
+  // The bytes that one need alone wants, merged where both the file and
+  // the memory run on (a trainer's tensors are views of a few flat
+  // arrays): the placements reads may go straight into.
+  std::vector<Need> runs;
+
   explicit NeedIndex(const std::vector<Need>& n) : needs(n) {
     int64_t m = 0;
-    for (const Need& x : needs) max_hi.push_back(m = std::max(m, x.hi));
+    for (size_t k = 0; k < needs.size(); ++k) {
+      // No earlier need reaches past m, no later one starts before the next's lo.
+      const int64_t lo = std::max(needs[k].lo, m);
+      const int64_t hi =
+          k + 1 < needs.size() ? std::min(needs[k].hi, needs[k + 1].lo) : needs[k].hi;
+      max_hi.push_back(m = std::max(m, needs[k].hi));
+      if (hi <= lo || needs[k].dest == nullptr) continue;
+      std::byte* const dest = needs[k].dest + (lo - needs[k].lo);
+      if (!runs.empty() && runs.back().hi == lo &&
+          runs.back().dest + (lo - runs.back().lo) == dest) {
+        runs.back().hi = hi;
+      } else {
+        runs.push_back({lo, hi, dest});
+      }
+    }
   }
   size_t First(int64_t pos) const {  // the first need that may reach past pos
     return static_cast<size_t>(std::upper_bound(max_hi.begin(), max_hi.end(), pos) -
@@ -119,19 +138,14 @@ struct NeedIndex {
       if (static_cast<const void*>(to) != from) std::memcpy(to, from, static_cast<size_t>(hi - lo));
     }
   }
-  // Where bytes [pos, pos + n) can be read straight to: the one need that
-  // holds all of them and that no other need touches (a byte wanted twice
-  // goes through the buffer and is copied to both); else an empty span.
-  std::span<char> Place(int64_t pos, int64_t n) const {
-    const int64_t end = pos + n;
-    Need const* only = nullptr;
-    for (size_t k = First(pos); k < needs.size() && needs[k].lo < end; ++k) {
-      if (needs[k].hi <= pos) continue;
-      if (only != nullptr) return {};
-      only = &needs[k];
-    }
-    if (only == nullptr || only->dest == nullptr || only->lo > pos || only->hi < end) return {};
-    return {reinterpret_cast<char*>(only->dest + (pos - only->lo)), static_cast<size_t>(n)};
+  // Where the bytes from `pos` can be read straight to (a byte wanted twice
+  // goes through the buffer and is copied to both), for how many bytes.
+  Placement Place(int64_t pos, int64_t max_bytes) const {
+    const auto r = std::upper_bound(runs.begin(), runs.end(), pos,
+                                    [](int64_t p, const Need& run) { return p < run.hi; });
+    if (r == runs.end()) return {nullptr, max_bytes};
+    if (r->lo > pos) return {nullptr, std::min(max_bytes, r->lo - pos)};
+    return {reinterpret_cast<char*>(r->dest + (pos - r->lo)), std::min(max_bytes, r->hi - pos)};
   }
 };
 

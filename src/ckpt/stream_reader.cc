@@ -22,6 +22,61 @@ constexpr int kRing = 4;
 // memory in physically contiguous segments, a bounded number of them.
 constexpr int64_t kDirectReadBytes = int64_t{8} << 20;
 
+// A buffered reader takes placements this large into the caller's memory;
+// smaller ones cost it a system call each for little, and go through its buffer.
+constexpr int64_t kMinBufferedPlacement = 4096;
+
+// Bytes [lo, lo + into.size()) of the data region and the memory they are read into.
+struct Part {
+  int64_t lo = 0;
+  std::span<char> into;
+};
+
+// How the read of bytes [p, p + n) splits between the caller's memory and
+// `buffer` (which stands for [p, p + n)). With a direct reader (`align` >
+// 0) only whole aligned blocks of the file whose memory is aligned as well
+// go to the caller's memory, so every part is whole blocks (the file's end
+// aside) and the read stays one request.
+std::vector<Part> PlanRead(int64_t p, int64_t n, int64_t base, int64_t align, const PlaceFn& place,
+                           char* buffer) {
+  std::vector<Part> parts;
+  const auto add = [&](int64_t lo, int64_t hi, char* to) {
+    if (hi <= lo) return;
+    char* const into = to != nullptr ? to : buffer + (lo - p);
+    if (!parts.empty()) {
+      Part& last = parts.back();
+      if (last.lo + static_cast<int64_t>(last.into.size()) == lo &&
+          last.into.data() + last.into.size() == into) {
+        last.into = {last.into.data(), last.into.size() + static_cast<size_t>(hi - lo)};
+        return;
+      }
+    }
+    parts.push_back({lo, {into, static_cast<size_t>(hi - lo)}});
+  };
+  for (int64_t pos = p; pos < p + n;) {
+    Placement at = place ? place(pos, p + n - pos) : Placement{nullptr, p + n - pos};
+    const int64_t end = pos + std::clamp<int64_t>(at.bytes, 1, p + n - pos);
+    if (at.to == nullptr) {
+      add(pos, end, nullptr);
+    } else if (align == 0) {
+      add(pos, end, end - pos >= kMinBufferedPlacement ? at.to : nullptr);
+    } else {
+      const int64_t a = (base + pos + align - 1) / align * align - base;
+      const int64_t b = (base + end) / align * align - base;
+      char* const first = at.to + (a - pos);
+      if (b > a && reinterpret_cast<uintptr_t>(first) % static_cast<uintptr_t>(align) == 0) {
+        add(pos, a, nullptr);
+        add(a, b, first);
+        add(b, end, nullptr);
+      } else {
+        add(pos, end, nullptr);
+      }
+    }
+    pos = end;
+  }
+  return parts;
+}
+
 struct PieceRef {
   int64_t offset = 0, len = 0;
 };
@@ -112,7 +167,7 @@ void ReadChunksInParallel(Tier& tier, int64_t step, const std::string& file, int
                           std::span<const std::pair<int64_t, int64_t>> chunks, int workers,
                           int64_t piece_bytes,
                           const std::function<void(int, int64_t, std::span<const char>)>& fn,
-                          const std::function<std::span<char>(int64_t, int64_t)>& place) {
+                          const PlaceFn& place) {
   std::atomic<size_t> next{0};
   std::mutex mu;
   size_t failed_chunk = chunks.size();  // the earliest chunk that failed
@@ -137,18 +192,19 @@ void ReadChunksInParallel(Tier& tier, int64_t step, const std::string& file, int
         }
         for (int64_t p = lo; p < hi;) {
           const int64_t n = std::min(hi - p, read_bytes);
-          std::span<char> into = place ? place(p, n) : std::span<char>();
-          // Memory the disk cannot DMA into takes the buffer and a copy.
-          const bool misaligned =
-              direct > 0 && reinterpret_cast<uintptr_t>(into.data()) % direct != 0;
-          if (static_cast<int64_t>(into.size()) != n || misaligned)
-            into = std::span(buffer.data(), static_cast<size_t>(n));
-          reader->Read(base + p, into);
+          const std::vector<Part> parts =
+              PlanRead(p, n, base, static_cast<int64_t>(direct), place, buffer.data());
+          std::vector<std::span<char>> into;
+          for (const Part& part : parts) into.push_back(part.into);
+          reader->ReadV(base + p, into);
           // The caller checks and scatters in pieces that stay in cache.
-          for (int64_t q = 0; q < n; q += piece_bytes)
-            fn(worker, p + q,
-               into.subspan(static_cast<size_t>(q),
-                            static_cast<size_t>(std::min(piece_bytes, n - q))));
+          for (const Part& part : parts) {
+            const auto len = static_cast<int64_t>(part.into.size());
+            for (int64_t q = 0; q < len; q += piece_bytes)
+              fn(worker, part.lo + q,
+                 part.into.subspan(static_cast<size_t>(q),
+                                   static_cast<size_t>(std::min(piece_bytes, len - q))));
+          }
           p += n;
         }
       } catch (...) {

@@ -37,15 +37,21 @@ void StreamSpans(Tier& tier, int64_t step, const std::string& file, int64_t base
 // worker's thread. After an error (a read, or thrown by fn) no later chunk
 // starts; the error of the earliest failed chunk is rethrown once every
 // worker has stopped, so the message does not depend on timing.
-// `place`, when given, may name where a read should go instead of the
-// worker's buffer: a span of exactly `bytes` bytes (fn then gets pieces of
-// that span), or an empty one; a direct reader ignores one that is not
-// aligned for it. It lets a piece that lands whole in one tensor be
-// read straight into it, saving a copy of every byte.
+// `place`, when given, says where the bytes from an offset should go
+// instead of the worker's buffer (Placement). A direct reader takes the
+// whole aligned blocks of each placement whose memory is aligned too, and
+// reads the rest of the piece into its buffer in the same request; fn then
+// gets pieces of that memory. It lets the bytes of a tensor go straight
+// into it, saving a copy of every byte but a block or two at its edges.
+struct Placement {
+  char* to = nullptr;  // nullptr: no memory of the caller's; the buffer
+  int64_t bytes = 0;   // how many bytes from the offset this holds for (>= 1)
+};
+using PlaceFn = std::function<Placement(int64_t offset, int64_t max_bytes)>;
 void ReadChunksInParallel(
     Tier& tier, int64_t step, const std::string& file, int64_t base,
     std::span<const std::pair<int64_t, int64_t>> chunks, int workers, int64_t piece_bytes,
     const std::function<void(int worker, int64_t offset, std::span<const char> bytes)>& fn,
-    const std::function<std::span<char>(int64_t offset, int64_t bytes)>& place = {});
+    const PlaceFn& place = {});
 
 }  // namespace fmstack::ckpt

@@ -50,6 +50,15 @@ class FileReader {
   virtual ~FileReader() = default;
   // Reads exactly out.size() bytes at `offset`, as Tier::Read does.
   virtual void Read(int64_t offset, std::span<char> out) = 0;
+  // Reads consecutive bytes from `offset` into each part in turn: one
+  // request where the reader can (a direct reader, every part aligned),
+  // so that a read split between tensors and a buffer stays one large read.
+  virtual void ReadV(int64_t offset, std::span<const std::span<char>> parts) {
+    for (const std::span<char> part : parts) {
+      Read(offset, part);
+      offset += static_cast<int64_t>(part.size());
+    }
+  }
   // Nonzero when a read whose offset, length and buffer are multiples of
   // it bypasses the page cache (O_DIRECT): such a reader wants few large
   // reads into aligned memory, not many small ones.

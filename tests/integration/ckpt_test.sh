@@ -155,7 +155,7 @@ meta = header.pop("__metadata__")
 spans = sorted(v["data_offsets"] for v in header.values())
 assert spans[0][0] == 0 and all(a[1] == b[0] for a, b in zip(spans, spans[1:])), "holes"
 assert 8 + n + spans[-1][1] == len(raw), "data region does not end the file"
-size = {"F32": 4, "BF16": 2}
+size = {"F32": 4, "BF16": 2, "U8": 1}
 for name, v in header.items():
     count = 1
     for d in v["shape"]: count *= d

@@ -103,16 +103,21 @@ class DeviceSourceTest : public ::testing::Test {
 };
 
 // Marks every slice with an index in `which` (all when empty) as on the
-// device, reading it from a copy of its bytes in `arena` instead.
+// device, reading it from a copy of its bytes in `arena` instead: apart
+// from one another, each at its address modulo 4 KiB, which is what the
+// shard's padding follows (a device snapshot then writes the same file).
 Snapshot OnDevice(Snapshot snap, std::vector<std::byte>& arena, SourceLog& log,
                   const std::vector<size_t>& which = {}, int fail_on_call = 0) {
   size_t total = 0;
-  for (const TensorSlice& s : snap.slices) total += s.data.size();
+  for (const TensorSlice& s : snap.slices) total += s.data.size() + 8192;
   arena.assign(total, std::byte{0});
   size_t at = 0;
   for (size_t i = 0; i < snap.slices.size(); ++i) {
     TensorSlice& s = snap.slices[i];
     if (!which.empty() && std::find(which.begin(), which.end(), i) == which.end()) continue;
+    const auto want = reinterpret_cast<uintptr_t>(s.data.data()) % 4096;
+    at += 4096;  // never continuing the slice before it
+    at += (want + 4096 - reinterpret_cast<uintptr_t>(arena.data() + at) % 4096) % 4096;
     std::memcpy(arena.data() + at, s.data.data(), s.data.size());
     s.data = std::span(arena).subspan(at, s.data.size());
     s.on_device = true;

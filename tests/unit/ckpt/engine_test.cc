@@ -166,12 +166,12 @@ TEST_F(EngineTest, ReshardReadsEachByteOnce) {
   const SyntheticState state = MakeState(4, 200);
   SaveAsWorld(state, 1, 3);
   int64_t total = 0, data = 0;
-  for (const auto& [n, t] : state.tensors) data += static_cast<int64_t>(t.bytes.size());
   std::vector<std::unique_ptr<Tier>> tiers = Tiers();
+  for (const auto& [name, f] : ReadManifest(*tiers[0], 1).files) data += f.size - f.data_offset;
   Loaded l = TargetsFor(state, 0, 1);
   ReadCopy(*tiers[0], 1, l.targets, &total);
   EXPECT_TRUE(Matches(state, l, 0, 1));
-  // Whole-state load: exactly the data regions, each chunk once.
+  // Whole-state load: exactly the data regions (pads and all), each chunk once.
   EXPECT_EQ(total, data);
 }
 
@@ -269,38 +269,89 @@ TEST_F(EngineTest, ParallelAndStreamedReadsAgree) {
   EXPECT_EQ(VerifyCopy(local, 3), VerifyCopy(remote, 3));
 }
 
-// A piece that `place` names is read straight into that span and handed to
-// fn as that span; the others go through the worker's buffer. Either way fn
+// The bytes a placement names are read straight into it and handed to fn
+// as pieces of it; the others go through the worker's buffer. Either way fn
 // sees the file's bytes, in order within each chunk.
 TEST_F(EngineTest, PlacedPiecesAreReadStraightIntoTheirSpan) {
   std::vector<std::unique_ptr<Tier>> tiers = Tiers();
   const std::string file = RankFileName(0);
   const std::vector<char> whole = SavedRankFile(MakeState(3, 900), *tiers[0]);
   const auto size = static_cast<int64_t>(whole.size());
-  // Chunks of 5000 bytes, pieces of 1024: pieces whose offset is a multiple
-  // of 2048 are placed, the rest, and every chunk's short last piece, not.
+  // Chunks of 20 KiB, pieces of 4 KiB: the pieces at a multiple of 8 KiB
+  // are placed, the rest not, nor the file's short last piece (under the
+  // 4 KiB a buffered reader reads into the caller's memory).
   std::vector<std::pair<int64_t, int64_t>> chunks;
-  for (int64_t p = 0; p < size; p += 5000) chunks.emplace_back(p, std::min(size, p + 5000));
+  for (int64_t p = 0; p < size; p += 20480) chunks.emplace_back(p, std::min(size, p + 20480));
   std::vector<char> placed(whole.size()), seen(whole.size());
   std::mutex mu;
   int64_t straight = 0, buffered = 0;
-  RemoteView through_the_cache(*tiers[0]);  // its reader is buffered: reads of 1024
+  RemoteView through_the_cache(*tiers[0]);  // its reader is buffered: reads of 4 KiB
   ReadChunksInParallel(
-      through_the_cache, 2, file, 0, chunks, 3, 1024,
+      through_the_cache, 2, file, 0, chunks, 3, 4096,
       [&](int, int64_t pos, std::span<const char> bytes) {
         const std::lock_guard lock(mu);
         const bool in_place = bytes.data() == placed.data() + pos;
-        EXPECT_EQ(in_place, pos % 2048 == 0 && bytes.size() == 1024) << "piece at " << pos;
+        EXPECT_EQ(in_place, pos % 8192 == 0 && bytes.size() == 4096) << "piece at " << pos;
         (in_place ? straight : buffered) += 1;
         std::memcpy(seen.data() + pos, bytes.data(), bytes.size());
       },
       [&](int64_t pos, int64_t n) {
-        if (pos % 2048 != 0 || n != 1024) return std::span<char>();
-        return std::span(placed.data() + pos, static_cast<size_t>(n));
+        if (pos % 8192 != 0) return Placement{nullptr, std::min(n, 8192 - pos % 8192)};
+        return Placement{placed.data() + pos, std::min<int64_t>(n, 4096)};
       });
   EXPECT_EQ(seen, whole);
   EXPECT_GT(straight, 10);
   EXPECT_GT(buffered, 10);
+}
+
+// A direct reader takes the whole aligned blocks of a placement straight
+// into it and reads the bytes around them (a placement's ragged edges, the
+// bytes no placement names) into its buffer, within the same read.
+TEST_F(EngineTest, ADirectReaderReadsAPlacementsAlignedBlocksStraightIn) {
+  std::vector<std::unique_ptr<Tier>> tiers = Tiers();
+  const std::string file = RankFileName(0);
+  const std::vector<char> whole = SavedRankFile(MakeState(5, 3000), *tiers[0]);
+  const auto size = static_cast<int64_t>(whole.size());
+  const size_t direct = tiers[0]->OpenReader(2, file)->direct_alignment();
+  ASSERT_TRUE(direct == 0 || direct == 4096) << direct;
+  // Placements of 10,000 bytes from every multiple of 10,000, after a hole
+  // of 100 bytes that no placement names; byte x goes to placed + x.
+  constexpr int64_t kChunk = 64 << 10, kPiece = 16 << 10;
+  std::vector<std::pair<int64_t, int64_t>> chunks;
+  for (int64_t p = 0; p < size; p += kChunk) chunks.emplace_back(p, std::min(size, p + kChunk));
+  const HugeFloats placed_floats(static_cast<size_t>(size) / sizeof(float) + 1);
+  char* const placed = const_cast<char*>(reinterpret_cast<const char*>(placed_floats.data()));
+  std::vector<char> seen(whole.size());
+  std::mutex mu;
+  int64_t straight = 0, copied = 0;
+  ReadChunksInParallel(
+      *tiers[0], 2, file, 0, chunks, 3, kPiece,
+      [&](int, int64_t pos, std::span<const char> bytes) {
+        const std::lock_guard lock(mu);
+        EXPECT_LE(static_cast<int64_t>(bytes.size()), kPiece);
+        const bool in_place = bytes.data() == placed + pos;
+        if (in_place && direct > 0) {  // whole blocks, none in a hole
+          EXPECT_EQ(pos % 4096, 0);
+          EXPECT_TRUE(bytes.size() % 4096 == 0 || pos + static_cast<int64_t>(bytes.size()) == size);
+          EXPECT_GE(pos % 10000, 100);
+          EXPECT_LE((pos + static_cast<int64_t>(bytes.size()) - 1) / 10000, pos / 10000);
+        }
+        (in_place ? straight : copied) += static_cast<int64_t>(bytes.size());
+        std::memcpy(seen.data() + pos, bytes.data(), bytes.size());
+      },
+      [&](int64_t pos, int64_t n) {
+        const int64_t in = pos % 10000;
+        if (in < 100) return Placement{nullptr, std::min(n, 100 - in)};
+        return Placement{placed + pos, std::min(n, 10000 - in)};
+      });
+  EXPECT_EQ(seen, whole);
+  if (direct == 0) {  // a file system without O_DIRECT: placements whole (4 KiB or more)
+    EXPECT_GT(straight, size / 2);
+    return;
+  }
+  // Each placement of 9,900 bytes holds at least one whole aligned block.
+  EXPECT_GT(straight, size / 10);
+  EXPECT_GT(copied, size / 10);
 }
 
 // A reader past the page cache (the POSIX tier's, where the file system
@@ -337,7 +388,7 @@ TEST_F(EngineTest, ADirectReaderReadsWholeChunksAndCopiesIntoMisalignedPlaces) {
       [&](int64_t pos, int64_t n) {
         const std::lock_guard lock(mu);
         largest_read = std::max(largest_read, n);
-        return std::span(placed + pos + shift(pos), static_cast<size_t>(n));
+        return Placement{placed + pos + shift(pos), n};
       });
   EXPECT_EQ(seen, whole);
   if (direct == 0) {  // a file system without O_DIRECT: pieces read one by one, all in place

@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <thread>
 
 #include "ckpt/engine.h"
 #include "ckpt/hooked_tier.h"
@@ -143,20 +145,30 @@ TEST(Trainer, ALiveSaveHoldsTheStateOfItsStepWhileTheNextStepRuns) {
     std::unique_lock lock(mu);
     cv.wait(lock, [&] { return writes >= 3; });
   }
-  // The tiny model's arrays are not 4 KiB-aligned, so the writer gathers
-  // every chunk and is done with the memory once it has copied one: the
-  // step's release copies the rest without waiting for the stopped write.
-  t.Step();
-  EXPECT_EQ(releases.load(), 1);
-  EXPECT_NE(t.ParamHash(), at_save);
+  // The shard puts the parameters at their address modulo 4 KiB, so the
+  // stopped write reads them straight from the trainer's array: the step's
+  // release copies the chunks not yet taken, then waits for that write
+  // before the optimizer update changes the array.
+  std::atomic<bool> stepped{false};
+  std::thread step([&] {
+    t.Step();
+    stepped = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(stepped.load());
+  EXPECT_EQ(releases.load(), 0);
   {
     const std::lock_guard lock(mu);
     open = true;
   }
   cv.notify_all();
+  step.join();
+  EXPECT_EQ(releases.load(), 1);
+  EXPECT_NE(t.ParamHash(), at_save);
   engine.Wait();
   t.set_before_state_change(nullptr);
   const ckpt::SaveTiming timing = engine.TakeTimings().at(0);
+  EXPECT_GE(timing.chunks_direct, 1);
   EXPECT_GT(timing.chunks_released, 0);
   Trainer loaded(Config(20), data);
   LoadFrom(loaded, dir);
