@@ -200,6 +200,10 @@ class PosixSink final : public Sink {
   // turn: the disk always has writes to do. Anything else is written at
   // once, after the queued writes.
   size_t Queue(std::span<const char> data) override {
+    // Whole blocks waiting in the bounce buffer (the header) go out on their
+    // own, so that the slot after them is queued as one write from its own
+    // memory rather than copied into the bounce buffer.
+    if (direct_ && pending_ > 0 && pending_ % kBlock == 0 && queued_.empty()) FlushBounce(false);
     const bool whole = direct_ && pending_ == 0 && !data.empty() && data.size() % kBlock == 0 &&
                        reinterpret_cast<uintptr_t>(data.data()) % kBlock == 0;
     if (!whole) {
