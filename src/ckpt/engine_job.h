@@ -1,6 +1,7 @@
 // ckpt: one save in flight (Engine::Job), shared by the engine's files
-// (included by them alone): engine.cc runs the pipeline, engine_copy.cc
-// Save()'s copy into the staging pool.
+// (included by them alone): engine.cc runs the pipeline, engine_layout.cc
+// lays out the shard, engine_copy.cc does Save()'s copy into the staging
+// pool, engine_live.cc live snapshots.
 #pragma once
 
 #include <algorithm>
