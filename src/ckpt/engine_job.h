@@ -42,7 +42,7 @@ struct Engine::Job {
   std::string file;    // this rank's shard file name
   std::string header;  // its safetensors header
   // The snapshot's slices in shard order, with the padding entries between
-  // them (WithPadding in engine.cc): what Save() copies and a live save's
+  // them (WithPadding in engine_layout.cc): what Save() copies and a live save's
   // writer reads.
   std::vector<TensorSlice> slices;
   std::map<std::string, TensorEntry> pieces;

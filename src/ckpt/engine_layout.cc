@@ -112,14 +112,12 @@ std::shared_ptr<Engine::Job> Engine::MakeJob(const Snapshot& snap) const {
     }
     const int64_t count = static_cast<int64_t>(s.data.size()) / es;
     shard.push_back({s.name, s.dtype, s.shape, s.begin, count});
-    if (IsPadTensorName(s.name)) {
-      offset += static_cast<int64_t>(s.data.size());
-      continue;
+    if (!IsPadTensorName(s.name)) {  // the manifest lists the snapshot's slices only
+      TensorEntry& e = job->pieces[s.name];
+      e.dtype = s.dtype;
+      e.shape = s.shape;
+      e.pieces.push_back({job->file, s.begin, count, offset});
     }
-    TensorEntry& e = job->pieces[s.name];
-    e.dtype = s.dtype;
-    e.shape = s.shape;
-    e.pieces.push_back({job->file, s.begin, count, offset});
     offset += static_cast<int64_t>(s.data.size());
   }
   job->header = SafetensorsHeader(shard);

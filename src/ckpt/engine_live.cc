@@ -15,10 +15,11 @@
 namespace fmstack::ckpt {
 namespace {
 
-// O_DIRECT's unit on the file systems we write: a chunk's memory must start
-// on it, and its length be a whole number of it (the shard's last chunk
-// excepted, whose tail the sink writes through its bounce buffer).
-constexpr uintptr_t kDirectAlign = 4096;
+// O_DIRECT's unit on the file systems we write, the one the shard's padding
+// aligns runs to: a chunk's memory must start on it, and its length be a
+// whole number of it (the shard's last chunk excepted, whose tail the sink
+// writes through its bounce buffer).
+constexpr auto kDirectAlign = static_cast<uintptr_t>(kShardAlign);
 
 }  // namespace
 
