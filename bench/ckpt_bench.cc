@@ -78,6 +78,7 @@ using fmstack::bench::DropCache;
 using fmstack::bench::FileRead;
 using fmstack::bench::HugeBytes;
 using fmstack::bench::HugeDirect;
+using fmstack::bench::HugeDirectHashing;
 using fmstack::bench::Median;
 using fmstack::bench::Output;
 using fmstack::bench::Since;
@@ -321,6 +322,10 @@ int main(int argc, char** argv) {
       save(true);
       std::vector<ckpt::SaveTiming> runs, runs_late;  // released at once; after the commit
       std::vector<double> disk_writes, fresh_writes, over_writes, next_shard_writes, copy_seconds;
+      std::vector<double> verified_writes;  // the writer with a thread hashing beside it
+      uint64_t hash_sink = 0;
+      std::vector<std::span<const std::byte>> state_bytes;
+      for (const HugeFloats& t : state.tensors) state_bytes.push_back(std::as_bytes(std::span(t)));
       // On huge pages, as the engine's staging slots are: the best memcpy.
       // At most 512 MiB, written over and over: a target as large as the
       // state took the process to three states' worth of memory (state,
@@ -347,10 +352,22 @@ int main(int argc, char** argv) {
             // their medians 0.91-1.35x).
             const std::string next =
                 engine.tiers()[0]->RetiredFiles().where + "/" + ckpt::RankFileName(0);
+            // Beside it, not counted: the same writer with a thread
+            // hashing the state (disk_limits.h), each first in turn.
+            const auto hashing = [&] {
+              uint64_t digest = 0;
+              verified_writes.push_back(
+                  static_cast<double>(state.bytes) /
+                  HugeDirectHashing(next, state.bytes, direct_buffers, state_bytes, digest));
+              hash_sink += digest;
+            };
+            const bool have_next = fs::exists(next);
+            if (have_next && round % 2 == 1) hashing();
             const double over_next =
-                fs::exists(next) ? static_cast<double>(state.bytes) /
-                                       HugeDirect(next, state.bytes, true, direct_buffers, true)
-                                 : 0;
+                have_next ? static_cast<double>(state.bytes) /
+                                HugeDirect(next, state.bytes, true, direct_buffers, true)
+                          : 0;
+            if (have_next && round % 2 == 0) hashing();
             if (over_next > 0) next_shard_writes.push_back(over_next);
             const DiskWriteRound w = DiskWrite(disk_file, state.bytes, fio, direct_buffers);
             disk_writes.push_back(std::max(w.fresh, over_next > 0 ? over_next : w.over));
@@ -359,9 +376,10 @@ int main(int argc, char** argv) {
             fs::remove(disk_file);
             std::cerr << fmt::format(
                 "  round {}: disk write {}/s fresh, {}/s over the last file, {} over the next "
-                "shard\n",
+                "shard ({} with the state hashed beside it)\n",
                 round + 1, units::FormatBytes(w.fresh), units::FormatBytes(w.over),
-                over_next > 0 ? units::FormatBytes(over_next) + "/s" : std::string("-"));
+                over_next > 0 ? units::FormatBytes(over_next) + "/s" : std::string("-"),
+                have_next ? units::FormatBytes(verified_writes.back()) + "/s" : std::string("-"));
             continue;
           }
           // The memcpy of the same bytes, beside the save and in turn
@@ -516,6 +534,20 @@ int main(int argc, char** argv) {
                     ""});
       table.AddRow({"  not counted: over a file written just before, median of 3",
                     units::FormatBytes(Median(over_writes)) + "/s", "no save writes so", ""});
+      if (!verified_writes.empty()) {
+        // Where the commit stands against writing and hashing alone.
+        const double verified = Median(verified_writes);
+        table.AddRow(
+            {"  not counted: over the next save's blocks with the state hashed beside "
+             "(XXH3), median of 3",
+             units::FormatBytes(verified) + "/s",
+             fmt::format("{:.0f}% of the limit; released after its commit, a save commits at "
+                         "{:.0f}% of it{}",
+                         100 * verified / disk_write,
+                         100 * size / median(runs_late, commit_of) / verified,
+                         hash_sink == 0 ? " (no digest)" : ""),
+             ""});
+      }
       table.AddRow(
           {"limit: disk cold read (dd, fresh file)", units::FormatBytes(disk_read) + "/s", "", ""});
       const auto [pooled_us, spawned_us] = HandOffMicros();
