@@ -239,6 +239,7 @@ void Engine::WriteFirstTier(Job& job) {
   struct Held {
     Slot* slot = nullptr;
     Pool* owner = nullptr;
+    bool live = false;  // reads the caller's memory until written
   };
   std::deque<Held> queued;
   const auto release = [&](size_t n) {
@@ -246,11 +247,8 @@ void Engine::WriteFirstTier(Job& job) {
     for (; n > 0 && !queued.empty(); --n) {
       const Held h = queued.front();
       queued.pop_front();
-      if (h.slot != nullptr) {
-        h.owner->Release(h.slot);
-      } else {
-        ++live_done;
-      }
+      if (h.slot != nullptr) h.owner->Release(h.slot);
+      if (h.live) ++live_done;
     }
     if (live_done > 0) LiveReadsDone(job, live_done);
   };
@@ -264,7 +262,16 @@ void Engine::WriteFirstTier(Job& job) {
     }
     release(queued.size());
   };
+  const auto gather_slot = [&] {
+    Slot* g = gather_->TryAcquire();
+    if (g == nullptr) {
+      drain();  // frees every slot queued, the gather slots with them
+      g = gather_->TryAcquire();
+    }
+    return g;
+  };
   WorkerPool hasher(1);
+  std::vector<std::span<const char>> parts;
   for (int64_t i = 0; i < job.slots_total; ++i) {
     Held held;
     {
@@ -284,39 +291,57 @@ void Engine::WriteFirstTier(Job& job) {
       if (job.live && !job.released) {
         job.taken = i + 1;
         ++job.live_reads;
+        held.live = true;
       } else {
         held = {job.filled.front(), pool_.get()};
         job.filled.pop_front();
       }
     }
-    std::span<const char> bytes;
-    if (held.slot == nullptr) {  // a live chunk: from the caller's memory
+    if (held.live) {  // from the caller's memory, but for the blocks copied
       const Pieces pieces = LivePieces(job, i);
-      bytes = DirectRun(pieces, i == job.slots_total - 1);
-      if (!bytes.empty()) {
+      if (SplitLiveChunk(pieces, nullptr, parts) == 0 && parts.size() <= kMaxLiveParts) {
         ++job.timing.chunks_direct;
       } else {
-        Slot* g = gather_->TryAcquire();
-        if (g == nullptr) {
-          drain();  // frees every slot queued, the gather slots with them
-          g = gather_->TryAcquire();
+        Slot* g = gather_slot();
+        const int64_t bounced = SplitLiveChunk(pieces, g->data.get(), parts);
+        held.slot = g;
+        held.owner = gather_.get();
+        int64_t chunk = 0;
+        for (const std::span<const std::byte> piece : pieces)
+          chunk += static_cast<int64_t>(piece.size());
+        if (parts.size() <= kMaxLiveParts && bounced < chunk) {
+          ++job.timing.chunks_direct;
+          ++job.timing.chunks_split;
+        } else {
+          // Copied whole: the memory is free once it is.
+          if (bounced == chunk) {
+            g->used = chunk;
+            LiveReadsDone(job, 1);
+          } else {
+            GatherLiveChunk(job, pieces, *g);
+          }
+          held.live = false;
+          parts.assign(1, {g->data.get(), static_cast<size_t>(g->used)});
+          ++job.timing.chunks_gathered;
         }
-        GatherLiveChunk(job, pieces, *g);
-        held = {g, gather_.get()};
-        ++job.timing.chunks_gathered;
       }
+    } else {
+      parts.assign(1, {held.slot->data.get(), static_cast<size_t>(held.slot->used)});
     }
-    if (held.slot != nullptr) bytes = {held.slot->data.get(), static_cast<size_t>(held.slot->used)};
-    // The slot is hashed while it is written (both only read it). Hashed
+    // The chunk is hashed while it is written (both only read it). Hashed
     // first, in turn, an 8 MiB slot's XXH3 (2 ms at Debian libxxhash's
     // 4.3 GB/s) held the disk idle for a third of its write (6.4 ms at
     // 1.31 GB/s), on the Intel VM. (util/xxh3.h: 1.5-1.7x faster on slots from memory.)
-    auto checksum = hasher.Submit([bytes] { return Xxh3(bytes); });
+    auto checksum = hasher.Submit([&parts] {
+      Xxh3Stream hash;
+      for (const std::span<const char> part : parts) hash.Update(part.data(), part.size());
+      return hash.Digest();
+    });
     queued.push_back(held);
     size_t written = queued.size();  // after a failed write none is in flight
     if (error.empty()) {
       try {
-        written = sink->Queue(bytes);
+        written = sink->QueueV(parts);
       } catch (const std::exception& e) {
         error = e.what();
       }

@@ -138,9 +138,10 @@ struct SaveTiming {
   // A live snapshot's Release(): the copy of the chunks the writer had not
   // reached when the caller needed its memory back (training waits for it).
   double release_seconds = 0;
-  // A live snapshot's chunks: written straight from its memory, gathered by
-  // the writer into its own slots, and copied by Release().
-  int64_t chunks_direct = 0, chunks_gathered = 0, chunks_released = 0;
+  // A live snapshot's chunks: written straight from its memory (of them,
+  // `split`: with a few blocks at runs' edges copied, one write in parts),
+  // gathered whole by the writer into its own slots, and copied by Release().
+  int64_t chunks_direct = 0, chunks_split = 0, chunks_gathered = 0, chunks_released = 0;
   std::vector<double>
       commit_seconds;  // per tier, from Save() to COMMITTED (rank 0) or index written
 };
@@ -211,12 +212,16 @@ class Engine {
   void CopyLiveRest(Job& job, int64_t first);
   // Release()'s wait for the writer's reads of a live job's memory.
   void AwaitLiveReads(Job& job);
-  // The writer's live chunks: the caller's memory that holds chunk i; that
-  // memory when it is one run aligned for O_DIRECT (else empty); the pieces
-  // copied into `to`; and the end of `n` reads of that memory.
+  // The writer's live chunks: the caller's memory that holds chunk i; the
+  // parts to write it from, whole aligned blocks of that memory where its
+  // address agrees with the file's offset and the other blocks copied into
+  // `bounce` (returns the bytes copied; -1 when some would be and `bounce`
+  // is null); the pieces copied into `to`; and the end of `n` reads of
+  // that memory.
   using Pieces = std::vector<std::span<const std::byte>>;
   Pieces LivePieces(const Job& job, int64_t i) const;
-  static std::span<const char> DirectRun(const Pieces& pieces, bool last_chunk);
+  static int64_t SplitLiveChunk(const Pieces& pieces, char* bounce,
+                                std::vector<std::span<const char>>& parts);
   void GatherLiveChunk(Job& job, const Pieces& pieces, Slot& to);
   void LiveReadsDone(Job& job, int n);
   // Tells the writer no more slots of `job` will come, then throws the

@@ -24,6 +24,10 @@ using Clock = std::chrono::steady_clock;
 // The writer's own slots for live chunks it gathers: one per write the
 // POSIX sink keeps in flight (two), one it hashes and fills, and a spare.
 constexpr int64_t kGatherSlots = 4;
+// A live chunk written in more parts than this (memory, then copied blocks,
+// in turn) is gathered whole instead: the POSIX sink writes up to 64 parts
+// as one pwritev.
+constexpr size_t kMaxLiveParts = 64;
 
 inline double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 
 #include "ckpt/engine.h"
@@ -16,10 +17,10 @@ namespace fmstack::ckpt {
 namespace {
 
 // O_DIRECT's unit on the file systems we write, the one the shard's padding
-// aligns runs to: a chunk's memory must start on it, and its length be a
-// whole number of it (the shard's last chunk excepted, whose tail the sink
-// writes through its bounce buffer).
-constexpr auto kDirectAlign = static_cast<uintptr_t>(kShardAlign);
+// aligns runs to: each part of a chunk's write must start on it in memory
+// and be a whole number of it (the shard's last chunk excepted, whose tail
+// the sink writes through its bounce buffer).
+constexpr auto kDirectAlign = static_cast<size_t>(kShardAlign);
 
 }  // namespace
 
@@ -60,12 +61,54 @@ Engine::Pieces Engine::LivePieces(const Job& job, int64_t i) const {
   return job.LiveBytes(lo, std::min(lo + options_.chunk_bytes, job.timing.bytes));
 }
 
-std::span<const char> Engine::DirectRun(const Pieces& pieces, bool last_chunk) {
-  if (pieces.size() != 1) return {};
-  const auto* p = reinterpret_cast<const char*>(pieces[0].data());
-  const bool aligned = reinterpret_cast<uintptr_t>(p) % kDirectAlign == 0 &&
-                       (pieces[0].size() % kDirectAlign == 0 || last_chunk);
-  return aligned ? std::span<const char>(p, pieces[0].size()) : std::span<const char>();
+int64_t Engine::SplitLiveChunk(const Pieces& pieces, char* bounce,
+                               std::vector<std::span<const char>>& parts) {
+  parts.clear();
+  int64_t bounced = 0;
+  const auto add = [&](const char* p, size_t n) {
+    if (!parts.empty() && parts.back().data() + parts.back().size() == p) {
+      parts.back() = {parts.back().data(), parts.back().size() + n};
+    } else {
+      parts.emplace_back(p, n);
+    }
+  };
+  // Block by block of the file: each starts on kDirectAlign, since the
+  // chunk does and every part is whole blocks but the chunk's last.
+  size_t k = 0, at = 0;  // the piece and the offset in it where the block starts
+  while (k < pieces.size()) {
+    const auto* base = reinterpret_cast<const char*>(pieces[k].data());
+    const size_t left = pieces[k].size() - at;
+    if (reinterpret_cast<uintptr_t>(base + at) % kDirectAlign == 0 && left >= kDirectAlign) {
+      const size_t whole = left / kDirectAlign * kDirectAlign;
+      add(base + at, whole);
+      at += whole;
+    } else {
+      // A block across pieces (a run's ragged end and the pad after it), or
+      // in memory that does not agree with the file (a tensor too small to
+      // pad), or the chunk's short tail: copied.
+      if (bounce == nullptr) return -1;
+      char* const block = bounce + bounced;
+      size_t filled = 0;
+      while (filled < kDirectAlign && k < pieces.size()) {
+        const size_t take = std::min(kDirectAlign - filled, pieces[k].size() - at);
+        std::memcpy(block + filled, reinterpret_cast<const char*>(pieces[k].data()) + at, take);
+        filled += take;
+        at += take;
+        if (at == pieces[k].size()) {
+          ++k;
+          at = 0;
+        }
+      }
+      add(block, filled);
+      bounced += static_cast<int64_t>(filled);
+      continue;
+    }
+    if (at == pieces[k].size()) {
+      ++k;
+      at = 0;
+    }
+  }
+  return bounced;
 }
 
 void Engine::GatherLiveChunk(Job& job, const Pieces& pieces, Slot& to) {

@@ -34,6 +34,15 @@ class Sink {
     Write(data);
     return 1;
   }
+  // Queue for one buffer in parts: consecutive bytes of the file, each part
+  // from its own memory, written as one request where the sink can (the
+  // POSIX sink: one pwritev, every part whole aligned blocks). All the
+  // parts count as one buffer in what Queue and Drain return.
+  virtual size_t QueueV(std::span<const std::span<const char>> parts) {
+    const size_t done = Drain();
+    for (const std::span<const char> part : parts) Write(part);
+    return done + 1;
+  }
   // Waits for every queued write; returns how many buffers that frees.
   // Finish drains too, but the caller wants its buffers back first.
   virtual size_t Drain() { return 0; }

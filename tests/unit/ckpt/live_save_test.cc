@@ -132,7 +132,7 @@ class LiveSaveTest : public ::testing::Test {
   fs::path root_;
 };
 
-TEST_F(LiveSaveTest, AlignedRunsGoOutWithNoCopyAndOnlyChunksAcrossRunsAreGathered) {
+TEST_F(LiveSaveTest, AlignedRunsGoOutWithNoCopyAndChunksAcrossRunsCopyOnlyTheirEdges) {
   FlatState state(1);
   const FlatCopy saved(state);
   SaveTiming t;
@@ -152,12 +152,62 @@ TEST_F(LiveSaveTest, AlignedRunsGoOutWithNoCopyAndOnlyChunksAcrossRunsAreGathere
   }
   EXPECT_EQ(t.chunks_released, 0);
   // 16 KiB chunks: 24 whole ones of the 400,000 bytes of parameters, 14 of
-  // the moments, and the odd array's two (its last the shard's short last
-  // chunk) go out from the arrays; the two across runs are gathered.
-  EXPECT_EQ(t.chunks_direct, 24 + 14 + 2);
-  EXPECT_EQ(t.chunks_gathered, 2);
+  // the moments, and the odd array's two go out from the arrays, and so do
+  // the two across runs, each but for the block that holds a run's ragged
+  // end and the pad after it (split). Nothing is gathered whole.
+  EXPECT_EQ(t.chunks_direct, 24 + 14 + 2 + 2) << t.chunks_split << " split";
+  EXPECT_EQ(t.chunks_split, 2 + 1);  // and the shard's short last chunk's tail
+  EXPECT_EQ(t.chunks_gathered, 0);
   EXPECT_EQ(t.chunks_direct + t.chunks_gathered, (t.bytes + 16383) / 16384);
   EXPECT_EQ(Restored(saved, 5), saved.tensors);
+}
+
+// Blocks apart in memory, each where the file has it modulo 4 KiB: a chunk
+// of a few goes out from them with no copy, in one write of many parts; a
+// chunk of more than the sink writes at once (64) is gathered whole.
+TEST_F(LiveSaveTest, AChunkOfBlocksApartIsOneWriteOfPartsUpToALimit) {
+  constexpr size_t kBlockFloats = 1024;
+  for (const size_t blocks : {size_t{40}, size_t{256}}) {
+    std::unique_ptr<float, FreeDeleter> memory(FlatState::Alloc(2 * blocks * kBlockFloats));
+    Snapshot snap;
+    snap.counters.step = 3;
+    snap.live = true;
+    std::map<std::string, std::vector<float>> saved;
+    for (size_t b = 0; b < blocks; ++b) {
+      float* block = memory.get() + 2 * b * kBlockFloats;  // every other block
+      for (size_t i = 0; i < kBlockFloats; ++i) block[i] = static_cast<float>(b * 10'000 + i);
+      const std::string name = fmt::format("t.{:03}", b);
+      saved[name].assign(block, block + kBlockFloats);
+      snap.slices.push_back({name,
+                             DType::kF32,
+                             {static_cast<int64_t>(kBlockFloats)},
+                             0,
+                             std::as_bytes(std::span(block, kBlockFloats))});
+    }
+    EngineOptions o;
+    o.chunk_bytes = 1 << 20;  // one chunk holds the state
+    SaveTiming t;
+    {
+      Engine engine(Tiers(), o);
+      engine.Save(snap);
+      engine.Wait();
+      engine.Release();
+      t = engine.TakeTimings().at(0);
+    }
+    EXPECT_EQ(t.chunks_direct, blocks <= 64 ? 1 : 0) << blocks << " blocks";
+    EXPECT_EQ(t.chunks_split, 0) << blocks << " blocks";
+    EXPECT_EQ(t.chunks_gathered, blocks <= 64 ? 0 : 1) << blocks << " blocks";
+    std::map<std::string, std::vector<float>> got;
+    std::vector<TensorTarget> targets;
+    for (const auto& [name, values] : saved) {
+      got[name].assign(values.size(), -1.0f);
+      targets.push_back({name, DType::kF32, 0, std::as_writable_bytes(std::span(got[name]))});
+    }
+    Engine engine(Tiers(), o);
+    ASSERT_TRUE(engine.Restore(targets, 3).has_value());
+    EXPECT_TRUE(got == saved) << blocks << " blocks";
+    fs::remove_all(root_);
+  }
 }
 
 // The shard stays a safetensors file with no holes: the pads are entries of

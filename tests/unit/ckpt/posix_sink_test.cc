@@ -14,6 +14,7 @@
 #include <iterator>
 #include <memory>
 #include <new>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,33 @@ TEST_F(PosixSinkTest, QueuedBuffersAreReportedOnlyOnceWritten) {
   const std::string got = ReadBack("queued.bin");
   ASSERT_EQ(got.size(), expected.size());
   EXPECT_TRUE(got == expected) << "the file differs from what was queued";
+}
+
+// A buffer in parts from several places: aligned parts go out as one
+// queued write, in order, reported once; a buffer with a part that is not
+// whole blocks waits for the queue and is written part by part.
+TEST_F(PosixSinkTest, PartsOfAQueuedBufferLandInOrder) {
+  const std::vector<size_t> sizes = {8192, 4096, 12288, 4096};
+  std::vector<Aligned> buffers;
+  for (size_t b = 0; b < sizes.size(); ++b) {
+    buffers.push_back(AlignedBuffer(sizes[b]));
+    std::memset(buffers.back().get(), static_cast<int>('a' + b), sizes[b]);
+  }
+  const std::string header(4096, 'h'), tail = "a tail that is not a whole block";
+  std::unique_ptr<Sink> sink = tier_->Create(1, "parts.bin");
+  sink->Write(header);
+  const std::vector<std::span<const char>> first = {
+      {buffers[0].get(), sizes[0]}, {buffers[1].get(), sizes[1]}, {buffers[2].get(), sizes[2]}};
+  const size_t done_first = sink->QueueV(first);
+  EXPECT_LE(done_first, 1u);
+  const std::vector<std::span<const char>> second = {{buffers[3].get(), sizes[3]}, tail};
+  EXPECT_EQ(done_first + sink->QueueV(second), 2u) << "each buffer in parts counts once";
+  EXPECT_EQ(sink->Drain(), 0u);
+  sink->Finish();
+  std::string expected = header;
+  for (size_t b = 0; b < sizes.size(); ++b) expected.append(buffers[b].get(), sizes[b]);
+  expected += tail;
+  EXPECT_TRUE(ReadBack("parts.bin") == expected) << "the file differs from the parts";
 }
 
 // A file size limit makes a queued write fail (EFBIG) partway, the way a
