@@ -57,6 +57,41 @@ std::vector<std::string> Split(const std::string& s) {
   return out;
 }
 
+// The bench's progress over its runs (each side of each layout in each
+// round: one process group through all the sizes), with the rate and an
+// ETA. A run's time grows with its ranks on the same cores, so each run
+// counts as many units as it has ranks.
+class RunProgress {
+ public:
+  explicit RunProgress(const BenchArgs& a) : start_(std::chrono::steady_clock::now()) {
+    const int layouts = a.netns ? 3 : 2, sides = a.mpi ? 2 : 1;
+    for (const std::string& rs : Split(a.ranks)) {
+      runs_ += a.rounds * layouts * sides;
+      units_ += static_cast<int64_t>(std::stoi(rs)) * a.rounds * layouts * sides;
+    }
+  }
+  void Done(int ranks, const std::string& what) {
+    ++runs_done_;
+    units_done_ += ranks;
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    const double eta =
+        elapsed / static_cast<double>(units_done_) * static_cast<double>(units_ - units_done_);
+    line_.Show(runs_done_, runs_,
+               fmt::format("bench comm: {}/{} runs ({:.0f}%), last {}, {:.1f} runs/min, {} "
+                           "elapsed, ETA {}",
+                           runs_done_, runs_,
+                           100.0 * static_cast<double>(units_done_) / static_cast<double>(units_),
+                           what, 60.0 * static_cast<double>(runs_done_) / elapsed,
+                           units::FormatSeconds(elapsed), units::FormatSeconds(eta)));
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+  int64_t runs_ = 0, units_ = 0, runs_done_ = 0, units_done_ = 0;
+  ProgressLine line_;
+};
+
 // nccl-tests' bus bandwidth factor: what each link carries relative to algbw.
 double BusFactor(const std::string& op, int n) {
   const double r = static_cast<double>(n - 1) / n;
@@ -360,34 +395,40 @@ TimedPair MedianPair(const Layout& l, const Results::key_type& key) {
 // one block, 4 ranks inside a node came out at 0.40x OpenMPI in a run whose
 // figures for our block were the slow state's and OpenMPI's were not.
 Sides RunRounds(const BenchArgs& a, int n, const std::string& self, std::string* mpi_shm_config,
-                std::vector<double>* round_trips) {
+                std::vector<double>* round_trips, RunProgress* progress) {
   Sides s;
-  const auto pair = [&](Layout& l, bool ours_first, const auto& ours, const auto& theirs) {
-    if (!a.mpi) return l.ours.push_back(ours());
+  int round = 0;
+  const auto pair = [&](Layout& l, const char* layout, bool ours_first, const auto& ours,
+                        const auto& theirs) {
+    const auto run_ours = [&] {
+      l.ours.push_back(ours());
+      progress->Done(n, fmt::format("fmstack {} ranks {} round {}", n, layout, round + 1));
+    };
+    const auto run_theirs = [&] {
+      l.theirs.push_back(theirs());
+      progress->Done(n, fmt::format("OpenMPI {} ranks {} round {}", n, layout, round + 1));
+    };
+    if (!a.mpi) return run_ours();
     if (ours_first) {
-      l.ours.push_back(ours());
-      l.theirs.push_back(theirs());
+      run_ours();
+      run_theirs();
     } else {
-      l.theirs.push_back(theirs());
-      l.ours.push_back(ours());
+      run_theirs();
+      run_ours();
     }
   };
-  for (int round = 0; round < a.rounds; ++round) {
-    if (::isatty(2) == 1) {
-      std::cerr << fmt::format("\r\033[K  {} ranks: round {}/{}", n, round + 1, a.rounds)
-                << std::flush;
-    }
+  for (; round < a.rounds; ++round) {
     round_trips->push_back(CoreRoundTripNs());
     const bool ours_first = round % 2 == 0;
     pair(
-        s.node, ours_first, [&] { return RunFmstack(a, 1, n, self); },
+        s.node, "in one node", ours_first, [&] { return RunFmstack(a, 1, n, self); },
         [&] { return RunMpiShm(a, n, mpi_shm_config); });
     pair(
-        s.nodes, ours_first, [&] { return RunFmstack(a, n, 1, self); },
+        s.nodes, "on loopback", ours_first, [&] { return RunFmstack(a, n, 1, self); },
         [&] { return RunMpi(a, n, "tcp,self"); });
     if (a.netns) {
       pair(
-          s.netns, ours_first, [&] { return RunFmstack(a, n, 1, self, true); },
+          s.netns, "in namespaces", ours_first, [&] { return RunFmstack(a, n, 1, self, true); },
           [&] { return RunMpiNetns(a, n); });
     }
   }
@@ -418,10 +459,11 @@ int RunCoordinator(const BenchArgs& args) {
                            memcpy_bw / 1e9);
   std::vector<std::string> summary;
   std::string mpi_shm_config = "-";
+  RunProgress progress(a);
   for (const std::string& rs : Split(a.ranks)) {
     const int n = std::stoi(rs);
     std::vector<double> round_trips;
-    const Sides sides = RunRounds(a, n, self, &mpi_shm_config, &round_trips);
+    const Sides sides = RunRounds(a, n, self, &mpi_shm_config, &round_trips, &progress);
     // In plain text a bar sets the groups apart; in markdown it would be a
     // column of its own and shift every heading after it.
     const std::string sep = a.markdown ? "" : "| ";
