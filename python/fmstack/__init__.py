@@ -27,7 +27,7 @@ import numpy as np
 
 __all__ = ["Checkpointer", "Run", "Error", "CheckpointMismatch", "API_VERSION"]
 
-API_VERSION = 1
+API_VERSION = 2
 
 
 class Error(RuntimeError):
@@ -84,6 +84,10 @@ def _load():
         "fmstack_ckpt_error": (ctypes.c_char_p, [P]),
         "fmstack_ckpt_save": (ctypes.c_int, [P, I64, ctypes.POINTER(_Tensor), ctypes.c_size_t,
                                              ctypes.c_char_p, ctypes.POINTER(D)]),
+        "fmstack_ckpt_save_live": (ctypes.c_int, [P, I64, ctypes.POINTER(_Tensor),
+                                                  ctypes.c_size_t, ctypes.c_char_p,
+                                                  ctypes.POINTER(D)]),
+        "fmstack_ckpt_release": (ctypes.c_int, [P, ctypes.POINTER(D)]),
         "fmstack_ckpt_wait": (ctypes.c_int, [P]),
         "fmstack_ckpt_latest": (ctypes.c_int, [P, ctypes.POINTER(I64)]),
         "fmstack_ckpt_manifest": (I64, [P, I64, ctypes.c_char_p, ctypes.c_size_t]),
@@ -268,6 +272,7 @@ class Checkpointer:
         opts = _Options(self.dir.encode(), shared_dir.encode() if shared_dir else None,
                         self.rank, self.world, keep, pool_bytes, commit_timeout)
         err = ctypes.create_string_buffer(4096)
+        self._live, self._live_blocked = None, 0.0  # a pending live save
         self._h = _lib.fmstack_ckpt_open(ctypes.byref(opts), err, len(err))
         if not self._h:
             raise Error(err.value.decode(errors="replace"))
@@ -277,8 +282,15 @@ class Checkpointer:
             raise Error(_lib.fmstack_ckpt_error(self._h).decode(errors="replace"))
         return rc
 
-    def save(self, step, state):
-        """Starts saving `state` as `step`; returns the seconds it blocked."""
+    def save(self, step, state, live=False):
+        """Starts saving `state` as `step`; returns the seconds it blocked.
+
+        With live=True nothing is copied: the engine reads the tensors while
+        the script goes on (its next forward and backward pass), and they must
+        not change until release() returns. Call release() before anything
+        writes them (optimizer.step()); the next save, a load and close()
+        release it too.
+        """
         leaves = []
         tree = _flatten(state, "state", leaves)
         keep, structs = [], []
@@ -296,11 +308,27 @@ class Checkpointer:
         meta = json.dumps({"fmstack_python": 1, "tree": tree}).encode()
         array = (_Tensor * max(1, len(structs)))(*structs)
         blocked = ctypes.c_double(0)
-        self._check(_lib.fmstack_ckpt_save(self._h, step, array, len(structs), meta,
-                                           ctypes.byref(blocked)))
-        if self.run is not None:
+        save = _lib.fmstack_ckpt_save_live if live else _lib.fmstack_ckpt_save
+        self._check(save(self._h, step, array, len(structs), meta, ctypes.byref(blocked)))
+        # What the engine reads until release (values made for the call).
+        self._live = (step, keep, array) if live else None
+        if self.run is not None and not live:
             self.run.checkpoint(step, blocked.value)
+        self._live_blocked = blocked.value
         return blocked.value
+
+    def release(self):
+        """Ends a live save's reads of the tensors: copies what the engine has
+        not written yet and waits for the writes still reading them. Returns
+        the seconds it took (0 when no live save is pending)."""
+        seconds = ctypes.c_double(0)
+        self._check(_lib.fmstack_ckpt_release(self._h, ctypes.byref(seconds)))
+        if self._live is not None:
+            step = self._live[0]
+            self._live = None
+            if self.run is not None:  # the save's blocking time and the release's
+                self.run.checkpoint(step, self._live_blocked + seconds.value)
+        return seconds.value
 
     def wait(self):
         """Returns once every save so far is committed on the first tier."""

@@ -151,14 +151,17 @@ const char* fmstack_ckpt_error(const fmstack_ckpt* h) {
   return h == nullptr ? "no checkpoint handle" : h->error.c_str();
 }
 
-int fmstack_ckpt_save(fmstack_ckpt* h, int64_t step, const fmstack_tensor* tensors, size_t n,
-                      const char* meta_json, double* blocking_seconds) {
+namespace {
+
+int SaveSnapshot(fmstack_ckpt* h, int64_t step, const fmstack_tensor* tensors, size_t n,
+                 const char* meta_json, double* blocking_seconds, bool live) {
   return Guard(h, [&] {
     if (step < 0) throw Error(fmt::format("save: step {} is negative", step));
     if (n > 0 && tensors == nullptr) throw Error("save: tensors is NULL");
     ckpt::Snapshot snap;
     snap.counters.step = step;
     snap.layout.world = h->world;
+    snap.live = live;
     if (meta_json != nullptr) {
       snap.model = nlohmann::json::parse(meta_json, nullptr, false);
       if (snap.model.is_discarded()) throw Error("save: meta_json is not valid JSON");
@@ -174,6 +177,26 @@ int fmstack_ckpt_save(fmstack_ckpt* h, int64_t step, const fmstack_tensor* tenso
     }
     const ckpt::SaveTiming t = h->engine->Save(snap);
     if (blocking_seconds != nullptr) *blocking_seconds = t.blocking_seconds;
+    return 0;
+  });
+}
+
+}  // namespace
+
+int fmstack_ckpt_save(fmstack_ckpt* h, int64_t step, const fmstack_tensor* tensors, size_t n,
+                      const char* meta_json, double* blocking_seconds) {
+  return SaveSnapshot(h, step, tensors, n, meta_json, blocking_seconds, false);
+}
+
+int fmstack_ckpt_save_live(fmstack_ckpt* h, int64_t step, const fmstack_tensor* tensors, size_t n,
+                           const char* meta_json, double* blocking_seconds) {
+  return SaveSnapshot(h, step, tensors, n, meta_json, blocking_seconds, true);
+}
+
+int fmstack_ckpt_release(fmstack_ckpt* h, double* seconds) {
+  return Guard(h, [&] {
+    const double s = h->engine->Release();
+    if (seconds != nullptr) *seconds = s;
     return 0;
   });
 }

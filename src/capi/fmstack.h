@@ -26,7 +26,7 @@ extern "C" {
 #pragma GCC visibility push(default)
 #endif
 
-#define FMSTACK_C_API_VERSION 1
+#define FMSTACK_C_API_VERSION 2
 
 int fmstack_c_api_version(void);
 
@@ -43,8 +43,8 @@ typedef enum {
 /* One tensor, or elements [begin, begin + nbytes / dtype size) of its flat
  * row-major form: a rank may save only its part of a replicated or sharded
  * tensor, and restore any range (another world size reads the same files).
- * For save, data is read during fmstack_ckpt_save only; for restore, it is
- * written. */
+ * For save, data is read during fmstack_ckpt_save only (for a live save,
+ * until fmstack_ckpt_release returns); for restore, it is written. */
 typedef struct {
   const char* name;
   int32_t dtype; /* fmstack_dtype */
@@ -82,6 +82,20 @@ const char* fmstack_ckpt_error(const fmstack_ckpt* ckpt);
  * of `world` must save the same step. blocking_seconds may be NULL. */
 int fmstack_ckpt_save(fmstack_ckpt* ckpt, int64_t step, const fmstack_tensor* tensors, size_t n,
                       const char* meta_json, double* blocking_seconds);
+/* A live save (since version 2): as fmstack_ckpt_save, but nothing is
+ * copied and it returns at once. The engine's writer reads the tensors from
+ * the caller's memory while the caller goes on (a forward and backward
+ * pass), so they must not change until fmstack_ckpt_release returns: call
+ * it before anything writes them (the optimizer step). The next save, a
+ * restore and fmstack_ckpt_close release a pending live save first. */
+int fmstack_ckpt_save_live(fmstack_ckpt* ckpt, int64_t step, const fmstack_tensor* tensors,
+                           size_t n, const char* meta_json, double* blocking_seconds);
+/* Ends a pending live save's reads of the caller's memory: copies what the
+ * writer has not reached into the staging pool and waits for the writes
+ * still reading it (at most the engine's write timeout; past it the save is
+ * abandoned and this fails naming it). Without a live save pending it
+ * returns at once. seconds (may be NULL): how long it took. */
+int fmstack_ckpt_release(fmstack_ckpt* ckpt, double* seconds);
 /* Waits until every save so far is committed on the first tier. */
 int fmstack_ckpt_wait(fmstack_ckpt* ckpt);
 /* The newest committed step: 1 and *step set, 0 when there is none, -1 on error. */

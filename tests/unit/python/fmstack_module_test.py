@@ -62,6 +62,40 @@ class ModuleTest(unittest.TestCase):
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         opt.load_state_dict(got["optim"])
 
+    def test_a_live_save_reads_the_tensors_until_release(self):
+        torch.manual_seed(1)
+        # Large enough for several 8 MiB chunks, each tensor padded to its
+        # address (ckpt's live save), beside small ones.
+        model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.Linear(4096, 1024))
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        model(torch.randn(2, 1024)).sum().backward()
+        opt.step()
+        state = {"model": model.state_dict(), "optim": opt.state_dict(), "step": 1}
+        saved = {k: v.clone() for k, v in model.state_dict().items()}
+        with fmstack.Checkpointer(self.dir, rank=0, world=1) as ck:
+            self.assertLess(ck.save(5, state, live=True), 1.0)
+            model(torch.randn(2, 1024)).sum().backward()  # the next step's passes
+            self.assertGreaterEqual(ck.release(), 0.0)
+            opt.step()  # changes the tensors: after the release, the save must not see it
+            self.assertEqual(ck.release(), 0.0)  # none pending
+            for v in model.parameters():
+                v.data.add_(1.0)
+            ck.wait()
+            self.assertEqual(ck.latest(), 5)
+        step, got = fmstack.Checkpointer(self.dir, rank=0, world=1).load()
+        self.assertEqual(step, 5)
+        for k, v in saved.items():
+            self.assertTrue(torch.equal(got["model"][k], v), k)
+
+    def test_the_next_save_releases_a_pending_live_save(self):
+        state = sample_state()
+        with fmstack.Checkpointer(self.dir, rank=0, world=1) as ck:
+            ck.save(1, state, live=True)
+            ck.save(2, state)  # releases step 1 first
+        ck = fmstack.Checkpointer(self.dir, rank=0, world=1)
+        self.assertEqual(ck.latest(), 2)
+        assert_same(self, state, ck.load(step=1)[1])
+
     def test_saved_by_two_ranks_loaded_by_one(self):
         state = sample_state()
         cks = [fmstack.Checkpointer(self.dir, rank=r, world=2, commit_timeout=30) for r in (0, 1)]
