@@ -272,7 +272,7 @@ class Checkpointer:
         opts = _Options(self.dir.encode(), shared_dir.encode() if shared_dir else None,
                         self.rank, self.world, keep, pool_bytes, commit_timeout)
         err = ctypes.create_string_buffer(4096)
-        self._live, self._live_blocked = None, 0.0  # a pending live save
+        self._live = None  # a pending live save: (step, seconds it blocked, what it reads)
         self._h = _lib.fmstack_ckpt_open(ctypes.byref(opts), err, len(err))
         if not self._h:
             raise Error(err.value.decode(errors="replace"))
@@ -310,11 +310,10 @@ class Checkpointer:
         blocked = ctypes.c_double(0)
         save = _lib.fmstack_ckpt_save_live if live else _lib.fmstack_ckpt_save
         self._check(save(self._h, step, array, len(structs), meta, ctypes.byref(blocked)))
-        # What the engine reads until release (values made for the call).
-        self._live = (step, keep, array) if live else None
+        # The engine reads the values made for the call until the release.
+        self._live = (step, blocked.value, (keep, array)) if live else None
         if self.run is not None and not live:
             self.run.checkpoint(step, blocked.value)
-        self._live_blocked = blocked.value
         return blocked.value
 
     def release(self):
@@ -324,10 +323,10 @@ class Checkpointer:
         seconds = ctypes.c_double(0)
         self._check(_lib.fmstack_ckpt_release(self._h, ctypes.byref(seconds)))
         if self._live is not None:
-            step = self._live[0]
+            step, blocked, _ = self._live
             self._live = None
             if self.run is not None:  # the save's blocking time and the release's
-                self.run.checkpoint(step, self._live_blocked + seconds.value)
+                self.run.checkpoint(step, blocked + seconds.value)
         return seconds.value
 
     def wait(self):

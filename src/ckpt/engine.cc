@@ -298,33 +298,8 @@ void Engine::WriteFirstTier(Job& job) {
       }
     }
     if (held.live) {  // from the caller's memory, but for the blocks copied
-      const Pieces pieces = LivePieces(job, i);
-      if (SplitLiveChunk(pieces, nullptr, parts) == 0 && parts.size() <= kMaxLiveParts) {
-        ++job.timing.chunks_direct;
-      } else {
-        Slot* g = gather_slot();
-        const int64_t bounced = SplitLiveChunk(pieces, g->data.get(), parts);
-        held.slot = g;
-        held.owner = gather_.get();
-        int64_t chunk = 0;
-        for (const std::span<const std::byte> piece : pieces)
-          chunk += static_cast<int64_t>(piece.size());
-        if (parts.size() <= kMaxLiveParts && bounced < chunk) {
-          ++job.timing.chunks_direct;
-          ++job.timing.chunks_split;
-        } else {
-          // Copied whole: the memory is free once it is.
-          if (bounced == chunk) {
-            g->used = chunk;
-            LiveReadsDone(job, 1);
-          } else {
-            GatherLiveChunk(job, pieces, *g);
-          }
-          held.live = false;
-          parts.assign(1, {g->data.get(), static_cast<size_t>(g->used)});
-          ++job.timing.chunks_gathered;
-        }
-      }
+      const LiveChunk chunk = TakeLiveChunk(job, i, gather_slot, parts);
+      held = {chunk.slot, gather_.get(), chunk.reads_memory};
     } else {
       parts.assign(1, {held.slot->data.get(), static_cast<size_t>(held.slot->used)});
     }

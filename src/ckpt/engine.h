@@ -213,13 +213,21 @@ class Engine {
   // Release()'s wait for the writer's reads of a live job's memory.
   void AwaitLiveReads(Job& job);
   // The writer's live chunks: the caller's memory that holds chunk i; the
-  // parts to write it from, whole aligned blocks of that memory where its
-  // address agrees with the file's offset and the other blocks copied into
-  // `bounce` (returns the bytes copied; -1 when some would be and `bounce`
-  // is null); the pieces copied into `to`; and the end of `n` reads of
-  // that memory.
+  // parts to write chunk i from (TakeLiveChunk: from that memory, but for
+  // blocks copied into a slot from `gather_slot`, or gathered whole; it
+  // counts the chunk in the job's timing); the parts as whole aligned
+  // blocks of the memory where its address agrees with the file's offset
+  // and the other blocks copied into `bounce` (returns the bytes copied; -1
+  // when some would be and `bounce` is null); the pieces copied into `to`;
+  // and the end of `n` reads of that memory.
   using Pieces = std::vector<std::span<const std::byte>>;
   Pieces LivePieces(const Job& job, int64_t i) const;
+  struct LiveChunk {
+    Slot* slot = nullptr;      // holds the copied blocks until written
+    bool reads_memory = true;  // the write reads the caller's memory
+  };
+  LiveChunk TakeLiveChunk(Job& job, int64_t i, const std::function<Slot*()>& gather_slot,
+                          std::vector<std::span<const char>>& parts);
   static int64_t SplitLiveChunk(const Pieces& pieces, char* bounce,
                                 std::vector<std::span<const char>>& parts);
   void GatherLiveChunk(Job& job, const Pieces& pieces, Slot& to);

@@ -61,6 +61,35 @@ Engine::Pieces Engine::LivePieces(const Job& job, int64_t i) const {
   return job.LiveBytes(lo, std::min(lo + options_.chunk_bytes, job.timing.bytes));
 }
 
+Engine::LiveChunk Engine::TakeLiveChunk(Job& job, int64_t i,
+                                        const std::function<Slot*()>& gather_slot,
+                                        std::vector<std::span<const char>>& parts) {
+  const Pieces pieces = LivePieces(job, i);
+  if (SplitLiveChunk(pieces, nullptr, parts) == 0 && parts.size() <= kMaxLiveParts) {
+    ++job.timing.chunks_direct;
+    return {};
+  }
+  Slot* const g = gather_slot();
+  const int64_t bounced = SplitLiveChunk(pieces, g->data.get(), parts);
+  int64_t chunk = 0;
+  for (const std::span<const std::byte> piece : pieces) chunk += static_cast<int64_t>(piece.size());
+  if (parts.size() <= kMaxLiveParts && bounced < chunk) {
+    ++job.timing.chunks_direct;
+    ++job.timing.chunks_split;
+    return {g, true};
+  }
+  // Copied whole: the memory is free once it is.
+  if (bounced == chunk) {
+    g->used = chunk;
+    LiveReadsDone(job, 1);
+  } else {
+    GatherLiveChunk(job, pieces, *g);
+  }
+  parts.assign(1, {g->data.get(), static_cast<size_t>(g->used)});
+  ++job.timing.chunks_gathered;
+  return {g, false};
+}
+
 int64_t Engine::SplitLiveChunk(const Pieces& pieces, char* bounce,
                                std::vector<std::span<const char>>& parts) {
   parts.clear();
