@@ -8,7 +8,9 @@
 #   2. the same under `fmstack run --nodes 2 --procs-per-node 2`: the same
 #      weights, bit for bit, with MASTER_PORT free for the script's store;
 #   3. rank 2 SIGKILLed after step 7: the supervisor restarts the group, the
-#      script resumes from step 5 and ends with the fault-free weights;
+#      script resumes from step 5 and ends with the fault-free weights; and
+#      again with live saves (the tensors written from their own memory until
+#      released before optimizer.step()), to the same weights;
 #   4. torchrun's exit and restart semantics: a failing rank fails the run
 #      (exit 1) once the restarts are spent, TORCHELASTIC_RESTART_COUNT counts.
 set -euo pipefail
@@ -62,6 +64,14 @@ assert g["seconds"]["checkpoint"] > 0 and g["seconds"]["restore"] > 0, g["second
 print(f"incident: {i['what']}; recovered in {i['recovery_seconds']:.2f} s, "
       f"{i['lost_steps']} steps trained again; goodput {g['goodput']:.3f}")
 PY
+
+echo "== 3b. the same with live saves: nothing copied, released before optimizer.step()"
+timeout 180 "$FMSTACK" run --nodes 2 --procs-per-node 2 --max-restarts 1 --out live -- \
+  "$PY" "$SCRIPT" --out live.bin --ckpt live-ckpt --every 5 --live --kill-rank 2 --kill-step 7 \
+  > live.log 2>&1 || { cat live.log; fail "the faulted run with live saves did not recover"; }
+grep -E "resumed|weights" live.log
+[ "$(grep -c "resumed from step 5" live.log)" = 4 ] || fail "live saves: every rank must resume from step 5"
+cmp plain.bin live.bin || fail "live saves: weights after recovery differ from the fault-free run's"
 
 echo "== 4. a failing rank fails the run once the restarts are spent (exit 1)"
 cat > failing.py <<'PY'

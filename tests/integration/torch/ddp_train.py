@@ -24,6 +24,8 @@ p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=24)
 p.add_argument("--ckpt", help="fmstack checkpoint directory (resume from it when it has one)")
 p.add_argument("--every", type=int, default=5, help="checkpoint interval, steps")
+p.add_argument("--live", action="store_true",
+               help="live saves: nothing copied, released before the next optimizer.step()")
 p.add_argument("--out", required=True)
 p.add_argument("--kill-rank", type=int, default=-1,
                help="this rank SIGKILLs itself after --kill-step, on the first attempt only")
@@ -91,12 +93,14 @@ for step in range(start, args.steps):
     loss = nn.functional.cross_entropy(logits.reshape(-1, V), tokens[:, 1:].reshape(-1))
     opt.zero_grad(set_to_none=True)
     loss.backward()
+    if ckpt is not None and args.live:
+        ckpt.release()  # a live save reads the weights and moments that step() rewrites
     opt.step()
     done = step + 1
     if rank == args.kill_rank and done == args.kill_step and restarts == 0:
         os.kill(os.getpid(), signal.SIGKILL)
     if ckpt is not None and done % args.every == 0:
-        ckpt.save(done, state())
+        ckpt.save(done, state(), live=args.live)
     seconds = time.perf_counter() - t0
     if step >= start + 2:
         timed.append(seconds)
