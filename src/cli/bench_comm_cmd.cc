@@ -171,6 +171,9 @@ Results RunFmstack(const BenchArgs& args, int nodes, int procs, const std::strin
   o.job_name = "bench-comm";
   o.job_id = fmt::format("bench{}", ::getpid());
   o.extra_env["OMP_NUM_THREADS"] = "1";
+  // A bench run is not scraped; its endpoint line per run only broke up the
+  // progress line.
+  o.metrics_listen = "off";
   Results r;
   const auto result = runtime::Supervise(
       o,
