@@ -46,6 +46,10 @@ struct BenchArgs {
   bool markdown = false;
   bool netns = false;  // also n nodes in network namespaces (root)
   int rounds = 3;      // each side's time per size is the median over rounds
+  // Sizes per pair of runs (0: all of them): each side runs this many sizes,
+  // then the other side the same ones, so that what a ratio compares ran
+  // seconds apart, not the length of a whole sweep.
+  int sizes_per_run = 3;
 };
 
 std::vector<std::string> Split(const std::string& s) {
@@ -57,17 +61,29 @@ std::vector<std::string> Split(const std::string& s) {
   return out;
 }
 
-// The bench's progress over its runs (each side of each layout in each
-// round: one process group through all the sizes), with the rate and an
-// ETA. A run's time grows with its ranks on the same cores, so each run
-// counts as many units as it has ranks.
+// The sizes from --min to --max in spans of --sizes-per-run (one run of
+// each side per span).
+std::vector<SizeSpan> Spans(const BenchArgs& a) {
+  auto spans = SizeSpans(static_cast<size_t>(units::ParseBytes(a.min)),
+                         static_cast<size_t>(units::ParseBytes(a.max)), a.sizes_per_run);
+  if (spans.empty())
+    throw Error(
+        fmt::format("bench comm: --min {} and --max {}: expected 0 < min <= max", a.min, a.max));
+  return spans;
+}
+
+// The bench's progress over its runs (each side of each layout on each span
+// of sizes in each round: one process group through those sizes), with the
+// rate and an ETA. A run's time grows with its ranks on the same cores, so
+// each run counts as many units as it has ranks.
 class RunProgress {
  public:
   explicit RunProgress(const BenchArgs& a) : start_(std::chrono::steady_clock::now()) {
     const int layouts = a.netns ? 3 : 2, sides = a.mpi ? 2 : 1;
+    const auto spans = static_cast<int>(Spans(a).size());
     for (const std::string& rs : Split(a.ranks)) {
-      runs_ += a.rounds * layouts * sides;
-      units_ += static_cast<int64_t>(std::stoi(rs)) * a.rounds * layouts * sides;
+      runs_ += a.rounds * layouts * sides * spans;
+      units_ += static_cast<int64_t>(std::stoi(rs)) * a.rounds * layouts * sides * spans;
     }
   }
   void Done(int ranks, const std::string& what) {
@@ -391,48 +407,69 @@ TimedPair MedianPair(const Layout& l, const Results::key_type& key) {
   return {.ours = rounds[rounds.size() / 2].ours};
 }
 
-// Per round and layout, the two sides run one right after the other and take
-// turns to go first, so that a slow minute of this shared machine lands on
-// one pair, whose ratio the median over rounds then outvotes. The AMD VMs
-// switch state for minutes at a time; when each side ran all its layouts in
-// one block, 4 ranks inside a node came out at 0.40x OpenMPI in a run whose
-// figures for our block were the slow state's and OpenMPI's were not.
+// Per round, layout and span of sizes, the two sides run one right after
+// the other and take turns to go first, so that a slow minute of this shared
+// machine lands on one pair, whose ratio the median over rounds then
+// outvotes. The AMD VMs switch state for minutes at a time; when each side
+// ran all its layouts in one block, 4 ranks inside a node came out at 0.40x
+// OpenMPI in a run whose figures for our block were the slow state's and
+// OpenMPI's were not. With every size in one run, the two sides' runs of a
+// size were still a whole sweep apart (8 ranks inside a node: 10 s of ours,
+// 20 s of OpenMPI's), and a switch between them set 1.07 GB/s of the slow
+// state against OpenMPI's 2.10 of the fast one (docs/comm.md); in spans of a
+// few sizes they are seconds apart.
 Sides RunRounds(const BenchArgs& a, int n, const std::string& self, std::string* mpi_shm_config,
                 std::vector<double>* round_trips, RunProgress* progress) {
   Sides s;
   int round = 0;
+  const std::vector<SizeSpan> spans = Spans(a);
   const auto pair = [&](Layout& l, const char* layout, bool ours_first, const auto& ours,
                         const auto& theirs) {
-    const auto run_ours = [&] {
-      l.ours.push_back(ours());
-      progress->Done(n, fmt::format("fmstack {} ranks {} round {}", n, layout, round + 1));
-    };
-    const auto run_theirs = [&] {
-      l.theirs.push_back(theirs());
-      progress->Done(n, fmt::format("OpenMPI {} ranks {} round {}", n, layout, round + 1));
-    };
-    if (!a.mpi) return run_ours();
-    if (ours_first) {
-      run_ours();
-      run_theirs();
-    } else {
-      run_theirs();
-      run_ours();
+    l.ours.emplace_back();
+    if (a.mpi) l.theirs.emplace_back();
+    for (const SizeSpan& span : spans) {
+      BenchArgs part = a;
+      part.min = std::to_string(span.min);
+      part.max = std::to_string(span.max);
+      const auto run_ours = [&] {
+        l.ours.back().merge(ours(part));
+        progress->Done(n, fmt::format("fmstack {} ranks {} round {}, {}-{}", n, layout, round + 1,
+                                      units::FormatBytes(static_cast<double>(span.min)),
+                                      units::FormatBytes(static_cast<double>(span.max))));
+      };
+      const auto run_theirs = [&] {
+        l.theirs.back().merge(theirs(part));
+        progress->Done(n, fmt::format("OpenMPI {} ranks {} round {}, {}-{}", n, layout, round + 1,
+                                      units::FormatBytes(static_cast<double>(span.min)),
+                                      units::FormatBytes(static_cast<double>(span.max))));
+      };
+      if (!a.mpi) {
+        run_ours();
+      } else if (ours_first) {
+        run_ours();
+        run_theirs();
+      } else {
+        run_theirs();
+        run_ours();
+      }
     }
   };
   for (; round < a.rounds; ++round) {
     round_trips->push_back(CoreRoundTripNs());
     const bool ours_first = round % 2 == 0;
     pair(
-        s.node, "in one node", ours_first, [&] { return RunFmstack(a, 1, n, self); },
-        [&] { return RunMpiShm(a, n, mpi_shm_config); });
+        s.node, "in one node", ours_first,
+        [&](const BenchArgs& p) { return RunFmstack(p, 1, n, self); },
+        [&](const BenchArgs& p) { return RunMpiShm(p, n, mpi_shm_config); });
     pair(
-        s.nodes, "on loopback", ours_first, [&] { return RunFmstack(a, n, 1, self); },
-        [&] { return RunMpi(a, n, "tcp,self"); });
+        s.nodes, "on loopback", ours_first,
+        [&](const BenchArgs& p) { return RunFmstack(p, n, 1, self); },
+        [&](const BenchArgs& p) { return RunMpi(p, n, "tcp,self"); });
     if (a.netns) {
       pair(
-          s.netns, "in namespaces", ours_first, [&] { return RunFmstack(a, n, 1, self, true); },
-          [&] { return RunMpiNetns(a, n); });
+          s.netns, "in namespaces", ours_first,
+          [&](const BenchArgs& p) { return RunFmstack(p, n, 1, self, true); },
+          [&](const BenchArgs& p) { return RunMpiNetns(p, n); });
     }
   }
   round_trips->push_back(CoreRoundTripNs());
@@ -529,8 +566,12 @@ int RunCoordinator(const BenchArgs& args) {
     std::cout << fmt::format(
         "fmstack busbw / OpenMPI busbw over every size {}..{} (targets: median >= 1.0, worst >= "
         "0.8); per size, the median ratio over {} round(s), in each of which the two sides ran "
-        "one right after the other, taking turns to go first\nOpenMPI: {}; shared memory: {}\n\n",
-        a.min, a.max, a.rounds, MpiVersion(), mpi_shm_config);
+        "one right after the other on {}, taking turns to go first\nOpenMPI: {}; shared memory: "
+        "{}\n\n",
+        a.min, a.max, a.rounds,
+        a.sizes_per_run > 0 ? fmt::format("up to {} sizes at a time", a.sizes_per_run)
+                            : std::string("every size at once"),
+        MpiVersion(), mpi_shm_config);
     std::cout << "| op | ranks | one node, median | one node, worst | across nodes, median | "
                  "across nodes, worst |"
               << (a.netns ? " netns nodes, median | netns nodes, worst |" : "")
@@ -560,6 +601,10 @@ Runner AddBenchCommand(CLI::App& app) {
   cmd->add_option("--rounds", args->rounds,
                   "rounds of both sides back to back; per size, the round with the median ratio")
       ->check(CLI::Range(1, 99))
+      ->capture_default_str();
+  cmd->add_option("--sizes-per-run", args->sizes_per_run,
+                  "sizes each side runs before the other runs them (0: every size in one run)")
+      ->check(CLI::Range(0, 64))
       ->capture_default_str();
   cmd->add_flag("--netns", args->netns,
                 "also run the n-node layout with every node in its own network namespace (root)");

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <optional>
 #include <span>
 #include <vector>
@@ -30,6 +31,29 @@ inline std::optional<TimedPair> MedianRatioRound(std::span<const TimedPair> roun
     return std::nullopt;
   std::ranges::sort(sorted, {}, &TimedPair::Ratio);
   return sorted[(sorted.size() - 1) / 2];
+}
+
+// A sweep of sizes from `min` to `max`, each 4x the last, cut into spans of
+// at most `per_span` sizes (0: one span), in order. Each span is one run of
+// each side: the fewer sizes a run has, the closer in time the two sides'
+// runs of a size are. Empty when min is 0 or above max.
+struct SizeSpan {
+  size_t min = 0, max = 0;  // the span's first and last size
+};
+inline std::vector<SizeSpan> SizeSpans(size_t min, size_t max, int per_span) {
+  std::vector<SizeSpan> spans;
+  if (min == 0 || max < min) return spans;
+  int in_span = 0;
+  for (size_t bytes = min; bytes <= max; bytes *= 4) {
+    if (spans.empty() || (per_span > 0 && in_span == per_span)) {
+      spans.push_back({bytes, bytes});
+      in_span = 0;
+    }
+    spans.back().max = bytes;
+    ++in_span;
+    if (bytes > max / 4) break;  // the next size would pass max (or overflow)
+  }
+  return spans;
 }
 
 }  // namespace fmstack
