@@ -292,6 +292,7 @@ class NamespaceAgent {
   NamespaceAgent(const NamespaceAgent&) = delete;
   NamespaceAgent& operator=(const NamespaceAgent&) = delete;
   const std::filesystem::path& path() const { return path_; }
+  const std::filesystem::path& dir() const { return dir_; }
 
  private:
   std::filesystem::path dir_, path_;
@@ -325,15 +326,27 @@ Results RunMpiNetns(const BenchArgs& args, int n) {
       "btl_tcp_if_include {} --mca rtc_hwloc_vmhole none --mca routed direct{}",
       hosts, agent.path().string(), net.subnet(), net.subnet(),
       oversubscribed ? " --mca mpi_yield_when_idle 1" : "");
-  try {
-    return RunMpi(args, n, "tcp,self", mca);
-  } catch (const Error& e) {
-    // A daemon that failed to start is the launcher's trouble, not the
-    // transport's: one more start, said so; a second failure ends the bench.
-    std::cerr << fmt::format(
-        "OpenMPI across {} namespaces failed to start; starting it once more:\n{}\n", n,
-        std::string(e.what()).substr(0, 400));
-    return RunMpi(args, n, "tcp,self", mca);
+  // Every daemon of every namespace shares this host's name, and so the
+  // session directory tree /tmp/ompi.HOST.UID/jf.FAMILY/...; a start whose
+  // job family (a 16-bit hash) met a tree left by an earlier start failed
+  // with "mkdir ... File exists" (2026-11-30, 8 namespaces, on a retry). Each
+  // start gets a tree of its own, removed with the agent's directory.
+  // A daemon that failed to start is the launcher's trouble, not the
+  // transport's: up to kStarts starts, each failure said so.
+  constexpr int kStarts = 3;
+  for (int start = 1;; ++start) {
+    const std::filesystem::path session = agent.dir() / fmt::format("session-{}", start);
+    std::filesystem::create_directories(session);
+    try {
+      return RunMpi(args, n, "tcp,self",
+                    fmt::format("{} --mca orte_tmpdir_base {}", mca, session.string()));
+    } catch (const Error& e) {
+      if (start == kStarts) throw;
+      std::cerr << fmt::format(
+          "OpenMPI across {} namespaces failed to start (start {} of {}); starting it again:\n"
+          "{}\n",
+          n, start, kStarts, std::string(e.what()).substr(0, 400));
+    }
   }
 }
 
