@@ -301,6 +301,14 @@ class NamespaceAgent {
 // OpenMPI across n nodes in network namespaces, the peer of fmstack's --netns
 // column: one rank per namespace, its TCP transport (and mpirun's own
 // connections) on the namespaces' bridge.
+// What OpenMPI said, not the command line before it (RunMpi's error is
+// "OpenMPI peer failed (COMMAND):\nOUTPUT"), cut to a few lines.
+std::string MpiOutputHead(std::string_view error) {
+  const size_t at = error.find("):\n");
+  const std::string_view output = at == std::string_view::npos ? error : error.substr(at + 3);
+  return std::string(output.substr(0, 600));
+}
+
 Results RunMpiNetns(const BenchArgs& args, int n) {
   const cluster::NodeNetwork net(n);
   const NamespaceAgent agent(net);
@@ -345,7 +353,7 @@ Results RunMpiNetns(const BenchArgs& args, int n) {
       std::cerr << fmt::format(
           "OpenMPI across {} namespaces failed to start (start {} of {}); starting it again:\n"
           "{}\n",
-          n, start, kStarts, std::string(e.what()).substr(0, 400));
+          n, start, kStarts, MpiOutputHead(e.what()));
     }
   }
 }
