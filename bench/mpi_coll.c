@@ -29,6 +29,20 @@ static double Time(const char* op, float* in, float* out, size_t bytes, int n, i
   return slowest;
 }
 
+/* Iterations for about 0.2 s, judged from a batch that ran at least 20 ms,
+ * 1..100000: as fmstack's side does (bench_comm_cmd.cc, CalibratedIters).
+ * Every rank gets the same count: Time returns the slowest rank's time. */
+static int CalibratedIters(const char* op, float* in, float* out, size_t bytes, int n) {
+  const int max_iters = 100000;
+  for (int k = 1;; k = k * 8 < max_iters ? k * 8 : max_iters) {
+    double t = Time(op, in, out, bytes, n, k);
+    if (t * k >= 0.02 || k == max_iters) {
+      double iters = 0.2 / (t > 1e-9 ? t : 1e-9);
+      return iters < 1 ? 1 : iters > max_iters ? max_iters : (int)iters;
+    }
+  }
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int rank, n;
@@ -44,12 +58,7 @@ int main(int argc, char** argv) {
     for (size_t bytes = lo; bytes <= hi; bytes *= 4) {
       size_t b = bytes / (sizeof(float) * n) * sizeof(float) * n;
       Time(ops[o], in, out, b, n, 1);
-      /* Iterations for ~0.2 s, judged from one timed call, 1..200. */
-      double once = Time(ops[o], in, out, b, n, 1);
-      int iters = once > 0 ? (int)(0.2 / once) : 200;
-      iters = iters < 1 ? 1 : iters > 200 ? 200 : iters;
-      MPI_Bcast(&iters, 1, MPI_INT, 0, MPI_COMM_WORLD);
-      double t = Time(ops[o], in, out, b, n, iters);
+      double t = Time(ops[o], in, out, b, n, CalibratedIters(ops[o], in, out, b, n));
       if (rank == 0) printf("%s %zu %.9f\n", ops[o], b, t);
       fflush(stdout);
     }

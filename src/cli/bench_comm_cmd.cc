@@ -144,6 +144,22 @@ double TimeOp(comm::Communicator& c, const std::string& op, std::vector<float>& 
   return SlowestRank(c, t);
 }
 
+// Iterations for about 0.2 s of one (op, size), judged from a batch that ran
+// at least 20 ms. At 1 KiB a call takes about a microsecond: the count once
+// came from one timed call and was capped at 200, so a size was timed over a
+// fifth of a millisecond, and one call that met a preempted vCPU or a page
+// fault set its result (0.02 GB/s against about 1, on both sides). Every
+// rank gets the same count: TimeOp returns the slowest rank's time.
+int CalibratedIters(comm::Communicator& c, const std::string& op, std::vector<float>& in,
+                    std::vector<float>& out, size_t count) {
+  constexpr int kMaxIters = 100'000;
+  for (int n = 1;; n = std::min(kMaxIters, n * 8)) {
+    const double t = TimeOp(c, op, in, out, count, n);
+    if (t * n >= 0.02 || n == kMaxIters)
+      return std::clamp(static_cast<int>(0.2 / std::max(t, 1e-9)), 1, kMaxIters);
+  }
+}
+
 int RunWorker(const BenchArgs& args) {
   auto c = comm::Connect(comm::OptionsFromEnv());
   const size_t lo = static_cast<size_t>(units::ParseBytes(args.min));
@@ -156,9 +172,7 @@ int RunWorker(const BenchArgs& args) {
       // which its tuners time their two ways (path_tuner.h), so that what is
       // timed is the way a job's repeated calls settle on.
       TimeOp(*c, op, in, out, b / 4, op == "allreduce" ? comm::PathTuner::kExplore + 1 : 1);
-      const double once = TimeOp(*c, op, in, out, b / 4, 1);
-      const int iters = std::clamp(static_cast<int>(0.2 / std::max(once, 1e-6)), 1, 200);
-      const double t = TimeOp(*c, op, in, out, b / 4, iters);
+      const double t = TimeOp(*c, op, in, out, b / 4, CalibratedIters(*c, op, in, out, b / 4));
       if (c->rank() == 0) {
         EmitEvent(nlohmann::json{{"op", op}, {"bytes", b}, {"seconds", t}});
       }
