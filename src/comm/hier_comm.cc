@@ -69,6 +69,7 @@ class HierarchicalCommunicator final : public Communicator {
     s.timeout = o.timeout;
     s.slot_bytes = o.shm_slot_bytes;
     s.window_bytes = o.shm_window_bytes;
+    s.cma_chunk_bytes = o.shm_cma_chunk_bytes;
     shm_ = std::make_unique<ShmCommunicator>(std::move(s));
     if (o.local_rank == 0 && nodes_ > 1) {
       std::vector<int> job_ranks;
@@ -282,6 +283,7 @@ CommOptions OptionsFromEnv() {
   o.timeout = std::chrono::milliseconds(EnvInt("FMSTACK_COMM_TIMEOUT_MS", "60000"));
   o.shm_slot_bytes = static_cast<size_t>(EnvInt("FMSTACK_SHM_SLOT_BYTES", "4194304"));
   o.shm_window_bytes = static_cast<size_t>(EnvInt("FMSTACK_SHM_WINDOW_BYTES", "0"));
+  o.shm_cma_chunk_bytes = static_cast<size_t>(EnvInt("FMSTACK_SHM_CMA_CHUNK_BYTES", "0"));
   o.gloo_segment_bytes = static_cast<size_t>(EnvInt("FMSTACK_GLOO_SEGMENT_BYTES", "1048576"));
   o.tcp_pipeline_bytes = static_cast<size_t>(EnvInt("FMSTACK_TCP_PIPELINE_BYTES", "0"));
   o.rail_min_bytes = static_cast<size_t>(EnvInt("FMSTACK_COMM_RAIL_MIN_BYTES", "1048576"));

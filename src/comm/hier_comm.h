@@ -34,6 +34,10 @@ struct CommOptions {
   std::string net = "tcp";
   size_t shm_slot_bytes = 4 << 20;
   size_t shm_window_bytes = 0;  // 0: sized from the L3 cache (shm_comm.h)
+  // A peer read of the single-copy path; 0: by the node's rank count
+  // (shm_comm.h, CmaChunkFor), which all-reduce times against 256 KiB.
+  // FMSTACK_SHM_CMA_CHUNK_BYTES.
+  size_t shm_cma_chunk_bytes = 0;
   size_t gloo_segment_bytes = 1 << 20;
   // The TCP mesh's pipelined allreduce chunk (TcpOptions::
   // pipeline_chunk_bytes; 0, the default: windows only).

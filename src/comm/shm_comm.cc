@@ -44,6 +44,8 @@ ShmCommunicator::ShmCommunicator(ShmOptions options) : options_(std::move(option
   // Every rank checks what was asked; the window of local rank 0 is the one
   // all of them use (the L3 a process sees may differ across its cores).
   window_bytes_ = ResolveWindow();
+  cma_chunk_bytes_ = ResolveCmaChunk();
+  alt_cma_chunk_bytes_ = ResolveAltCmaChunk();
   alt_window_bytes_ = ResolveAltWindow();
   // Every rank of a node computes the same answer, so the segment's size agrees.
   oversubscribed_ = static_cast<unsigned>(P) > std::thread::hardware_concurrency();
@@ -104,6 +106,8 @@ ShmCommunicator::ShmCommunicator(ShmOptions options) : options_(std::move(option
     header_->slot_bytes = options_.slot_bytes;
     header_->window_bytes = window_bytes_;
     header_->alt_window_bytes = alt_window_bytes_;
+    header_->cma_chunk_bytes = cma_chunk_bytes_;
+    header_->alt_cma_chunk_bytes = alt_cma_chunk_bytes_;
     header_->arrived = 0;
     header_->epoch = 0;
     header_->aborted = 0;
@@ -116,6 +120,9 @@ ShmCommunicator::ShmCommunicator(ShmOptions options) : options_(std::move(option
   }
   window_bytes_ = header_->window_bytes;  // rank 0's, which every rank must stage alike
   alt_window_bytes_ = header_->alt_window_bytes;
+  // Whether all-reduce tunes the read must agree (the tuner adds barriers).
+  cma_chunk_bytes_ = header_->cma_chunk_bytes;
+  alt_cma_chunk_bytes_ = header_->alt_cma_chunk_bytes;
   // More ranks than cores: a spinning waiter would take the core the rank it
   // waits for needs, so waiters do not spin: they yield, then sleep.
   spin_limit_ = oversubscribed_ ? 0 : 2000;
@@ -126,7 +133,7 @@ ShmCommunicator::ShmCommunicator(ShmOptions options) : options_(std::move(option
   // The single-copy path's scratch, faulted in now: on a VM a first call
   // that faulted it in ran 2-3x slower (0.7-1.0 ms against 0.3 ms at
   // 1 MiB), which misled the path tuner's first timings.
-  if (cma_ && !oversubscribed_) scratch_.resize(kCmaChunkBytes * static_cast<size_t>(P));
+  if (cma_ && !oversubscribed_) scratch_.resize(cma_chunk_bytes_ * static_cast<size_t>(P - 1));
   // Everyone is attached: the name can go, so nothing is left in /dev/shm
   // whatever happens to the processes later.
   if (options_.rank == 0) ::shm_unlink(name.c_str());
@@ -187,22 +194,23 @@ const std::byte* ShmCommunicator::PeerBuffer(int r) const {
 // peer's buffer, summed in rank order into its own buffer, chunk by chunk
 // through a cache-sized scratch.
 void ShmCommunicator::SumPeersInto(View buf, Range part, std::byte* dst, ReduceOp op,
-                                   const char* op_name) {
+                                   size_t chunk_bytes, const char* op_name) {
   const int P = options_.size;
   const size_t es = DTypeSize(buf.dtype);
-  const size_t chunk = kCmaChunkBytes / es;
-  scratch_.resize(std::max(scratch_.size(), std::min(chunk, part.count) * es * P));
-  std::byte* scratch = scratch_.data();
+  const size_t chunk = std::max<size_t>(1, chunk_bytes / es);
+  scratch_.resize(std::max(scratch_.size(), std::min(chunk, part.count) * es * (P - 1)));
   std::vector<const std::byte*> srcs(P);
   for (size_t off = 0; off < part.count; off += chunk) {
     const size_t n = std::min(chunk, part.count - off);
+    std::byte* into = scratch_.data();  // the peers' chunks, one after another
     for (int r = 0; r < P; ++r) {
       const size_t at = (part.begin + off) * es;
       if (r == options_.rank) {
         srcs[r] = buf.data + at;
       } else {
-        ReadPeer(r, PeerBuffer(r) + at, scratch + r * n * es, n * es, op_name);
-        srcs[r] = scratch + r * n * es;
+        ReadPeer(r, PeerBuffer(r) + at, into, n * es, op_name);
+        srcs[r] = into;
+        into += n * es;
       }
     }
     SumOf(dst + off * es, srcs, n, buf.dtype);
@@ -210,7 +218,7 @@ void ShmCommunicator::SumPeersInto(View buf, Range part, std::byte* dst, ReduceO
   }
 }
 
-void ShmCommunicator::CmaReduce(View buf, ReduceOp op, int root, bool all) {
+void ShmCommunicator::CmaReduce(View buf, ReduceOp op, int root, bool all, size_t chunk_bytes) {
   const int P = options_.size, me = options_.rank;
   const size_t es = DTypeSize(buf.dtype);
   header_->addr[me].store(reinterpret_cast<uint64_t>(buf.data), std::memory_order_release);
@@ -218,7 +226,7 @@ void ShmCommunicator::CmaReduce(View buf, ReduceOp op, int root, bool all) {
   // Peers read only their own portions of our buffer meanwhile, so the sum
   // of ours can go straight into place.
   const Range part = ShardOf(buf.count, P, me);
-  SumPeersInto(buf, part, buf.data + part.begin * es, op, "allreduce");
+  SumPeersInto(buf, part, buf.data + part.begin * es, op, chunk_bytes, "allreduce");
   Wait("allreduce");
   if (all || me == root) {
     for (int r = 0; r < P; ++r) {
@@ -384,7 +392,7 @@ void ShmCommunicator::AllReduce(View buf, ReduceOp op) {
   if (UseSmall(buf.bytes())) return SmallReduce(buf, op, 0, true);
   if (UseDirect(buf.bytes())) return DirectReduce(buf, op, 0, true, "allreduce");
   if (UseMid(buf.bytes())) return MidReduce(buf, op, 0, true);
-  if (UseCmaReduce(buf.bytes())) return CmaReduce(buf, op, 0, true);
+  if (UseCmaReduce(buf.bytes())) return TunedCmaAllReduce(buf, op);
   if (TunedReduce(buf.bytes())) return TunedAllReduce(buf, op);
   TunedWindowAllReduce(buf, op);
 }
@@ -394,7 +402,7 @@ void ShmCommunicator::Reduce(View buf, ReduceOp op, int root) {
   if (UseSmall(buf.bytes())) return SmallReduce(buf, op, root, false);
   if (UseDirect(buf.bytes())) return DirectReduce(buf, op, root, false, "reduce");
   if (UseMid(buf.bytes())) return MidReduce(buf, op, root, false);
-  if (UseCmaReduce(buf.bytes())) return CmaReduce(buf, op, root, false);
+  if (UseCmaReduce(buf.bytes())) return CmaReduce(buf, op, root, false, cma_chunk_bytes_);
   ReduceWindow(buf, op, root, false, StagedBytes());
 }
 
@@ -411,7 +419,7 @@ void ShmCommunicator::ReduceScatter(View in, View out, ReduceOp op) {
     header_->addr[me].store(reinterpret_cast<uint64_t>(in.data), std::memory_order_release);
     Wait("reduce_scatter");
     // out may be in's own shard: peers read only their shards of in.
-    SumPeersInto(in, mine, out.data, op, "reduce_scatter");
+    SumPeersInto(in, mine, out.data, op, cma_chunk_bytes_, "reduce_scatter");
     Wait("reduce_scatter");
     return;
   }

@@ -49,6 +49,14 @@ struct ShmOptions {
   // fixed 512 KiB when the window was sized from the L3 and is larger than
   // that; none when the window was asked for. Local rank 0's is published.
   size_t alt_window_bytes = 0;
+  // What the single-copy path reads from a peer per system call before it
+  // sums; 0: CmaChunkFor(size). Local rank 0's is published.
+  size_t cma_chunk_bytes = 0;
+  // A second, shorter read that all-reduce times against the first on its
+  // own calls, keeping the faster per size class (path_tuner.h). 0: 256 KiB
+  // when the read was not asked for and is longer; none when it was asked
+  // for. Local rank 0's is published.
+  size_t alt_cma_chunk_bytes = 0;
 };
 
 class ShmCommunicator final : public Communicator {
@@ -83,6 +91,11 @@ class ShmCommunicator final : public Communicator {
   static size_t WindowFor(int running, size_t slot_bytes, size_t l3_bytes);
   size_t window_bytes() const { return window_bytes_; }
   size_t alt_window_bytes() const { return alt_window_bytes_; }  // 0: not tuned
+  // What the single-copy path reads from a peer at a time when none is
+  // asked for (kCmaScratchBytes below).
+  static size_t CmaChunkFor(int ranks);
+  size_t cma_chunk_bytes() const { return cma_chunk_bytes_; }
+  size_t alt_cma_chunk_bytes() const { return alt_cma_chunk_bytes_; }  // 0: not tuned
 
  private:
   struct Header;
@@ -196,9 +209,25 @@ class ShmCommunicator final : public Communicator {
 
   // The single-copy path (process_vm_readv from the peers' own buffers).
   static constexpr size_t kCmaMinBytes = 64 << 10;
-  // Peers' data is read this much at a time and summed while in L2 (1 MiB
-  // chunks ran 5-15% slower than 256 KiB on the AMD VM's 512 KiB L2).
-  static constexpr size_t kCmaChunkBytes = 256 << 10;
+  // Peers' data is read this much at a time, then summed. Which length
+  // wins depends on the machine and its state. In the Zen 4 VM's slow state
+  // (a core-to-core round trip of 340-570 ns against 70-120), 2-rank
+  // allreduce through cross-memory attach ran 16 MiB at 2.4-2.6 GB/s busbw
+  // in 256 KiB and 1 MiB reads, 2.7 in 2 MiB, 3.1 in 4 MiB and 4.1-4.3 in
+  // one read of the whole 8 MiB share, where OpenMPI, which reads a share at
+  // once, ran 3.8-4.3. In its fast state 256 KiB ran 5.5-5.9, 1 MiB 6.1-6.4
+  // and 8 MiB 5.0-5.2; on an Intel VM (2 MiB of L2 a core) 256 KiB and 1 MiB
+  // 5.9-6.6 and 8 MiB 5.3-5.5, and at 4 MiB 256 KiB was ahead (docs/comm.md,
+  // "Reads of the single-copy path"). So the first read is as long as
+  // kCmaScratchBytes for all the peers allows, from 256 KiB to 8 MiB (8 MiB
+  // for 2 and 3 ranks, 2.3 MiB for 8, 256 KiB from 65 on), and all-reduce
+  // times it against the 256 KiB reads of before on its own calls.
+  static constexpr size_t kCmaScratchBytes = 16 << 20;
+  static constexpr size_t kCmaMinChunkBytes = 256 << 10;
+  static constexpr size_t kCmaMaxChunkBytes = 8 << 20;
+  static constexpr size_t kCmaAltChunkBytes = 256 << 10;
+  size_t ResolveCmaChunk() const;     // options_.cma_chunk_bytes, checked, or CmaChunkFor
+  size_t ResolveAltCmaChunk() const;  // options_.alt_cma_chunk_bytes, checked, or the default
   // Not when ranks outnumber cores: there every barrier sleeps, and the
   // slots beat cross-memory attach at most sizes (4 and 8 ranks on 2 cores:
   // all-gather and all-to-all 1.5-7x from 64 KiB to 1 MiB, docs/comm.md).
@@ -217,6 +246,7 @@ class ShmCommunicator final : public Communicator {
   }
   void TunedAllReduce(View buf, ReduceOp op);
   void TunedWindowAllReduce(View buf, ReduceOp op);
+  void TunedCmaAllReduce(View buf, ReduceOp op);
   // One call of a size class the way `tuner` plans it: exploring calls
   // alternate run(false) and run(true) and local rank 0 times them; the call
   // after exploring first publishes rank 0's decision in choices[class].
@@ -225,8 +255,9 @@ class ShmCommunicator final : public Communicator {
   void ProbeCrossMemoryAttach();
   const std::byte* PeerBuffer(int r) const;
   void ReadPeer(int r, const std::byte* remote, std::byte* local, size_t bytes, const char* op);
-  void SumPeersInto(View buf, Range part, std::byte* dst, ReduceOp op, const char* op_name);
-  void CmaReduce(View buf, ReduceOp op, int root, bool all);
+  void SumPeersInto(View buf, Range part, std::byte* dst, ReduceOp op, size_t chunk_bytes,
+                    const char* op_name);
+  void CmaReduce(View buf, ReduceOp op, int root, bool all, size_t chunk_bytes);
 
   ShmOptions options_;
   Header* header_ = nullptr;
@@ -252,9 +283,12 @@ class ShmCommunicator final : public Communicator {
   // from 1 KiB to 4 MiB, 4 and 8 ranks, and within 7% at the others;
   // docs/comm.md).
   int yield_limit_ = 10;
-  std::vector<std::byte> scratch_;  // peers' chunks on the single-copy path
+  size_t cma_chunk_bytes_ = kCmaMinChunkBytes;  // local rank 0's, like the windows
+  size_t alt_cma_chunk_bytes_ = 0;              // 0: all-reduce does not tune the read
+  std::vector<std::byte> scratch_;              // peers' chunks on the single-copy path
   PathTuner reduce_tuner_;
   PathTuner window_tuner_{PathTuner::Statistic::kMedian};
+  PathTuner chunk_tuner_;
 };
 
 }  // namespace fmstack::comm

@@ -48,8 +48,10 @@ struct ShmCommunicator::Header {
   uint32_t magic;
   int32_t size;
   uint64_t slot_bytes;
-  uint64_t window_bytes;      // StagedBytes(): every rank must stage the same
-  uint64_t alt_window_bytes;  // all-reduce's second window; 0: none
+  uint64_t window_bytes;         // StagedBytes(): every rank must stage the same
+  uint64_t alt_window_bytes;     // all-reduce's second window; 0: none
+  uint64_t cma_chunk_bytes;      // the single-copy path's read, and
+  uint64_t alt_cma_chunk_bytes;  // all-reduce's second one; 0: none
   alignas(64) std::atomic<uint32_t> arrived;
   alignas(64) std::atomic<uint32_t> epoch;  // the futex word of the barrier
   alignas(64) std::atomic<int32_t> aborted;
@@ -65,6 +67,8 @@ struct ShmCommunicator::Header {
   std::atomic<int32_t> reduce_choice[PathTuner::kClasses];
   // Likewise for the window of the slots' all-reduce: 1 = alt_window_bytes.
   std::atomic<int32_t> window_choice[PathTuner::kClasses];
+  // And for the single-copy path's read: 1 = alt_cma_chunk_bytes.
+  std::atomic<int32_t> chunk_choice[PathTuner::kClasses];
   // The small-message path: each rank's newest posted operation, on its own
   // cache line, and how many waiters sleep on one (posters wake only then).
   struct alignas(64) Posted {

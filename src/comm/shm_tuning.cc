@@ -1,6 +1,7 @@
 // comm: how the shared-memory communicator sizes its reduction window and
 // how its all-reduce picks, by timing its own calls, between cross-memory
-// attach and the slots, and between two windows (shm_comm.h, path_tuner.h).
+// attach and the slots, between two windows, and between two lengths of
+// the single-copy path's reads (shm_comm.h, path_tuner.h).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -58,6 +59,38 @@ size_t ShmCommunicator::ResolveWindow() const {
   return asked / 64 * 64;
 }
 
+size_t ShmCommunicator::CmaChunkFor(int ranks) {
+  const size_t peers = static_cast<size_t>(std::max(1, ranks - 1));
+  return std::clamp(kCmaScratchBytes / peers / 4096 * 4096, kCmaMinChunkBytes, kCmaMaxChunkBytes);
+}
+
+size_t ShmCommunicator::ResolveCmaChunk() const {
+  const size_t asked = options_.cma_chunk_bytes;
+  if (asked == 0) return CmaChunkFor(options_.size);
+  if (asked < kMinWindowBytes || asked > kCmaScratchBytes) {
+    throw CommError(fmt::format("shm: a read of {} bytes (FMSTACK_SHM_CMA_CHUNK_BYTES) is outside "
+                                "[{}, {}]",
+                                asked, kMinWindowBytes, kCmaScratchBytes),
+                    -1);
+  }
+  return asked / 64 * 64;
+}
+
+size_t ShmCommunicator::ResolveAltCmaChunk() const {
+  const size_t asked = options_.alt_cma_chunk_bytes;
+  if (asked == 0) {
+    const bool sized_here = options_.cma_chunk_bytes == 0;
+    return sized_here && cma_chunk_bytes_ > kCmaAltChunkBytes ? kCmaAltChunkBytes : 0;
+  }
+  if (asked < kMinWindowBytes || asked >= cma_chunk_bytes_) {
+    throw CommError(fmt::format("shm: a second read of {} bytes is outside [{}, {}), the least "
+                                "a read takes and the first read",
+                                asked, kMinWindowBytes, cma_chunk_bytes_),
+                    -1);
+  }
+  return asked / 64 * 64;
+}
+
 size_t ShmCommunicator::ResolveAltWindow() const {
   const size_t asked = options_.alt_window_bytes;
   if (asked == 0) {
@@ -89,7 +122,7 @@ void ShmCommunicator::RunTuned(PathTuner& tuner, std::atomic<int32_t>* choices, 
 void ShmCommunicator::TunedAllReduce(View buf, ReduceOp op) {
   RunTuned(reduce_tuner_, header_->reduce_choice, buf.bytes(), [&](bool cma) {
     if (cma) {
-      CmaReduce(buf, op, 0, true);
+      TunedCmaAllReduce(buf, op);
     } else {
       ReduceWindow(buf, op, 0, true, StagedBytes());
     }
@@ -104,6 +137,18 @@ void ShmCommunicator::TunedWindowAllReduce(View buf, ReduceOp op) {
     return ReduceWindow(buf, op, 0, true, StagedBytes());
   RunTuned(window_tuner_, header_->window_choice, buf.bytes(), [&](bool alt) {
     ReduceWindow(buf, op, 0, true, alt ? alt_window_bytes_ : StagedBytes());
+  });
+}
+
+// Both reads sum every element in rank order, so the bits do not depend on
+// the choice; a share that one short read holds is read the same either way
+// and is not timed. Every rank decides alike from the published lengths.
+void ShmCommunicator::TunedCmaAllReduce(View buf, ReduceOp op) {
+  const size_t share = buf.bytes() / static_cast<size_t>(options_.size);
+  if (alt_cma_chunk_bytes_ == 0 || share <= alt_cma_chunk_bytes_)
+    return CmaReduce(buf, op, 0, true, cma_chunk_bytes_);
+  RunTuned(chunk_tuner_, header_->chunk_choice, buf.bytes(), [&](bool alt) {
+    CmaReduce(buf, op, 0, true, alt ? alt_cma_chunk_bytes_ : cma_chunk_bytes_);
   });
 }
 

@@ -54,6 +54,7 @@ std::vector<int> RunRanks(const Layout& layout, const Body& body, TcpStoreServer
     o.transport = layout.transport;
     o.timeout = std::chrono::seconds(20);
     o.shm_slot_bytes = slot_bytes;  // small, so that windows are exercised
+    o.shm_cma_chunk_bytes = std::max<size_t>(slot_bytes, 4096);  // and the single-copy reads
     o.rail_min_bytes = rail_min_bytes;
     o.net = layout.net;
     auto comm = Connect(o);

@@ -51,6 +51,33 @@ TEST(ShmWindow, AnAskOutsideItsBoundsIsRefusedNamingTheVariable) {
   }
 }
 
+TEST(ShmCmaChunk, IsTheScratchOverThePeersWithinBounds) {
+  constexpr size_t KiB = 1024, MiB = 1024 * KiB;
+  EXPECT_EQ(ShmCommunicator::CmaChunkFor(1), 8 * MiB);
+  EXPECT_EQ(ShmCommunicator::CmaChunkFor(2), 8 * MiB);  // the whole share of a 16 MiB allreduce
+  EXPECT_EQ(ShmCommunicator::CmaChunkFor(3), 8 * MiB);
+  EXPECT_EQ(ShmCommunicator::CmaChunkFor(8), 2340 * KiB);  // 16 MiB / 7, whole pages
+  EXPECT_EQ(ShmCommunicator::CmaChunkFor(64), 260 * KiB);
+  EXPECT_EQ(ShmCommunicator::CmaChunkFor(128), 256 * KiB);  // the floor
+}
+
+TEST(ShmCmaChunk, AnAskOutsideItsBoundsIsRefusedNamingTheVariable) {
+  for (const size_t asked : {size_t{1024}, size_t{32} << 20}) {
+    ShmOptions o;
+    o.segment = "fmstack.chunk-test";
+    o.size = 2;
+    o.cma_chunk_bytes = asked;
+    try {
+      ShmCommunicator c(o);
+      ADD_FAILURE() << "a read of " << asked << " bytes was accepted";
+    } catch (const CommError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("FMSTACK_SHM_CMA_CHUNK_BYTES"), std::string::npos) << what;
+      EXPECT_NE(what.find(std::to_string(asked)), std::string::npos) << what;
+    }
+  }
+}
+
 // Local rank `rank` of `size` on one segment, named after the test's process.
 ShmOptions RankOptions(const std::string& test, int rank, int size, uint16_t port) {
   ShmOptions o;
@@ -97,22 +124,15 @@ TEST(ShmWindow, EveryRankStagesLocalRankZerosWindow) {
   ExpectThreeRanksClean(RankWithItsOwnAsk);
 }
 
-// All-reduce's exploring calls alternate the two windows (path_tuner.h):
-// every call, whichever window it took, must give the in-order sum's bits.
-void RankTimingTwoWindows(int rank, int size, uint16_t port) {
-  ShmOptions o = RankOptions("window2", rank, size, port);
-  o.slot_bytes = 256 << 10;
-  o.window_bytes = rank == 0 ? 128 << 10 : 64 << 10;
-  o.alt_window_bytes = rank == 0 ? 16 << 10 : 0;  // every rank takes rank 0's
-  ShmCommunicator c(o);
-  if (c.window_bytes() != 128 << 10 || c.alt_window_bytes() != 16 << 10)
-    throw Error("rank " + std::to_string(rank) + " stages " + std::to_string(c.window_bytes()) +
-                " and " + std::to_string(c.alt_window_bytes()));
+// Through the tuner's exploring, deciding and decided calls, every
+// all-reduce of `count` floats must give the in-order sum's bits, whichever
+// way each call took.
+void ExpectInOrderSums(ShmCommunicator& c, int rank, int size, size_t count) {
   const auto value = [](int r, int call, size_t i) {
     return 1.0f / static_cast<float>(1 + (r * 7919 + call * 104729 + i) % 10007);
   };
-  constexpr int kCalls = 2 * PathTuner::kExplore + 4;  // exploring, deciding and decided calls
-  std::vector<float> buf(40001);
+  constexpr int kCalls = 2 * PathTuner::kExplore + 4;
+  std::vector<float> buf(count);
   for (int call = 0; call < kCalls; ++call) {
     for (size_t i = 0; i < buf.size(); ++i) buf[i] = value(rank, call, i);
     c.AllReduce(View(std::span<float>(buf)), ReduceOp::kSum);
@@ -125,6 +145,20 @@ void RankTimingTwoWindows(int rank, int size, uint16_t port) {
                     std::to_string(want));
     }
   }
+}
+
+// All-reduce's exploring calls alternate the two windows (path_tuner.h):
+// every call, whichever window it took, must give the in-order sum's bits.
+void RankTimingTwoWindows(int rank, int size, uint16_t port) {
+  ShmOptions o = RankOptions("window2", rank, size, port);
+  o.slot_bytes = 256 << 10;
+  o.window_bytes = rank == 0 ? 128 << 10 : 64 << 10;
+  o.alt_window_bytes = rank == 0 ? 16 << 10 : 0;  // every rank takes rank 0's
+  ShmCommunicator c(o);
+  if (c.window_bytes() != 128 << 10 || c.alt_window_bytes() != 16 << 10)
+    throw Error("rank " + std::to_string(rank) + " stages " + std::to_string(c.window_bytes()) +
+                " and " + std::to_string(c.alt_window_bytes()));
+  ExpectInOrderSums(c, rank, size, 40001);
 }
 
 TEST(ShmWindow, AllReduceTimesASecondWindowWithTheSameBits) {
@@ -159,6 +193,63 @@ TEST(ShmWindow, OnlyAWindowSizedFromTheL3IsTuned) {
   o.slot_bytes = 4 << 20;
   o.window_bytes = 2 << 20;
   EXPECT_EQ(ShmCommunicator(o).alt_window_bytes(), 0u);
+}
+
+// All-reduce through cross-memory attach times two read lengths on its
+// exploring calls: every call, whichever it took, must give the in-order
+// sum's bits, and every rank must take local rank 0's lengths (whether to
+// tune adds barriers, so the ranks must agree on it).
+void RankTimingTwoReads(int rank, int size, uint16_t port) {
+  ::setenv("FMSTACK_SHM_CMA_REDUCE", "1",
+           1);  // the single-copy path, ranks outnumbering cores or not
+  ShmOptions o = RankOptions("read2", rank, size, port);
+  o.slot_bytes = 64 << 10;
+  o.cma_chunk_bytes = rank == 0 ? 64 << 10 : 32 << 10;
+  o.alt_cma_chunk_bytes = rank == 0 ? 16 << 10 : 0;
+  ShmCommunicator c(o);
+  if (c.cma_chunk_bytes() != 64 << 10 || c.alt_cma_chunk_bytes() != 16 << 10)
+    throw Error("rank " + std::to_string(rank) + " reads " + std::to_string(c.cma_chunk_bytes()) +
+                " and " + std::to_string(c.alt_cma_chunk_bytes()));
+  ExpectInOrderSums(c, rank, size, 60001);  // a share of 80 KB: five short reads or two long ones
+}
+
+TEST(ShmCmaChunk, AllReduceTimesASecondReadWithTheSameBits) {
+  ExpectThreeRanksClean(RankTimingTwoReads);
+}
+
+TEST(ShmCmaChunk, ASecondReadNotBelowTheFirstIsRefused) {
+  ShmOptions o;
+  o.segment = "fmstack.chunk-test";
+  o.size = 2;
+  o.cma_chunk_bytes = 1 << 20;
+  o.alt_cma_chunk_bytes = 1 << 20;
+  try {
+    ShmCommunicator c(o);
+    ADD_FAILURE() << "a second read as long as the first was accepted";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("second read of 1048576 bytes"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(ShmCmaChunk, OnlyAReadSizedByTheRankCountIsTuned) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  ShmOptions o;
+  o.store = std::make_shared<TcpStore>("127.0.0.1", server.port(), kSecret);
+  o.prefix = "alone";
+  o.segment = "fmstack.chunk-test-alone." + std::to_string(::getpid());
+  o.size = 1;
+  o.job_ranks = {0};
+  o.slot_bytes = 64 << 10;
+  {
+    const ShmCommunicator sized(o);  // 8 MiB, timed against 256 KiB
+    EXPECT_EQ(sized.cma_chunk_bytes(), size_t{8} << 20);
+    EXPECT_EQ(sized.alt_cma_chunk_bytes(), size_t{256} << 10);
+  }
+  o.cma_chunk_bytes = 2 << 20;  // asked for: kept as asked, not timed against another
+  o.segment += "b";
+  o.prefix = "alone-b";
+  EXPECT_EQ(ShmCommunicator(o).alt_cma_chunk_bytes(), 0u);
 }
 
 // The segment's size follows the post-and-wait setting; a rank that does
