@@ -226,6 +226,7 @@ class ShmCommunicator final : public Communicator {
   static constexpr size_t kCmaMinChunkBytes = 256 << 10;
   static constexpr size_t kCmaMaxChunkBytes = 8 << 20;
   static constexpr size_t kCmaAltChunkBytes = 256 << 10;
+  static constexpr size_t kCmaMinAskBytes = 4 << 10;  // the least FMSTACK_SHM_CMA_CHUNK_BYTES
   size_t ResolveCmaChunk() const;     // options_.cma_chunk_bytes, checked, or CmaChunkFor
   size_t ResolveAltCmaChunk() const;  // options_.alt_cma_chunk_bytes, checked, or the default
   // Not when ranks outnumber cores: there every barrier sleeps, and the

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "comm/shm_comm.h"
@@ -34,6 +35,22 @@ size_t L3Bytes() {
     return unit == 'K' ? bytes << 10 : unit == 'M' ? bytes << 20 : bytes;
   }
   return 0;
+}
+
+// The second length a tuner times against `first` (a window, a read):
+// `asked`, checked to lie in [least, first); when nothing was asked,
+// `fallback` where the first was sized here and is longer than it, else
+// none (0). `what` and `least_means` name them in the error.
+size_t SecondLength(size_t asked, size_t first, bool first_sized_here, size_t fallback,
+                    size_t least, std::string_view what, std::string_view least_means) {
+  if (asked == 0) return first_sized_here && first > fallback ? fallback : 0;
+  if (asked < least || asked >= first) {
+    throw CommError(fmt::format("shm: a second {} of {} bytes is outside [{}, {}), the least {} "
+                                "and the first {}",
+                                what, asked, least, first, least_means, what),
+                    -1);
+  }
+  return asked / 64 * 64;
 }
 
 }  // namespace
@@ -67,43 +84,23 @@ size_t ShmCommunicator::CmaChunkFor(int ranks) {
 size_t ShmCommunicator::ResolveCmaChunk() const {
   const size_t asked = options_.cma_chunk_bytes;
   if (asked == 0) return CmaChunkFor(options_.size);
-  if (asked < kMinWindowBytes || asked > kCmaScratchBytes) {
+  if (asked < kCmaMinAskBytes || asked > kCmaScratchBytes) {
     throw CommError(fmt::format("shm: a read of {} bytes (FMSTACK_SHM_CMA_CHUNK_BYTES) is outside "
                                 "[{}, {}]",
-                                asked, kMinWindowBytes, kCmaScratchBytes),
+                                asked, kCmaMinAskBytes, kCmaScratchBytes),
                     -1);
   }
   return asked / 64 * 64;
 }
 
 size_t ShmCommunicator::ResolveAltCmaChunk() const {
-  const size_t asked = options_.alt_cma_chunk_bytes;
-  if (asked == 0) {
-    const bool sized_here = options_.cma_chunk_bytes == 0;
-    return sized_here && cma_chunk_bytes_ > kCmaAltChunkBytes ? kCmaAltChunkBytes : 0;
-  }
-  if (asked < kMinWindowBytes || asked >= cma_chunk_bytes_) {
-    throw CommError(fmt::format("shm: a second read of {} bytes is outside [{}, {}), the least "
-                                "a read takes and the first read",
-                                asked, kMinWindowBytes, cma_chunk_bytes_),
-                    -1);
-  }
-  return asked / 64 * 64;
+  return SecondLength(options_.alt_cma_chunk_bytes, cma_chunk_bytes_, options_.cma_chunk_bytes == 0,
+                      kCmaAltChunkBytes, kCmaMinAskBytes, "read", "a read takes");
 }
 
 size_t ShmCommunicator::ResolveAltWindow() const {
-  const size_t asked = options_.alt_window_bytes;
-  if (asked == 0) {
-    const bool sized_here = options_.window_bytes == 0;
-    return sized_here && window_bytes_ > kWindowBytes ? kWindowBytes : 0;
-  }
-  if (asked < kMinWindowBytes || asked >= window_bytes_) {
-    throw CommError(fmt::format("shm: a second window of {} bytes is outside [{}, {}), the least "
-                                "a pass stages and the first window",
-                                asked, kMinWindowBytes, window_bytes_),
-                    -1);
-  }
-  return asked / 64 * 64;
+  return SecondLength(options_.alt_window_bytes, window_bytes_, options_.window_bytes == 0,
+                      kWindowBytes, kMinWindowBytes, "window", "a pass stages");
 }
 
 template <class Run>
