@@ -90,6 +90,18 @@ void SoftmaxInPlace(float* row, int64_t n) {
 
 }  // namespace
 
+void Zero(Floats x) {
+  // Pieces of at least 1 MiB: below that a thread's start costs more than it saves.
+  constexpr int64_t kPiece = int64_t{1} << 18;
+  const auto n = static_cast<int64_t>(x.size());
+  const int64_t pieces = std::clamp<int64_t>(n / kPiece, 1, omp_get_max_threads());
+#pragma omp parallel for schedule(static) if (pieces > 1)
+  for (int64_t p = 0; p < pieces; ++p) {
+    const int64_t begin = n * p / pieces, end = n * (p + 1) / pieces;
+    std::fill(x.begin() + begin, x.begin() + end, 0.0f);
+  }
+}
+
 void EncoderForward(Floats out, Tokens tokens, ConstFloats wte, ConstFloats wpe, int64_t B,
                     int64_t T, int64_t C) {
 #pragma omp parallel for schedule(static)

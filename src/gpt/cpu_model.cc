@@ -41,7 +41,7 @@ class CpuModel final : public Model {
   std::span<const float> params() const override { return params_; }
   std::span<float> grads() override { return grads_; }
   std::span<const float> grads() const override { return grads_; }
-  void ZeroGrad() override { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+  void ZeroGrad() override { cpu::Zero(grads_); }
   double MatmulGflops(const std::vector<GemmShape>& shapes) const override {
     return math_ == Matmul::kBf16 ? MeasureBf16GemmGflops(shapes) : MeasureSgemmGflops(shapes);
   }

@@ -86,6 +86,23 @@ TEST(Kernels, ColumnGradientsDoNotDependOnTheThreadCount) {
   }
 }
 
+// Zero splits a buffer across the threads in pieces of at least 1 MiB:
+// every element of every piece, the uneven last one included, and nothing
+// past the span, whatever the thread count.
+TEST(Kernels, ZeroClearsEveryElementOnAnyThreadCount) {
+  const int threads = CpuThreads();
+  for (const int t : {1, 2, 3}) {
+    SetCpuThreads(t);
+    for (const size_t n : {size_t{0}, size_t{1}, size_t{1000}, (size_t{3} << 18) + 7}) {
+      V x(n + 1, 1.5f);
+      cpu::Zero(std::span<float>(x).first(n));
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(x[i], 0.0f) << "threads " << t << ", n " << n;
+      EXPECT_EQ(x[n], 1.5f) << "threads " << t << ", n " << n << ": written past the span";
+    }
+  }
+  SetCpuThreads(threads);
+}
+
 // On two threads the input and weight gradients run side by side, each
 // single-threaded; the result must be the bits of running them in turn on
 // one thread.
