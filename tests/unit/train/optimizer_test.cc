@@ -1,6 +1,7 @@
 #include "train/optimizer.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <limits>
@@ -17,6 +18,43 @@ TEST(Schedule, WarmsUpLinearlyThenDecaysToTheFloor) {
   EXPECT_DOUBLE_EQ(LearningRate(c, 10, 100), 1e-3);
   EXPECT_NEAR(LearningRate(c, 55, 100), 0.5 * (1e-3 + 1e-4), 1e-12);  // halfway down the cosine
   EXPECT_DOUBLE_EQ(LearningRate(c, 100, 100), 1e-4);
+}
+
+// The norm's plain form: blocks of 2^16, eight lanes a block each summing
+// its elements in order, then the lanes and the blocks in order. GlobalNorm
+// runs two blocks at a time where both are full; it must give these bits on
+// any thread count, with an odd number of blocks, a short last block, or
+// one short block alone.
+double PlainBlockedNorm(const std::vector<float>& g) {
+  constexpr size_t kBlock = size_t{1} << 16, kLanes = 8;
+  double total = 0;
+  for (size_t begin = 0; begin < g.size(); begin += kBlock) {
+    const size_t end = std::min(g.size(), begin + kBlock);
+    double lane[kLanes] = {};
+    for (size_t i = begin; i < end; ++i) {
+      lane[(i - begin) % kLanes] += static_cast<double>(g[i]) * g[i];
+    }
+    double s = 0;
+    for (const double v : lane) s += v;
+    total += s;
+  }
+  return std::sqrt(total);
+}
+
+TEST(Clip, GlobalNormHasThePlainBlockedSumsBitsOnAnyThreadCount) {
+  constexpr size_t kBlock = size_t{1} << 16;
+  const int threads = omp_get_max_threads();
+  for (const size_t n : {size_t{0}, size_t{5}, kBlock - 3, kBlock, 2 * kBlock, 2 * kBlock + 9,
+                         3 * kBlock, 4 * kBlock + kBlock / 2 + 1}) {
+    std::vector<float> g(n);
+    for (size_t i = 0; i < n; ++i) g[i] = std::sin(0.37f * static_cast<float>(i)) * 1e-3f;
+    const double plain = PlainBlockedNorm(g);
+    for (const int t : {1, 2, 3}) {
+      omp_set_num_threads(t);
+      EXPECT_EQ(GlobalNorm(g), plain) << n << " elements, " << t << " threads";
+    }
+  }
+  omp_set_num_threads(threads);
 }
 
 TEST(Clip, ScalesToTheMaximumNorm) {
