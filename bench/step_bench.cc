@@ -23,7 +23,6 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <cstring>
 #include <iostream>
 #include <memory>
 #include <vector>
@@ -33,7 +32,6 @@
 #include "gpt/model.h"
 #include "gpt/sgemm_peak.h"
 #include "train/optimizer.h"
-#include "util/huge_pages.h"
 #include "util/random.h"
 #include "util/text_table.h"
 #include "workload/presets.h"

@@ -22,7 +22,7 @@ using ConstFloats = std::span<const float>;
 using Tokens = std::span<const int32_t>;
 
 // x = 0, in pieces across the threads: one thread's memset left a GPT-2
-// 124M step's gradients (0.5 GB) at 43 ms on a 2-core Intel VM, two at 24.
+// 124M step's gradients (0.5 GB) at 43 ms on a 2-core Intel VM, two at 23.
 void Zero(Floats x);
 
 // out[b,t,:] = wte[token] + wpe[t]

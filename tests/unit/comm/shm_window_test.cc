@@ -22,6 +22,38 @@ namespace {
 
 const std::string kSecret = "0123456789abcdef-window-secret";
 
+// What a communicator built from `o` is refused with; a test failure naming
+// `accepted`, and "", when it is built.
+std::string Refusal(const ShmOptions& o, const std::string& accepted) {
+  try {
+    const ShmCommunicator c(o);
+  } catch (const CommError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << accepted << " was accepted";
+  return "";
+}
+
+// A node of one rank on `server`, its segment named after `name` and this
+// process.
+ShmOptions AloneOptions(const TcpStoreServer& server, const std::string& name) {
+  ShmOptions o;
+  o.store = std::make_shared<TcpStore>("127.0.0.1", server.port(), kSecret);
+  o.prefix = name;
+  o.segment = "fmstack." + name + "." + std::to_string(::getpid());
+  o.size = 1;
+  o.job_ranks = {0};
+  return o;
+}
+
+// Every rank must take local rank 0's pair of lengths (a window, a read).
+void RequireRankZeros(int rank, const char* verb, size_t first, size_t second, size_t want_first,
+                      size_t want_second) {
+  if (first != want_first || second != want_second)
+    throw Error("rank " + std::to_string(rank) + " " + verb + " " + std::to_string(first) +
+                " and " + std::to_string(second));
+}
+
 TEST(ShmWindow, IsAQuarterOfTheL3PerRunningRankWithinBounds) {
   constexpr size_t KiB = 1024, MiB = 1024 * KiB, slot = 4 * MiB;
   EXPECT_EQ(ShmCommunicator::WindowFor(2, slot, 8 * MiB), 1 * MiB);   // the 2-core Zen 1 VM
@@ -40,14 +72,9 @@ TEST(ShmWindow, AnAskOutsideItsBoundsIsRefusedNamingTheVariable) {
     o.size = 2;
     o.slot_bytes = 4 << 20;
     o.window_bytes = asked;
-    try {
-      ShmCommunicator c(o);
-      ADD_FAILURE() << "a window of " << asked << " bytes was accepted";
-    } catch (const CommError& e) {
-      const std::string what = e.what();
-      EXPECT_NE(what.find("FMSTACK_SHM_WINDOW_BYTES"), std::string::npos) << what;
-      EXPECT_NE(what.find(std::to_string(asked)), std::string::npos) << what;
-    }
+    const std::string what = Refusal(o, "a window of " + std::to_string(asked) + " bytes");
+    EXPECT_NE(what.find("FMSTACK_SHM_WINDOW_BYTES"), std::string::npos) << what;
+    EXPECT_NE(what.find(std::to_string(asked)), std::string::npos) << what;
   }
 }
 
@@ -67,14 +94,9 @@ TEST(ShmCmaChunk, AnAskOutsideItsBoundsIsRefusedNamingTheVariable) {
     o.segment = "fmstack.chunk-test";
     o.size = 2;
     o.cma_chunk_bytes = asked;
-    try {
-      ShmCommunicator c(o);
-      ADD_FAILURE() << "a read of " << asked << " bytes was accepted";
-    } catch (const CommError& e) {
-      const std::string what = e.what();
-      EXPECT_NE(what.find("FMSTACK_SHM_CMA_CHUNK_BYTES"), std::string::npos) << what;
-      EXPECT_NE(what.find(std::to_string(asked)), std::string::npos) << what;
-    }
+    const std::string what = Refusal(o, "a read of " + std::to_string(asked) + " bytes");
+    EXPECT_NE(what.find("FMSTACK_SHM_CMA_CHUNK_BYTES"), std::string::npos) << what;
+    EXPECT_NE(what.find(std::to_string(asked)), std::string::npos) << what;
   }
 }
 
@@ -155,9 +177,7 @@ void RankTimingTwoWindows(int rank, int size, uint16_t port) {
   o.window_bytes = rank == 0 ? 128 << 10 : 64 << 10;
   o.alt_window_bytes = rank == 0 ? 16 << 10 : 0;  // every rank takes rank 0's
   ShmCommunicator c(o);
-  if (c.window_bytes() != 128 << 10 || c.alt_window_bytes() != 16 << 10)
-    throw Error("rank " + std::to_string(rank) + " stages " + std::to_string(c.window_bytes()) +
-                " and " + std::to_string(c.alt_window_bytes()));
+  RequireRankZeros(rank, "stages", c.window_bytes(), c.alt_window_bytes(), 128 << 10, 16 << 10);
   ExpectInOrderSums(c, rank, size, 40001);
 }
 
@@ -172,24 +192,14 @@ TEST(ShmWindow, ASecondWindowNotBelowTheFirstIsRefused) {
   o.slot_bytes = 4 << 20;
   o.window_bytes = 1 << 20;
   o.alt_window_bytes = 1 << 20;
-  try {
-    ShmCommunicator c(o);
-    ADD_FAILURE() << "a second window as large as the first was accepted";
-  } catch (const CommError& e) {
-    EXPECT_NE(std::string(e.what()).find("second window of 1048576 bytes"), std::string::npos)
-        << e.what();
-  }
+  const std::string what = Refusal(o, "a second window as large as the first");
+  EXPECT_NE(what.find("second window of 1048576 bytes"), std::string::npos) << what;
 }
 
 TEST(ShmWindow, OnlyAWindowSizedFromTheL3IsTuned) {
   // Asked for: kept as asked, not timed against another.
   TcpStoreServer server("127.0.0.1", 0, kSecret);
-  ShmOptions o;
-  o.store = std::make_shared<TcpStore>("127.0.0.1", server.port(), kSecret);
-  o.prefix = "alone";
-  o.segment = "fmstack.window-test-alone." + std::to_string(::getpid());
-  o.size = 1;
-  o.job_ranks = {0};
+  ShmOptions o = AloneOptions(server, "window-test-alone");
   o.slot_bytes = 4 << 20;
   o.window_bytes = 2 << 20;
   EXPECT_EQ(ShmCommunicator(o).alt_window_bytes(), 0u);
@@ -200,16 +210,14 @@ TEST(ShmWindow, OnlyAWindowSizedFromTheL3IsTuned) {
 // sum's bits, and every rank must take local rank 0's lengths (whether to
 // tune adds barriers, so the ranks must agree on it).
 void RankTimingTwoReads(int rank, int size, uint16_t port) {
-  ::setenv("FMSTACK_SHM_CMA_REDUCE", "1",
-           1);  // the single-copy path, ranks outnumbering cores or not
+  // The single-copy path, ranks outnumbering cores or not.
+  ::setenv("FMSTACK_SHM_CMA_REDUCE", "1", 1);
   ShmOptions o = RankOptions("read2", rank, size, port);
   o.slot_bytes = 64 << 10;
   o.cma_chunk_bytes = rank == 0 ? 64 << 10 : 32 << 10;
   o.alt_cma_chunk_bytes = rank == 0 ? 16 << 10 : 0;
   ShmCommunicator c(o);
-  if (c.cma_chunk_bytes() != 64 << 10 || c.alt_cma_chunk_bytes() != 16 << 10)
-    throw Error("rank " + std::to_string(rank) + " reads " + std::to_string(c.cma_chunk_bytes()) +
-                " and " + std::to_string(c.alt_cma_chunk_bytes()));
+  RequireRankZeros(rank, "reads", c.cma_chunk_bytes(), c.alt_cma_chunk_bytes(), 64 << 10, 16 << 10);
   ExpectInOrderSums(c, rank, size, 60001);  // a share of 80 KB: five short reads or two long ones
 }
 
@@ -223,32 +231,22 @@ TEST(ShmCmaChunk, ASecondReadNotBelowTheFirstIsRefused) {
   o.size = 2;
   o.cma_chunk_bytes = 1 << 20;
   o.alt_cma_chunk_bytes = 1 << 20;
-  try {
-    ShmCommunicator c(o);
-    ADD_FAILURE() << "a second read as long as the first was accepted";
-  } catch (const CommError& e) {
-    EXPECT_NE(std::string(e.what()).find("second read of 1048576 bytes"), std::string::npos)
-        << e.what();
-  }
+  const std::string what = Refusal(o, "a second read as long as the first");
+  EXPECT_NE(what.find("second read of 1048576 bytes"), std::string::npos) << what;
 }
 
 TEST(ShmCmaChunk, OnlyAReadSizedByTheRankCountIsTuned) {
   TcpStoreServer server("127.0.0.1", 0, kSecret);
-  ShmOptions o;
-  o.store = std::make_shared<TcpStore>("127.0.0.1", server.port(), kSecret);
-  o.prefix = "alone";
-  o.segment = "fmstack.chunk-test-alone." + std::to_string(::getpid());
-  o.size = 1;
-  o.job_ranks = {0};
+  ShmOptions o = AloneOptions(server, "chunk-test-alone");
   o.slot_bytes = 64 << 10;
   {
     const ShmCommunicator sized(o);  // 8 MiB, timed against 256 KiB
     EXPECT_EQ(sized.cma_chunk_bytes(), size_t{8} << 20);
     EXPECT_EQ(sized.alt_cma_chunk_bytes(), size_t{256} << 10);
   }
+  o = AloneOptions(server, "chunk-test-alone-b");
+  o.slot_bytes = 64 << 10;
   o.cma_chunk_bytes = 2 << 20;  // asked for: kept as asked, not timed against another
-  o.segment += "b";
-  o.prefix = "alone-b";
   EXPECT_EQ(ShmCommunicator(o).alt_cma_chunk_bytes(), 0u);
 }
 
