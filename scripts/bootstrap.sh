@@ -15,6 +15,7 @@ packages=(
   libcurl4-openssl-dev libssl-dev libcpp-httplib-dev prometheus
   slurm-wlm slurmctld slurmd slurmdbd slurm-client munge mariadb-server chromium
   clang libclang-rt-14-dev libomp-dev librsvg2-bin
+  libboost-dev python3-websockets
 )
 
 if [ "${1:-}" = "--bench" ]; then
@@ -28,11 +29,23 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "bootstrap: all ${#packages[@]} packages present"
-  exit 0
+else
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  echo "bootstrap: installing ${missing[*]}"
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-sudo_cmd=()
-[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
-echo "bootstrap: installing ${missing[*]}"
-"${sudo_cmd[@]}" apt-get update -qq
-DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# The serving tests' real clients from npm (the official OpenAI client, ws),
+# into tests/clients/node_modules; Node.js from Debian when it is missing.
+root=$(cd "$(dirname "$0")/.." && pwd)
+if ! command -v npm >/dev/null; then
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends nodejs npm
+fi
+if [ ! -d "$root/tests/clients/node_modules/openai" ] || [ ! -d "$root/tests/clients/node_modules/ws" ]; then
+  echo "bootstrap: npm install (tests/clients: openai, ws)"
+  (cd "$root/tests/clients" && npm install --no-audit --no-fund --loglevel=error)
+fi

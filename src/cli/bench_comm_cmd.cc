@@ -488,7 +488,9 @@ Runner AddBenchCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--netns", args->netns,
                 "also run the n-node layout with every node in its own network namespace (root)");
-  return [args] {
+  const Runner serve = AddBenchServeCommand(*bench);
+  return [args, bench, serve] {
+    if (bench->got_subcommand("serve")) return serve();
     // Started by the coordinator through the supervisor: a worker.
     if (std::getenv("FMSTACK_RUN") != nullptr) return RunWorker(*args);
     return RunCoordinator(*args);

@@ -43,5 +43,8 @@ Runner AddBurninCommand(CLI::App& app);
 Runner AddSlurmCommand(CLI::App& app);
 Runner AddCatalogCommand(CLI::App& app);
 Runner AddValidateCommand(CLI::App& app);
+Runner AddServeCommand(CLI::App& app);
+// `fmstack bench serve`, under the bench command.
+Runner AddBenchServeCommand(CLI::App& bench);
 
 }  // namespace fmstack::cli

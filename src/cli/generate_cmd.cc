@@ -7,14 +7,12 @@
 #include <memory>
 #include <numeric>
 
-#include "ckpt/restore.h"
-#include "ckpt/tier.h"
 #include "cli/commands.h"
 #include "gpt/layout.h"
 #include "gpt/model.h"
 #include "gpt/sgemm_peak.h"
 #include "train/tokenizer.h"
-#include "train/train_state.h"
+#include "train/trained_model.h"
 #include "util/error.h"
 #include "util/random.h"
 
@@ -52,44 +50,13 @@ int32_t Sample(std::span<const float> logits, double temperature, int64_t top_k,
 
 int RunGenerate(const GenerateArgs& args) {
   gpt::SetCpuThreads(args.threads);
-  // The newest committed step of a run's ckpt/ directory, or the step named.
-  const ckpt::CheckpointDir dir = ckpt::OpenCheckpointDir(args.ckpt);
-  std::optional<int64_t> step = dir.step;
-  if (!step) {
-    for (const ckpt::StepListing& l : dir.tier->List())
-      if (l.committed && (!step || l.step > *step)) step = l.step;
-    if (!step) throw Error(args.ckpt + ": no committed checkpoint");
-  }
-  const ckpt::Manifest manifest = ckpt::ReadManifest(*dir.tier, *step);
-  workload::TransformerShape shape;
-  try {
-    shape = train::ShapeFromJson(manifest.model);
-  } catch (const std::exception& e) {
-    throw Error(fmt::format("{}: the manifest of {} has no usable model shape ({})", args.ckpt,
-                            ckpt::StepDirName(*step), e.what()));
-  }
-  const std::string data_dir = manifest.model.value("data_dir", "");
-  if (args.tokenizer.empty() && data_dir.empty())
-    throw Error(args.ckpt +
-                ": the checkpoint does not say where its tokenizer is; pass --tokenizer");
-  const std::string tok_path =
-      args.tokenizer.empty() ? data_dir + "/tokenizer.bpe" : args.tokenizer;
-  const train::BpeTokenizer tok = train::BpeTokenizer::Load(tok_path);
-  if (tok.vocab_size() > shape.vocab) {
-    throw Error(fmt::format("{}: vocabulary {} is larger than the model's {}", tok_path,
-                            tok.vocab_size(), shape.vocab));
-  }
+  const train::TrainedModel m = train::LoadTrainedModel(args.ckpt, args.tokenizer);
+  const workload::TransformerShape& shape = m.shape;
+  const train::BpeTokenizer& tok = m.tokenizer;
   auto model = gpt::CreateModel(shape, {.max_batch = 1});
-  // The weights only: the optimizer's moments stay on disk.
-  std::vector<ckpt::TensorTarget> targets;
-  for (const gpt::TensorInfo& t : gpt::ParamLayout::For(shape).Tensors()) {
-    targets.push_back({"model." + t.name, ckpt::DType::kF32, 0,
-                       std::as_writable_bytes(model->params().subspan(
-                           static_cast<size_t>(t.offset), static_cast<size_t>(t.size())))});
-  }
-  ckpt::ReadCopy(*dir.tier, *step, targets);
-  std::cerr << fmt::format("generate: {} ({} params) from {} of {}\n", shape.name,
-                           model->params().size(), ckpt::StepDirName(*step), args.ckpt);
+  std::copy(m.params.begin(), m.params.end(), model->params().begin());
+  std::cerr << fmt::format("generate: {} ({} params) from {}\n", shape.name,
+                           model->params().size(), m.source);
 
   std::vector<int32_t> context = tok.Encode(args.prompt);
   if (context.empty()) context.push_back(tok.Encode("\n").front());

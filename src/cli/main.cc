@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   const fmstack::cli::Runner slurm = fmstack::cli::AddSlurmCommand(app);
   const fmstack::cli::Runner catalog = fmstack::cli::AddCatalogCommand(app);
   const fmstack::cli::Runner validate = fmstack::cli::AddValidateCommand(app);
+  const fmstack::cli::Runner serve = fmstack::cli::AddServeCommand(app);
   // A mistyped verb: CLI11 would say only "A subcommand is required".
   if (argc >= 2 && argv[1][0] != '-' && std::string_view(argv[1]) != "help") {
     std::vector<std::string> verbs;
@@ -70,6 +71,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("data")) return data();
     if (app.got_subcommand("train")) return train();
     if (app.got_subcommand("generate")) return generate();
+    if (app.got_subcommand("serve")) return serve();
     if (app.got_subcommand("run")) return run();
     if (app.got_subcommand("bench")) return bench();
     if (app.got_subcommand("ckpt")) return ckpt();

@@ -222,6 +222,7 @@ JobSpec ReadJob(StrictTable& root, const std::string& file, const catalog::Catal
   job.faults = ReadFaults(root, catalog);
   job.resilience = ReadResilience(root);
   job.health = ReadHealth(root, std::filesystem::path(file).parent_path().string());
+  job.serve = ReadServe(root, std::filesystem::path(file).parent_path().string());
   if (std::optional<StrictTable> d = root.Table("data")) {
     job.data.size_bytes = d->Bytes("size").value_or(0);
     if (std::optional<std::string> dir = d->String("dir")) {

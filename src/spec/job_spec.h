@@ -165,6 +165,26 @@ struct DataSpec {
                           // resolved against the job file's directory
 };
 
+// [serve]: how `fmstack serve` runs the model (docs/specs.md, docs/serve.md).
+struct ServeSpec {
+  double kv_cache_bytes = 0;      // the KV block pool; 0 = kv_cache_share of available memory
+  double kv_cache_share = 0.2;    // used when kv_cache is written as "NN%"
+  int64_t block_size = 16;        // tokens per KV block
+  int64_t max_batch_tokens = 2048;
+  int64_t max_seqs = 64;
+  bool prefix_caching = true;
+  int64_t max_waiting = 1024;
+  std::string host = "127.0.0.1";
+  int64_t port = 8000;
+  std::string api_key_file;       // resolved against the job file's directory
+  std::string model_name;         // "" = the job's name
+  double ping_interval = 60;      // seconds
+  double max_body_bytes = 1 << 20;
+  double request_timeout = 10, idle_timeout = 60, drain_timeout = 30;  // seconds
+  int64_t max_connections = 4096;
+  int64_t threads = 0;            // CPU threads; 0 = all
+};
+
 struct JobSpec {
   std::string file;
   std::string name;
@@ -177,6 +197,7 @@ struct JobSpec {
   ResilienceSpec resilience;
   HealthSpec health;
   DataSpec data;
+  ServeSpec serve;
   std::optional<ClusterSpec> cluster;  // [cluster] inline or cluster = "file.toml"
   // Where keys that later cross-checks name were written ("parallel.dp").
   std::map<std::string, SourcePos, std::less<>> key_pos;
@@ -193,6 +214,7 @@ JobSpec ParseJobSpec(std::string_view text, const std::string& name,
 FaultsSpec ReadFaults(StrictTable& root, const catalog::Catalog& catalog);
 ResilienceSpec ReadResilience(StrictTable& root);
 HealthSpec ReadHealth(StrictTable& root, const std::string& job_dir);
+ServeSpec ReadServe(StrictTable& root, const std::string& job_dir);
 
 // Reads `model = "preset"` or a [model] table (preset + overrides) from `root`.
 workload::TransformerShape ReadModel(StrictTable& root);
