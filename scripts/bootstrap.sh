@@ -16,6 +16,7 @@ packages=(
   slurm-wlm slurmctld slurmd slurmdbd slurm-client munge mariadb-server chromium
   clang libclang-rt-14-dev libomp-dev librsvg2-bin
   libboost-dev python3-websockets
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc python3-grpcio python3-protobuf
 )
 
 if [ "${1:-}" = "--bench" ]; then

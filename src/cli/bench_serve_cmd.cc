@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -29,6 +30,7 @@ struct BenchServeArgs {
   double kv_cache_gb = 2;
   int64_t max_batch_tokens = 2048, max_seqs = 64;
   bool no_prefix_caching = false, json = false, limits = true;
+  std::string weights_out;  // the random weights, raw float32, and the shape beside them
   int threads = 0;
 };
 
@@ -126,6 +128,17 @@ int RunBenchServe(BenchServeArgs a) {
   const gpt::ParamLayout layout = gpt::ParamLayout::For(*shape);
   std::vector<float> params(static_cast<size_t>(layout.total));
   gpt::InitParams(layout, params, a.load.seed);
+  if (!a.weights_out.empty()) {  // for a peer (bench/serve_torch_peer.py) to load the same weights
+    std::ofstream w(a.weights_out, std::ios::binary);
+    w.write(reinterpret_cast<const char*>(params.data()),
+            static_cast<std::streamsize>(params.size() * sizeof(float)));
+    std::ofstream j(a.weights_out + ".json");
+    j << nlohmann::json{{"layers", shape->layers}, {"hidden", shape->hidden},
+                        {"heads", shape->heads}, {"ffn_hidden", shape->ffn_hidden},
+                        {"vocab", shape->vocab}, {"seq_len", shape->seq_len}}
+             .dump();
+    if (!w || !j) throw Error(fmt::format("--weights-out {}: cannot write it", a.weights_out));
+  }
   auto decoder = gpt::CreateDecoder(*shape, params,
                                     {.max_tokens = a.max_batch_tokens, .max_logits = a.max_seqs});
   params = {};
@@ -242,6 +255,8 @@ Runner AddBenchServeCommand(CLI::App& bench) {
   cmd->add_flag("!--no-limits", a->limits, "here: skip measuring memory bandwidth and sgemm");
   cmd->add_option("--threads", a->threads, "CPU threads (0 = all)");
   cmd->add_flag("--json", a->json, "one JSON object on stdout");
+  cmd->add_option("--weights-out", a->weights_out,
+                  "here: also write the random weights (raw float32) and FILE.json (the shape)");
   return [a] { return RunBenchServe(*a); };
 }
 

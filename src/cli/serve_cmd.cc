@@ -11,6 +11,7 @@
 #include "gpt/decoder.h"
 #include "gpt/sgemm_peak.h"
 #include "serve/engine.h"
+#include "serve/grpc_server.h"
 #include "serve/server.h"
 #include "train/trained_model.h"
 #include "util/error.h"
@@ -21,6 +22,7 @@ namespace {
 struct ServeArgs {
   std::string job, ckpt, tokenizer, catalog, host;
   int port = -1;
+  int grpc_port = -2;
   int threads = -1;
 };
 
@@ -111,8 +113,22 @@ int RunServe(const ServeArgs& args) {
       static_cast<double>(blocks * block_bytes) / 1e6, s.max_batch_tokens, s.max_seqs,
       s.prefix_caching ? "on" : "off", so.model_name, so.host, server.port(),
       so.api_key.empty() ? "" : ", API key required");
+  std::unique_ptr<serve::GrpcServer> grpc;
+  const int64_t grpc_port = args.grpc_port >= -1 ? args.grpc_port : s.grpc_port;
+  if (grpc_port >= 0) {
+    grpc = std::make_unique<serve::GrpcServer>(
+        engine, [&tok](std::string_view text) { return tok.Encode(text); }, piece,
+        serve::GrpcOptions{.host = so.host,
+                           .port = static_cast<int>(grpc_port),
+                           .api_key = so.api_key,
+                           .ping_interval = so.ping_interval,
+                           .max_message_bytes = so.max_body_bytes});
+    std::cerr << fmt::format("serve: gRPC stream fmstack.serve.v1.Generation/Stream on {}:{}\n",
+                             so.host, grpc->port());
+  }
   engine.Start();
   server.Run(true);
+  if (grpc) grpc->Shutdown(std::chrono::seconds(1));
   engine.Stop();
   const serve::EngineStats st = engine.stats();
   std::cerr << fmt::format("serve: stopped after {} requests ({} tokens generated)\n", st.finished,
@@ -138,6 +154,9 @@ Runner AddServeCommand(CLI::App& app) {
   cmd->add_option("--host", args->host, "address to listen on (default serve.host)");
   cmd->add_option("--port", args->port, "port (default serve.port; 0 = any free)")
       ->check(CLI::Range(0, 65535));
+  cmd->add_option("--grpc-port", args->grpc_port,
+                  "gRPC stream port (default serve.grpc_port; 0 = any free, -1 = off)")
+      ->check(CLI::Range(-1, 65535));
   cmd->add_option("--threads", args->threads, "CPU threads (default serve.threads; 0 = all)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--catalog", args->catalog, "hardware catalog directory");

@@ -42,15 +42,17 @@ struct Server::Impl {
   Encoder encode;
   std::function<std::string(int32_t)> piece;
   ServerOptions o;
+  // Declared before the event loop, so that they outlive the sessions its
+  // pending handlers still hold when it is destroyed.
+  metrics::Registry registry;
+  std::set<int64_t> in_flight;  // engine request ids of live sessions
+  bool draining = false;
+  int64_t connections = 0;
+  int64_t next_id = 1;
   net::io_context ioc{1};
   tcp::acceptor acceptor{ioc};
   net::signal_set signals{ioc};
   net::steady_timer drain_timer{ioc};
-  bool draining = false;
-  int64_t connections = 0;
-  int64_t next_id = 1;
-  std::set<int64_t> in_flight;  // engine request ids of live sessions
-  metrics::Registry registry;
 };
 
 // One HTTP connection: reads requests, answers them, streams completions.

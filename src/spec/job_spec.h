@@ -176,6 +176,7 @@ struct ServeSpec {
   int64_t max_waiting = 1024;
   std::string host = "127.0.0.1";
   int64_t port = 8000;
+  int64_t grpc_port = 8001;       // the gRPC stream; -1 = off, 0 = any free port
   std::string api_key_file;       // resolved against the job file's directory
   std::string model_name;         // "" = the job's name
   double ping_interval = 60;      // seconds

@@ -41,6 +41,7 @@ ServeSpec ReadServe(StrictTable& root, const std::string& job_dir) {
   s.max_waiting = t->Int("max_waiting", 1, 1 << 20).value_or(s.max_waiting);
   s.host = t->String("host").value_or(s.host);
   s.port = t->Int("port", 0, 65535).value_or(s.port);
+  s.grpc_port = t->Int("grpc_port", -1, 65535).value_or(s.grpc_port);
   if (std::optional<std::string> key = t->String("api_key_file")) {
     std::filesystem::path p(*key);
     if (p.is_relative() && !job_dir.empty()) p = std::filesystem::path(job_dir) / p;

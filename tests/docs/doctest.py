@@ -36,7 +36,7 @@ import sys
 import tempfile
 
 SHELL_LANGS = {"sh", "bash", "console", "shell"}
-VERBS = "plan|sim|run|data|train|generate|bench|ckpt|fault|report|agent|node|burnin|slurm|catalog|help"
+VERBS = "plan|sim|run|serve|data|train|generate|bench|ckpt|fault|report|agent|node|burnin|slurm|catalog|help"
 COMMAND_START = re.compile(
     r"^(\$ |(\./build/)?fmstack (" + VERBS + r")( |$)|bash |sudo |\.?/?scripts/|PYTHONPATH=|"
     r"python3 |promtool |curl |export )")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # fmstack serve end to end on a model trained here: the official OpenAI
-# client (npm), a WebSocket client (python3-websockets), curl; bad input
+# client (npm), a WebSocket client (python3-websockets), a gRPC client
+# (python3-grpcio), curl; bad input
 # answered 4xx with the field named while the server keeps serving; a
 # client that disconnects mid-stream has its KV blocks freed; slow and
 # idle clients are cut by their deadlines; 2,000 connections at once; the
@@ -39,7 +40,7 @@ TOML
 "$FMSTACK" train "$tmp/job.toml" --out "$tmp/run" >/dev/null 2>&1
 
 start_server() {
-  "$FMSTACK" serve "$tmp/job.toml" --ckpt "$tmp/run" --port 0 2>"$tmp/serve.log" &
+  "$FMSTACK" serve "$tmp/job.toml" --ckpt "$tmp/run" --port 0 --grpc-port 0 2>"$tmp/serve.log" &
   server_pid=$!
   for _ in $(seq 200); do
     port=$(sed -n 's|.*on http://127.0.0.1:\([0-9]*\).*|\1|p' "$tmp/serve.log")
@@ -56,6 +57,9 @@ cat "$tmp/serve.log"
 # Real clients.
 node "$clients/openai_client.mjs" "$base/v1"
 /usr/bin/python3 "$clients/ws_client.py" "ws://127.0.0.1:$port/v1/stream" 1
+grpc_port=$(sed -n 's|.*Generation/Stream on 127.0.0.1:\([0-9]*\).*|\1|p' "$tmp/serve.log")
+protoc -I"$SRC/src/serve/proto" --python_out="$tmp" "$SRC/src/serve/proto/stream.proto"
+/usr/bin/python3 "$clients/grpc_client.py" "127.0.0.1:$grpc_port" "$tmp"
 
 # curl, as docs/serve.md shows it.
 curl -sf "$base/v1/models" | /usr/bin/python3 -c 'import json,sys; m=json.load(sys.stdin); assert m["data"][0]["id"]=="kjv-serve", m'
