@@ -1,17 +1,19 @@
 """The PyTorch peer of `fmstack bench serve`: the same GPT-2-shaped model
 with the same weights (the raw float32 buffer fmstack wrote with
 --weights-out, in gpt/layout.h's order), generating with a KV cache and
-static batching, as Hugging Face transformers' generate() does: requests
-are taken in arrival order in batches of --batch, each batch prefilled at
-once and then decoded greedily one token per step for every sequence
-until its longest request is done. All requests arrive at time 0, so a
+static batching, as Hugging Face transformers' generate() does: the same
+requests (prompt and output lengths read from fmstack's --json report) are
+taken in order in batches of --batch, each batch left-padded to its longest
+prompt (the padding masked), prefilled at once, then decoded greedily one
+token per step for every sequence until its longest request is done; a
+request's tokens past its max_tokens are dropped, not counted. All requests arrive at time 0, so a
 request's time to first token includes the batches before its own.
 
 Written from the architecture (pre-LayerNorm blocks, tanh GELU, learned
 positions, tied head), not from fmstack's code. Prints one JSON object.
 
-    python3 bench/serve_torch_peer.py --weights W.bin --shape SHAPE.json \
-        --requests 64 --batch 32 --input-len 128 --output-len 128 --threads 2
+    python3 bench/serve_torch_peer.py --weights W.bin --shape W.bin.json \
+        --lengths-from OURS.json --batch 32 --threads 2
 """
 import argparse
 import json
@@ -48,9 +50,9 @@ class Gpt2:
         T = w["wpe"].shape[0]
         self.mask = torch.ones(T, T, dtype=torch.bool).triu(1)
 
-    def forward(self, tokens, pos0, cache_k, cache_v):
+    def forward(self, tokens, pos0, cache_k, cache_v, pad=None):
         """tokens (B, n) at positions pos0..pos0+n-1; caches (L, B, NH, Tmax, hd) filled below pos0.
-        Returns the last position's logits (B, V)."""
+        pad (B, Tmax) marks left-padding keys to mask out. Returns the last position's logits (B, V)."""
         w, B, n = self.w, tokens.shape[0], tokens.shape[1]
         C, nh = self.C, self.nh
         hd = C // nh
@@ -67,6 +69,8 @@ class Gpt2:
             att = (q @ keys.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
             if n > 1:  # prefill: causal within the chunk (pos0 == 0 here)
                 att = att.masked_fill(self.mask[:n, :n], float("-inf"))
+            if pad is not None:  # left padding of shorter prompts, as generate() masks it
+                att = att.masked_fill(pad[:, None, None, :pos0 + n], float("-inf"))
             y = att.softmax(dim=-1) @ values
             y = y.transpose(1, 2).reshape(B, n, C)
             x = x + F.linear(y, w["attprojw"][l], w["attprojb"][l])
@@ -81,46 +85,51 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--weights", required=True)
     ap.add_argument("--shape", required=True)
-    ap.add_argument("--requests", type=int, default=64)
+    ap.add_argument("--lengths-from", required=True,
+                    help="`fmstack bench serve --json` output: replay its requests' lengths")
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--input-len", type=int, default=128)
-    ap.add_argument("--output-len", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     shape = json.load(open(a.shape))
+    lengths = json.load(open(a.lengths_from))["lengths"]
     model = Gpt2(load(a.weights, shape), shape["heads"])
     L, C, nh = shape["layers"], shape["hidden"], shape["heads"]
+    hd = C // nh
     g = torch.Generator().manual_seed(a.seed)
-    prompts = torch.randint(0, shape["vocab"], (a.requests, a.input_len), generator=g)
-    total = a.input_len + a.output_len
     with torch.inference_mode():
-        # Warm: one small batch through prefill and a few decode steps.
-        ck = torch.zeros(L, 1, nh, total, C // nh)
+        # Warm: one request through prefill and a decode step.
+        ck = torch.zeros(L, 1, nh, 32, hd)
         cv = torch.zeros_like(ck)
-        model.forward(prompts[:1], 0, ck, cv)
-        ttft, start = [], time.perf_counter()
-        out_tokens = 0
-        for b0 in range(0, a.requests, a.batch):
-            batch = prompts[b0:b0 + a.batch]
-            B = batch.shape[0]
-            ck = torch.zeros(L, B, nh, total, C // nh)
+        model.forward(torch.zeros(1, 8, dtype=torch.long), 0, ck, cv)
+        model.forward(torch.zeros(1, 1, dtype=torch.long), 8, ck, cv)
+        ttft, start, useful = [], time.perf_counter(), 0
+        for b0 in range(0, len(lengths), a.batch):
+            batch = lengths[b0:b0 + a.batch]
+            B = len(batch)
+            longest_in = max(n for n, _ in batch)
+            steps = max(m for _, m in batch)  # a static batch runs to its longest request
+            total = longest_in + steps
+            tokens = torch.randint(0, shape["vocab"], (B, longest_in), generator=g)
+            pad = torch.zeros(B, total, dtype=torch.bool)
+            for i, (n, _) in enumerate(batch):
+                pad[i, :longest_in - n] = True  # left padding
+            ck = torch.zeros(L, B, nh, total, hd)
             cv = torch.zeros_like(ck)
-            logits = model.forward(batch, 0, ck, cv)
+            logits = model.forward(tokens, 0, ck, cv, pad)
             nxt = logits.argmax(-1, keepdim=True)
             ttft += [time.perf_counter() - start] * B
-            out_tokens += B
-            for t in range(1, a.output_len):
-                logits = model.forward(nxt, a.input_len + t - 1, ck, cv)
+            for t in range(1, steps):
+                logits = model.forward(nxt, longest_in + t - 1, ck, cv, pad)
                 nxt = logits.argmax(-1, keepdim=True)
-                out_tokens += B
+            useful += sum(m for _, m in batch)  # tokens past a request's max_tokens are dropped
         seconds = time.perf_counter() - start
     ttft.sort()
     p99 = ttft[min(len(ttft) - 1, math.ceil(0.99 * len(ttft)) - 1)]
     print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads(),
-                      "seconds": seconds, "output_tokens": out_tokens,
-                      "output_rate": out_tokens / seconds, "ttft_p50": ttft[len(ttft) // 2],
+                      "batch": a.batch, "seconds": seconds, "output_tokens": useful,
+                      "output_rate": useful / seconds, "ttft_p50": ttft[len(ttft) // 2],
                       "ttft_p99": p99}))
 
 

@@ -84,7 +84,7 @@ nlohmann::json Json(const serve::LoadReport& r) {
           {"itl", p(r.itl)},
           {"latency", p(r.latency)},
           {"goodput", r.goodput},
-          {"first_error", r.first_error}};
+          {"first_error", r.first_error}, {"lengths", r.lengths}};
 }
 
 int RunBenchServe(BenchServeArgs a) {

@@ -259,13 +259,21 @@ bool Engine::Step() {
   }
   scheduler_.Commit(plan);
   const int64_t V = decoder_->layout().V;
-  int64_t row = 0;
-  for (const ScheduledSeq& q : plan.seqs) {
-    if (!q.sample) continue;
-    Active& a = *active_.at(q.seq->id);
-    const Sampled x = a.sampler.Sample(std::span<const float>(logits_).subspan(row++ * V, V));
-    q.seq->tokens.push_back(x.token);
-    Emit(a, *q.seq, x, false);
+  std::vector<std::pair<const ScheduledSeq*, Active*>> sampled;
+  for (const ScheduledSeq& q : plan.seqs)
+    if (q.sample) sampled.emplace_back(&q, active_.at(q.seq->id).get());
+  // Each request's sampler is its own: rows are drawn side by side, the
+  // same tokens whatever the thread that draws them.
+  std::vector<Sampled> draws(sampled.size());
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t m = 0; m < sampled.size(); ++m) {
+    draws[m] = sampled[m].second->sampler.Sample(
+        std::span<const float>(logits_).subspan(static_cast<int64_t>(m) * V, V));
+  }
+  for (size_t m = 0; m < sampled.size(); ++m) {
+    const ScheduledSeq& q = *sampled[m].first;
+    q.seq->tokens.push_back(draws[m].token);
+    Emit(*sampled[m].second, *q.seq, draws[m], false);
   }
   {
     std::lock_guard lock(mu_);

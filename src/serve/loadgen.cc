@@ -226,6 +226,7 @@ LoadReport RunLoad(const LoadSpec& spec,
     ready.push_back(std::move(j));
   }
   std::vector<Timing> results;
+  std::vector<std::pair<int64_t, int64_t>> sent;
   int64_t in_flight = 0, launched = 0;
   const Clock::time_point start = Clock::now();
   Clock::time_point next_arrival = start;
@@ -259,6 +260,7 @@ LoadReport RunLoad(const LoadSpec& spec,
       }
       Job job = std::move(ready.front());
       ready.pop_front();
+      sent.emplace_back(std::ssize(job.prompt), job.max_tokens);
       ++in_flight, ++launched;
       if (spec.rate > 0)  // exponential gaps: a Poisson process
         next_arrival += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
@@ -303,6 +305,7 @@ LoadReport RunLoad(const LoadSpec& spec,
   r.ttft = PercentilesOf(ttft), r.tpot = PercentilesOf(tpot), r.itl = PercentilesOf(itl);
   r.latency = PercentilesOf(latency);
   r.goodput = static_cast<double>(good) / r.seconds;
+  r.lengths = std::move(sent);
   return r;
 }
 

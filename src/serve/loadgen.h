@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace fmstack::serve {
@@ -47,6 +48,9 @@ struct LoadReport {
   Percentiles ttft, tpot, itl, latency;  // seconds
   double goodput = 0;                    // requests/s within both SLOs
   std::string first_error;
+  // Every request's prompt tokens and max_tokens, in the order they were
+  // sent: the workload, for a peer to replay.
+  std::vector<std::pair<int64_t, int64_t>> lengths;
 };
 
 // Throws Error naming the field when the spec is inconsistent, or the
