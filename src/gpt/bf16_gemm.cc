@@ -152,10 +152,13 @@ void PackLinesAlongInner(Line line, int64_t lines, int64_t width, int64_t kc, Pa
 template <class Step>
 void PackStepsAcrossLines(Step step, int64_t lines, int64_t width, int64_t kc, Pair* out) {
   const int64_t pairs = (kc + 1) / 2;
-  static const float kZeros[kNr] = {};
+  // An odd kc's last pair has no second step: its partner is a run of
+  // zeros as long as the lines read (a kNr-float one was read past its end
+  // for wider blocks: NaNs in C on the 2-core Zen 3 VM).
+  std::vector<float> zeros(kc % 2 == 1 ? static_cast<size_t>(lines) : 0, 0.0f);
   for (int64_t q = 0; q < pairs; ++q) {
     const float* lo = step(2 * q);
-    const float* hi = 2 * q + 1 < kc ? step(2 * q + 1) : kZeros;
+    const float* hi = 2 * q + 1 < kc ? step(2 * q + 1) : zeros.data();
     for (int64_t l0 = 0; l0 < lines; l0 += width) {
       Pair* to = out + l0 * pairs + q * width;
       const int64_t n = std::min(width, lines - l0);

@@ -190,6 +190,13 @@ after=$(rss)
 cat "$tmp/load.txt"
 echo "RSS $before kB -> $after kB over 1500 requests"
 [ $((after - before)) -lt 20480 ] || { echo "RSS grew by $((after - before)) kB"; exit 1; }
+# And it stays within the weights + serve.kv_cache + 160 MB (docs/serve.md): the
+# process's code and libraries, the tokenizer, the step's activations and logits.
+weights_mb=$(sed -n 's/.*(\([0-9]*\) MB of weights).*/\1/p' "$tmp/serve.log")
+kv_mb=$(sed -n 's/.*KV pool [0-9]* blocks of [0-9]* tokens (\([0-9]*\)\.[0-9] MB).*/\1/p' "$tmp/serve.log")
+bound=$(( (weights_mb + kv_mb + 160) * 1000000 / 1024 ))
+echo "RSS $after kB against weights $weights_mb MB + KV $kv_mb MB + 160 MB = $bound kB"
+[ "$after" -lt "$bound" ] || { echo "RSS over its bound"; exit 1; }
 curl -sf "$base/metrics" | grep -q '^fmstack_serve_kv_blocks_used 0$' || { echo "KV blocks left in use"; exit 1; }
 
 # SIGTERM: the in-flight generation finishes, new requests are refused, exit 0.
