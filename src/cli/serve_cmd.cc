@@ -80,6 +80,7 @@ int RunServe(const ServeArgs& args) {
                     "({} tokens)",
                     kv_bytes, block_bytes, s.block_size));
   const train::BpeTokenizer& tok = m.tokenizer;
+  const serve::Encoder encode = [&tok](std::string_view text) { return tok.Encode(text); };
   auto piece = [&tok](int32_t t) -> std::string {
     return t >= 0 && t < tok.vocab_size() ? tok.Piece(t) : std::string();
   };
@@ -103,8 +104,7 @@ int RunServe(const ServeArgs& args) {
   so.request_timeout = Ms(s.request_timeout), so.idle_timeout = Ms(s.idle_timeout);
   so.ping_interval = Ms(s.ping_interval), so.drain_timeout = Ms(s.drain_timeout);
   so.max_connections = s.max_connections;
-  serve::Server server(
-      engine, [&tok](std::string_view text) { return tok.Encode(text); }, piece, so);
+  serve::Server server(engine, encode, piece, so);
   std::cerr << fmt::format(
       "serve: {} ({}) from {}\nserve: {}; KV pool {} blocks of {} tokens ({:.1f} MB), batch "
       "{} tokens / {} sequences, prefix caching {}\nserve: model \"{}\" on http://{}:{} "
@@ -117,7 +117,7 @@ int RunServe(const ServeArgs& args) {
   const int64_t grpc_port = args.grpc_port >= -1 ? args.grpc_port : s.grpc_port;
   if (grpc_port >= 0) {
     grpc = std::make_unique<serve::GrpcServer>(
-        engine, [&tok](std::string_view text) { return tok.Encode(text); }, piece,
+        engine, encode, piece,
         serve::GrpcOptions{.host = so.host,
                            .port = static_cast<int>(grpc_port),
                            .api_key = so.api_key,

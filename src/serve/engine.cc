@@ -36,7 +36,9 @@ Delta Ended(std::string reason) {
 
 struct Engine::Active {
   Active(Sink s, const SamplingParams& p, uint64_t seed)
-      : sink(std::move(s)), params(p), sampler(p, seed) {}
+      : sink(std::move(s)), params(p), sampler(p, seed) {
+    for (const std::string& stop : p.stop) hold = std::max(hold, stop.size() - 1);
+  }
   Sink sink;
   SamplingParams params;
   Sampler sampler;
@@ -177,7 +179,7 @@ void Engine::Finish(int64_t id, Delta&& last) {
   ++stats_.finished;
 }
 
-void Engine::Emit(Active& a, Sequence& s, const Sampled& x, bool /*finish_now*/) {
+void Engine::Emit(Active& a, Sequence& s, const Sampled& x) {
   const Clock::time_point now = Clock::now();
   registry_.Observe(a.generated == 0 ? "fmstack_serve_time_to_first_token_seconds"
                                      : "fmstack_serve_inter_token_latency_seconds",
@@ -194,7 +196,6 @@ void Engine::Emit(Active& a, Sequence& s, const Sampled& x, bool /*finish_now*/)
     const size_t before = a.text.size();
     a.text += options_.piece(x.token);
     for (const std::string& stop : a.params.stop) {
-      a.hold = std::max(a.hold, stop.size() - 1);
       const size_t from = before >= stop.size() ? before - stop.size() + 1 : 0;
       const size_t at = a.text.find(stop, from);
       if (at != std::string::npos && reason.empty()) {
@@ -273,7 +274,7 @@ bool Engine::Step() {
   for (size_t m = 0; m < sampled.size(); ++m) {
     const ScheduledSeq& q = *sampled[m].first;
     q.seq->tokens.push_back(draws[m].token);
-    Emit(*sampled[m].second, *q.seq, draws[m], false);
+    Emit(*sampled[m].second, *q.seq, draws[m]);
   }
   {
     std::lock_guard lock(mu_);
@@ -327,17 +328,6 @@ void Engine::Stop() {
     cv_.notify_all();
   }
   if (loop_.joinable()) loop_.join();
-}
-
-bool Engine::WaitIdle(Clock::time_point deadline) {
-  for (;;) {
-    {
-      std::lock_guard lock(mu_);
-      if (inbox_.empty() && stats_.running == 0 && stats_.waiting == 0) return true;
-    }
-    if (Clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
 }
 
 EngineStats Engine::stats() const {

@@ -90,8 +90,6 @@ class Engine {
   bool Step();
   void Start();  // the loop thread: steps while there is work, else sleeps
   void Stop();   // ends the loop after its current step; queued requests stay
-  // Blocks until nothing is running or waiting, or the deadline passes; false then.
-  bool WaitIdle(std::chrono::steady_clock::time_point deadline);
 
   EngineStats stats() const;
   std::string MetricsText() const;
@@ -101,7 +99,7 @@ class Engine {
  private:
   struct Active;
   void Drain();
-  void Emit(Active& a, Sequence& s, const Sampled& x, bool finish_now);
+  void Emit(Active& a, Sequence& s, const Sampled& x);
   void Finish(int64_t id, Delta&& last);
   void Publish();
 

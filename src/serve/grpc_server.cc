@@ -73,13 +73,14 @@ void GrpcServer::Impl::Handle(const pb::ClientMessage& m, const std::shared_ptr<
   };
   try {
     if (m.has_append()) {
-      std::vector<int32_t> t = m.append().text().empty()
-                                   ? std::vector<int32_t>(m.append().tokens().begin(), m.append().tokens().end())
-                                   : encode(m.append().text());
+      std::vector<int32_t> t =
+          m.append().text().empty()
+              ? std::vector<int32_t>(m.append().tokens().begin(), m.append().tokens().end())
+              : encode(m.append().text());
       if (std::ssize(s->context) + std::ssize(t) >= engine.context())
         throw InvalidRequest("text", fmt::format("the session's context would reach {} tokens, the "
-                                                 "model's is {}", s->context.size() + t.size(),
-                                                 engine.context()));
+                                                 "model's is {}",
+                                                 s->context.size() + t.size(), engine.context()));
       s->context.insert(s->context.end(), t.begin(), t.end());
     } else if (m.has_generate()) {
       if (s->active >= 0) throw InvalidRequest("generate", "a generation is already running");
@@ -126,8 +127,10 @@ grpc::Status GrpcServer::Impl::Stream(
   if (!opt.api_key.empty()) {
     const auto& md = ctx->client_metadata();
     const auto it = md.find("authorization");
-    if (it == md.end() || std::string(it->second.data(), it->second.size()) != "Bearer " + opt.api_key)
-      return {grpc::StatusCode::UNAUTHENTICATED, "a valid API key is required: authorization: Bearer KEY"};
+    if (it == md.end() ||
+        std::string(it->second.data(), it->second.size()) != "Bearer " + opt.api_key)
+      return {grpc::StatusCode::UNAUTHENTICATED,
+              "a valid API key is required: authorization: Bearer KEY"};
   }
   if (++streams > opt.max_streams) {
     --streams;
@@ -169,7 +172,8 @@ grpc::Status GrpcServer::Impl::Stream(
 
 GrpcServer::GrpcServer(Engine& engine, Encoder encode, std::function<std::string(int32_t)> piece,
                        GrpcOptions options)
-    : impl_(std::make_unique<Impl>(engine, std::move(encode), std::move(piece), std::move(options))) {
+    : impl_(
+          std::make_unique<Impl>(engine, std::move(encode), std::move(piece), std::move(options))) {
   Impl& s = *impl_;
   grpc::ServerBuilder b;
   const std::string addr = fmt::format("{}:{}", s.opt.host, s.opt.port);
@@ -189,9 +193,13 @@ GrpcServer::GrpcServer(Engine& engine, Encoder encode, std::function<std::string
     throw Error(fmt::format("serve: gRPC cannot listen on {} (serve.grpc_port)", addr));
 }
 
-GrpcServer::~GrpcServer() { Shutdown(std::chrono::milliseconds(0)); }
+GrpcServer::~GrpcServer() {
+  Shutdown(std::chrono::milliseconds(0));
+}
 
-int GrpcServer::port() const { return impl_->port; }
+int GrpcServer::port() const {
+  return impl_->port;
+}
 
 void GrpcServer::Shutdown(std::chrono::milliseconds grace) {
   if (!impl_->server) return;

@@ -48,7 +48,8 @@ void CheckSamplingParams(const SamplingParams& p, int64_t vocab);
 
 struct Sampled {
   int32_t token = 0;
-  float logprob = 0;  // log softmax of the model's logits (before temperature); 0 unless logprobs >= 0
+  float logprob =
+      0;  // log softmax of the model's logits (before temperature); 0 unless logprobs >= 0
   std::vector<std::pair<int32_t, float>> top;  // the `logprobs` likeliest, descending
 };
 

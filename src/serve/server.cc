@@ -261,10 +261,12 @@ void HttpSession::Completions(const Request& req) {
   res->chunked(true);
   auto sr = std::make_shared<http::response_serializer<http::empty_body>>(*res);
   writing_ = true;
+  stream_.expires_after(s_.o.request_timeout);  // as every write: the client must read
   http::async_write_header(stream_, *sr,
                            [self = shared_from_this(), res, sr](beast::error_code ec, size_t) {
                              self->writing_ = false;
                              if (ec) return self->Close();
+                             self->stream_.expires_never();
                              self->Flush();
                            });
 }
@@ -325,6 +327,9 @@ void HttpSession::Queue(std::string chunk, bool last) {
 void HttpSession::Flush() {
   if (writing_ || out_.empty() || closed_) return;
   writing_ = true;
+  // A client that stops reading would hold this write forever: it gets the
+  // request deadline (which also bounds the Watch read while it runs).
+  stream_.expires_after(s_.o.request_timeout);
   auto done = [self = shared_from_this()](beast::error_code ec, size_t) {
     self->writing_ = false;
     const bool last = self->out_.front().empty();
@@ -333,7 +338,8 @@ void HttpSession::Flush() {
       if (!self->finished_) self->s_.engine.Cancel(self->engine_id_);
       return self->Close();
     }
-    if (last) return self->AfterResponse();
+    if (last) return self->AfterResponse(http::status::ok);
+    self->stream_.expires_never();  // between tokens the engine sets the pace; Watch sees a leaver
     self->Flush();
   };
   if (out_.front().empty())
@@ -342,8 +348,9 @@ void HttpSession::Flush() {
     net::async_write(stream_, http::make_chunk(net::buffer(out_.front())), done);
 }
 
-void HttpSession::AfterResponse() {
-  s_.registry.Add("fmstack_serve_http_responses_total", {{"code", "200"}});
+void HttpSession::AfterResponse(http::status status) {
+  s_.registry.Add("fmstack_serve_http_responses_total",
+                  {{"code", std::to_string(static_cast<int>(status))}});
   engine_id_ = -1;
   if (!keep_alive_ || s_.draining) return Close();
   if (watching_) {  // the watch read becomes the wait for the next request
@@ -363,24 +370,11 @@ void HttpSession::Send(http::status status, std::string body, std::string_view t
   res->keep_alive(keep_alive_);
   res->body() = std::move(body);
   res->prepare_payload();
-  if (status != http::status::ok)
-    s_.registry.Add("fmstack_serve_http_responses_total",
-                    {{"code", std::to_string(static_cast<int>(status))}});
   stream_.expires_after(s_.o.request_timeout);  // a client that does not read is dropped
   http::async_write(stream_, *res,
                     [self = shared_from_this(), res, status](beast::error_code ec, size_t) {
                       if (ec) return self->Close();
-                      if (status != http::status::ok) {
-                        self->engine_id_ = -1;
-                        if (!self->keep_alive_ || self->s_.draining) return self->Close();
-                        if (self->watching_) {
-                          self->resume_ = true;
-                          self->stream_.expires_after(self->s_.o.idle_timeout);
-                          return;
-                        }
-                        return self->Read();
-                      }
-                      self->AfterResponse();
+                      self->AfterResponse(status);
                     });
 }
 

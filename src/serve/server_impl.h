@@ -76,7 +76,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void Queue(std::string chunk, bool last);
   void Flush();
   void Watch();
-  void AfterResponse();
+  // Books the response and reads the next request (or closes).
+  void AfterResponse(http::status status);
   void Close();
 
   Server::Impl& s_;
@@ -91,7 +92,6 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   bool include_usage_ = false;
   std::deque<std::string> out_;  // stream chunks waiting to be written; "" = the last chunk
   bool writing_ = false, watching_ = false, resume_ = false;
-  std::shared_ptr<void> response_;  // a response being written
 };
 
 // One WebSocket session (GET /v1/stream).
