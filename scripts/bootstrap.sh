@@ -12,7 +12,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-jsonschema python3-numpy python3-torch
   libopenblas-openmp-dev bible-kjv libxxhash-dev libgloo-dev iproute2 gdb
-  libcurl4-openssl-dev libssl-dev libcpp-httplib-dev prometheus
+  libcurl4-openssl-dev libssl-dev prometheus
   slurm-wlm slurmctld slurmd slurmdbd slurm-client munge mariadb-server chromium
   clang libclang-rt-14-dev libomp-dev librsvg2-bin
   libboost-dev python3-websockets

@@ -19,3 +19,40 @@ print(h)'
 tiny_model() {
   printf '[model]\npreset = "gpt-mini"\nlayers = 2\nhidden = 64\nheads = 2\nffn_hidden = 256\nvocab = %s\nseq_len = 64\n' "${1:-256}"
 }
+
+# tiny_job NAME STEPS [EXTRA-TOML]: a whole job of the tiny GPT on the local
+# backend, 2 nodes x 2 processes, data in ./data (vocabulary 256), a
+# checkpoint every 5 steps; EXTRA-TOML is appended to its [resilience] table.
+tiny_job() {
+  printf 'name = "%s"\n' "$1"
+  tiny_model
+  cat <<TOML
+[cluster]
+backend = "local"
+nodes = 2
+procs_per_node = 2
+[parallel]
+zero_stage = 1
+[train]
+micro_batch = 2
+global_batch = 8
+steps = $2
+eval_interval = 0
+threads = 1
+[optim]
+lr = 3e-3
+warmup_steps = 3
+[data]
+dir = "data"
+[checkpoint]
+every = 5
+keep = 3
+[resilience]
+heartbeat_interval = "0.5s"
+heartbeat_timeout = "10s"
+collective_timeout = "20s"
+restart_backoff = "0s"
+straggler_steps = 1000
+${3:-}
+TOML
+}

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -128,7 +129,7 @@ int Finish(const runtime::RunResult& r, const cluster::LocalLayout& layout,
         r.saved ? "every rank saved the current step first: `fmstack run` again resumes there"
                 : "workers stopped; the newest committed checkpoint is where a rerun resumes",
         run_dir);
-    return r.signal == SIGTERM ? 143 : 130;
+    return 128 + r.signal;  // as the shell reports a process that the signal ended
   }
   PrintExits(r, layout);
   std::cerr << fmt::format("fmstack run: job failed after {} restart(s): {}; logs in {}/logs\n",
@@ -160,6 +161,8 @@ void ApplyResilience(const spec::JobSpec& job, runtime::SuperviseOptions& o) {
   o.policy.backoff_seconds = r.restart_backoff;
   o.monitor = {r.heartbeat_timeout, r.straggler_factor, r.straggler_steps};
   o.notice_deadline = r.notice_deadline;
+  o.stop_deadline = r.stop_deadline;
+  o.keep_on_hangup = r.on_hangup == "ignore";
   o.node_repair_seconds = r.node_repair;
   o.collective_timeout = r.collective_timeout;
   o.extra_env["FMSTACK_COMM_TIMEOUT_MS"] =
@@ -231,6 +234,9 @@ int SubmitSlurm(const RunArgs& args, const spec::JobSpec& job, const cluster::Lo
                         .gpus_per_node = job.cluster && job.cluster->accelerator.name != "cpu"
                                              ? static_cast<int>(job.cluster->instance.accelerators)
                                              : 0,
+                        // Slurm may signal up to 60 s early; the save needs
+                        // notice_deadline of it.
+                        .warn_seconds = static_cast<int>(std::ceil(job.resilience.notice_deadline)),
                         .run_argv = words,
                         .detach = args.detach});
 }
@@ -268,6 +274,7 @@ int RunJob(const RunArgs& args, std::span<char* const> argv) {
   runtime::SuperviseOptions o;
   o.layout = layout;
   o.argv = {SelfExe(), "train", std::filesystem::absolute(args.job).string(), "--out", out};
+  o.workers_coordinate = true;
   if (args.steps > 0) o.argv.insert(o.argv.end(), {"--steps", std::to_string(args.steps)});
   if (args.until > 0) o.argv.insert(o.argv.end(), {"--until", std::to_string(args.until)});
   if (args.peak_gflops > 0)

@@ -88,7 +88,8 @@ int SubmitToSlurm(const SlurmSubmission& s) {
                                           .chdir = std::filesystem::current_path().string(),
                                           .nodes = s.nodes,
                                           .spares = s.spares,
-                                          .gpus_per_node = s.gpus_per_node},
+                                          .gpus_per_node = s.gpus_per_node,
+                                          .warn_seconds = s.warn_seconds},
                                          kSlurmDeadline);
   const std::string out_file = fmt::format("{}/slurm-{}.out", dir, id);
   std::cerr << fmt::format(

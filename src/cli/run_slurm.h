@@ -15,6 +15,7 @@ struct SlurmSubmission {
   std::string job_name, partition;
   std::string run_dir;  // absolute
   int nodes = 0, spares = 0, gpus_per_node = 0;
+  int warn_seconds = 0;  // the time limit's warning (SIGUSR1) comes this long before it
   std::vector<std::string> run_argv;  // what the batch script execs: fmstack run ...
   bool detach = false;                // print the job id and return
 };

@@ -204,6 +204,9 @@ int RunTrain(const TrainArgs& args) {
   const std::unique_ptr<runtime::Worker> control = runtime::Worker::FromEnv(
       std::chrono::milliseconds(static_cast<int64_t>(job.resilience.heartbeat_interval * 1000)));
   control->Progress(0, "start");
+  // A scheduler's SIGTERM reaches every process of the job at once: the
+  // supervisor coordinates the save instead of this process dying of it.
+  control->CoordinateSignals();
   if (job.train.device == "cuda") {
     if (const std::string why = gpt::CudaUnavailableReason(); !why.empty())
       throw SpecError(job.PosOf("train.device"), "train.device", "\"cuda\": " + why);
@@ -326,6 +329,7 @@ int RunTrain(const TrainArgs& args) {
         // One small all-gather per step carries every rank's stop request and
         // its replica's hash: all ranks stop at the same step, and a replica
         // that differs is caught before it can be checkpointed.
+        bool stop = !distributed && rehearsal.stop;  // one process: its own request
         if (control->active() && distributed) {
           const int64_t every = job.resilience.replica_check_every;
           const bool check = every > 0 && s.step % every == 0;
@@ -357,20 +361,18 @@ int RunTrain(const TrainArgs& args) {
             }
             verified = s.step;
           }
-          bool stop = false;
           for (size_t r = 0; r < words.size(); r += kStepWords)
             stop = stop || words[r + kStop] != 0;
-          if (stop) {
-            control->Progress(s.step, "checkpoint");
-            const ckpt::SaveTiming t = checkpoints.SaveNow();
-            checkpoints.Finish();
-            control->Send(
-                {{"ev", "stopped"}, {"step", s.step}, {"blocking_s", t.blocking_seconds}});
-            if (lead()) progress.Note(fmt::format("step {}: saved and stopped on request", s.step));
-            return 0;
-          }
         } else if (!distributed) {
           verified = s.step;
+        }
+        if (stop) {
+          control->Progress(s.step, "checkpoint");
+          const ckpt::SaveTiming t = checkpoints.SaveNow();
+          checkpoints.Finish();
+          control->Send({{"ev", "stopped"}, {"step", s.step}, {"blocking_s", t.blocking_seconds}});
+          if (lead()) progress.Note(fmt::format("step {}: saved and stopped on request", s.step));
+          return 0;
         }
         const double replica_s = peers.AfterStep();
         seconds += replica_s;

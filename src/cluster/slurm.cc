@@ -266,6 +266,7 @@ std::string Submit(const SubmitRequest& r, double deadline) {
                                 "--open-mode=append", "--output=" + r.output, "--chdir=" + r.chdir};
   if (!r.partition.empty()) argv.push_back("--partition=" + r.partition);
   if (r.gpus_per_node > 0) argv.push_back(fmt::format("--gres=gpu:{}", r.gpus_per_node));
+  if (r.warn_seconds > 0) argv.push_back(fmt::format("--signal=B:USR1@{}", r.warn_seconds));
   argv.push_back(r.script);
   const std::vector<std::string> lines = Lines(Slurm(argv, deadline, "submitting the job"));
   // --parsable prints "ID" or "ID;cluster" last; warnings may precede it.

@@ -61,6 +61,9 @@ struct SubmitRequest {
   int nodes = 0;
   int spares = 0;         // wanted, not required: --nodes=N-(N+spares)
   int gpus_per_node = 0;  // --gres=gpu:N when > 0
+  // --signal=B:USR1@N when > 0: the batch script (the supervisor) is warned
+  // N seconds before the time limit and saves then (a termination notice).
+  int warn_seconds = 0;
 };
 // sbatch; returns the job id. Throws Error with sbatch's words.
 std::string Submit(const SubmitRequest& r, double deadline_seconds);

@@ -100,22 +100,17 @@ RunResult Supervisor::Run() {
       const auto until = Clock::now() + std::chrono::milliseconds(
                                             static_cast<int64_t>(decision_->backoff_seconds * 1e3));
       const auto begin = Clock::now();
-      bool interrupted = false;
-      while (Clock::now() < until && !interrupted) {
+      while (Clock::now() < until && !result_.interrupted) {
         pollfd p{signals_->fd(), POLLIN, 0};
         ::poll(&p, 1, 100);
-        for (int sig : signals_->Take()) {
-          if (sig == SIGCHLD) continue;
-          interrupted = true;
-          result_.interrupted = true;
-          result_.signal = sig;
-        }
+        TakeSignals();
       }
       result_.ledger.Book("backoff", Since(begin, Clock::now()));
-      if (interrupted) {
-        result_.failure = "interrupted while waiting to restart";
-        break;
-      }
+    }
+    // A scheduler's stop during a recovery ends the run: it is never restarted.
+    if (result_.interrupted) {
+      result_.failure = "stopped by a signal during a recovery";
+      break;
     }
     ++history_.restarts;
     ++env_.generation;
@@ -338,6 +333,7 @@ void Supervisor::RunAttempt() {
     Note(result_.saved ? "every rank saved the current step and stopped"
                        : "the emergency checkpoint did not complete: the newest committed one "
                          "stays in charge");
+    if (!result_.saved && decision_->verb == resilience::Verb::kSaveAndStop) BookStopLoss();
   }
   // A fault recorded after the decision's kill (a survivor's report) is noise.
   if (decision_ && network_) {
@@ -358,20 +354,7 @@ void Supervisor::Poll() {
     for (const int fd : listener_->fds()) fds.push_back({fd, POLLIN, 0});
   }
   ::poll(fds.data(), fds.size(), 100);
-  for (int sig : signals_->Take()) {
-    if (sig == SIGCHLD) continue;
-    if (!result_.interrupted) {
-      result_.interrupted = true;
-      result_.signal = sig;
-      Note(fmt::format("SIG{} received: saving the current step, then stopping (again to abort)",
-                       sigabbrev_np(sig)));
-      Detect({{.kind = resilience::EventKind::kSignal, .step = monitor_->MaxStep()},
-              fmt::format("SIG{}", sigabbrev_np(sig))});
-    } else {
-      Note("second signal: stopping every worker now");
-      KillAll(SIGKILL);
-    }
-  }
+  TakeSignals();
   char buf[65536];
   PollAgents(std::span(fds).subspan(1 + streams_.size(), agents_.size()));
   for (size_t i = 1; i < 1 + streams_.size(); ++i) {
@@ -516,6 +499,7 @@ void Supervisor::OnControl(int rank, const nlohmann::json& m) {
   if (ev == "restore" && rank == Lead() && !restored_) {
     restored_ = true;
     const int64_t step = m.value("step", int64_t{0});
+    committed_step_ = step;
     const double seconds = m.value("seconds", 0.0);
     result_.ledger.Book("restore", seconds);
     if (history_.restarts > 0 || o_.resume_supervisor) {
@@ -539,7 +523,17 @@ void Supervisor::OnControl(int rank, const nlohmann::json& m) {
                        seconds, m.value("what", "")));
     return;
   }
+  if (ev == "signal" && m["sig"].is_number_integer()) {
+    // A worker got a termination signal (the scheduler's, perhaps before
+    // ours): the same stop, coordinated here.
+    const int sig = m["sig"].get<int>();
+    if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGUSR1)
+      OnTermination(sig, false, fmt::format("SIG{} to {}", sigabbrev_np(sig), Where(rank)));
+    return;
+  }
   if (ev == "commit" && m["tier"].is_string() && m["tier"].get<std::string>().size() < 64) {
+    if (m["step"].is_number_integer())
+      committed_step_ = std::max(committed_step_, m["step"].get<int64_t>());
     MetricsOnCommit(m["tier"].get<std::string>(), m.value("seconds", 0.0));
     return;
   }

@@ -42,7 +42,11 @@ struct HealthOptions {
 struct SuperviseOptions {
   cluster::LocalLayout layout;
   std::vector<std::string> argv;  // the worker command
-  std::string run_dir;            // logs/, run.json, goodput.json, control/
+  // The workers are fmstack trainers: they take a termination signal as the
+  // supervisor's to coordinate and save on its "stop" command. Otherwise (a
+  // program under `fmstack run --`) a stop forwards SIGTERM to them.
+  bool workers_coordinate = false;
+  std::string run_dir;  // logs/, run.json, goodput.json, control/
   std::string job_name;
   std::string job_id;
   std::map<std::string, std::string> extra_env;
@@ -57,7 +61,9 @@ struct SuperviseOptions {
   // run --`). A hung rank's peers wait for it that long, counted from about
   // its last heartbeat, and the kill must come before they give up.
   double collective_timeout = 0;
-  double notice_deadline = 120;
+  double notice_deadline = 120;  // a termination notice (SIGUSR1 included) gives this long to save
+  double stop_deadline = 25;     // a stop by SIGTERM/SIGINT/SIGHUP gives this long to save
+  bool keep_on_hangup = false;   // SIGHUP is noted and the run goes on
   double node_repair_seconds = 0;  // a lost node's slot is usable again after this; 0 = never
   // Prometheus /metrics on HOST:PORT (0: any free port), or "off".
   std::string metrics_listen = "127.0.0.1:0";
@@ -85,7 +91,7 @@ struct RunResult {
   bool finished = false;        // every worker of the last attempt exited 0 on its own
   std::string failure;          // why the run ended otherwise (names the rank)
   int failed_rank = -1;
-  bool interrupted = false;  // SIGINT/SIGTERM reached the supervisor
+  bool interrupted = false;  // a termination signal reached the supervisor or a worker
   int signal = 0;            // which
   bool saved = false;        // and the workers saved the current step first
   bool reexec = false;       // a supervisor-restart: exec `fmstack run` again

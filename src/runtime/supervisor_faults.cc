@@ -109,6 +109,12 @@ void Supervisor::Reap() {
         continue;
       }
       if (!failed || decision_ || reexec_) continue;
+      // Nobody here sent it: a scheduler's stop that reached the worker
+      // first (a program without fmstack's handler dies of it).
+      if (x.signal == SIGTERM || x.signal == SIGINT || x.signal == SIGHUP) {
+        OnTermination(x.signal, false, DescribeExit(x, o_.layout));
+        continue;
+      }
       // The first failure decides. A worker that reported why it stops is
       // believed; otherwise the exit itself is the fault. A node whose link
       // is down explains its ranks' and their peers' failures.
@@ -466,16 +472,24 @@ void Supervisor::Detect(const Seen& seen) {
     case resilience::Verb::kCarryOn:
       break;
     case resilience::Verb::kSaveAndRestart:
-    case resilience::Verb::kSaveAndStop:
+    case resilience::Verb::kSaveAndStop: {
       // A stop with the restart budget spent ends the run as a failure: say why.
       if (d.verb == resilience::Verb::kSaveAndStop) {
         result_.failure = fmt::format("{}; {}", seen.what, d.reason);
         result_.failed_rank = seen.event.rank;
       }
-      SendAll({{"cmd", "stop"}, {"reason", inc.kind}, {"deadline_s", o_.notice_deadline}});
-      kill_at_ =
-          Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o_.notice_deadline * 1e3));
+      // A stop by signal has the deadline its scheduler grants; a notice, its own.
+      const double deadline =
+          seen.event.kind == resilience::EventKind::kSignal ? stop_deadline_ : o_.notice_deadline;
+      if (d.verb == resilience::Verb::kSaveAndStop)
+        stop_incident_ = result_.ledger.incidents().size() - 1;
+      SendAll({{"cmd", "stop"}, {"reason", inc.kind}, {"deadline_s", deadline}});
+      kill_at_ = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(deadline * 1e3));
+      // A program of its own saves on SIGTERM, if at all: pass the stop on.
+      if (seen.event.kind == resilience::EventKind::kSignal && !o_.workers_coordinate)
+        KillAll(SIGTERM);
       break;
+    }
   }
   SaveState();
 }
@@ -513,6 +527,9 @@ bool Supervisor::MoveToSpare(int node) {
 }
 
 void Supervisor::KillAll(int sig) {
+  // A worker treats SIGTERM as the scheduler's (Worker::CoordinateSignals):
+  // told first, it takes ours as the end.
+  if (sig == SIGTERM) SendAll({{"cmd", "terminate"}});
   for (const auto& w : workers_) {
     if (alive_[w.rank]) SignalRank(w.rank, sig);
   }

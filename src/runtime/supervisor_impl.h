@@ -40,14 +40,23 @@ inline double Since(Clock::time_point a, Clock::time_point b) {
 // it at most this long (less when the peers' collectives would give up sooner).
 constexpr double kStacksDeadlineSeconds = 20;
 
-// Blocks SIGCHLD/SIGINT/SIGTERM for the supervisor's lifetime and reads them
-// from a descriptor instead; the old mask comes back on destruction.
+// A signal as signalfd delivers it: who sent it and how.
+struct SignalInfo {
+  int signo = 0;
+  int code = 0;  // SI_USER: kill(); SI_KERNEL: the terminal (Ctrl-C, a hangup)
+  int pid = 0;   // the sender (0 for the kernel)
+};
+
+// Blocks SIGCHLD and the signals that stop a run (SIGTERM, SIGINT, SIGHUP,
+// SIGUSR1, SIGQUIT) for the supervisor's lifetime and reads them from a
+// descriptor instead; the old mask comes back on destruction. Threads the
+// supervisor starts later inherit the mask, so the loop sees every one.
 class SignalFd {
  public:
   SignalFd() {
     sigset_t set;
     sigemptyset(&set);
-    for (int s : {SIGCHLD, SIGINT, SIGTERM}) sigaddset(&set, s);
+    for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGQUIT}) sigaddset(&set, s);
     sigprocmask(SIG_BLOCK, &set, &old_);
     fd_ = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
     if (fd_ < 0) throw Error(std::string("signalfd: ") + std::strerror(errno));
@@ -57,11 +66,12 @@ class SignalFd {
     sigprocmask(SIG_SETMASK, &old_, nullptr);
   }
   int fd() const { return fd_; }
-  std::vector<int> Take() {
-    std::vector<int> out;
+  std::vector<SignalInfo> Take() {
+    std::vector<SignalInfo> out;
     signalfd_siginfo info;
     while (::read(fd_, &info, sizeof info) == sizeof info)
-      out.push_back(static_cast<int>(info.ssi_signo));
+      out.push_back(
+          {static_cast<int>(info.ssi_signo), info.ssi_code, static_cast<int>(info.ssi_pid)});
     return out;
   }
 
@@ -206,6 +216,16 @@ class Supervisor {
   // the group's rank 0.
   int Lead() const;
   void Poll();
+  // supervisor_signals.cc: the termination contract (docs/resilience.md,
+  // "Stopping a run"). Reads the signals that arrived; a termination starts
+  // one coordinated stop, whatever delivers it and however often.
+  void TakeSignals();
+  // A termination seen by the supervisor, reported by a worker (`source`
+  // names it), or read from a worker's exit by a signal nobody here sent.
+  void OnTermination(int sig, bool from_terminal, const std::string& source);
+  // The emergency save of a stop by signal did not complete: the steps since
+  // the newest commit are lost, and the stop's incident says how many.
+  void BookStopLoss();
   void PollAgents(std::span<const pollfd> fds);  // fds: the agents', in slot order
   void Deliver(Stream& s, std::string_view data);
   // Reads what a rank's control channel holds now, without waiting.
@@ -273,7 +293,13 @@ class Supervisor {
   // corrupt-checkpoint requests that are due, waiting since when for the
   // newest checkpoint to commit (NewestCheckpointCommitted).
   std::map<std::string, Clock::time_point> waiting_for_commit_;
-  int64_t verified_step_ = 0;  // newest step whose replicas every rank checked equal
+  int64_t verified_step_ = 0;    // newest step whose replicas every rank checked equal
+  int64_t committed_step_ = -1;  // newest step a worker reported committed (any tier)
+  // The stop under way: the signal that began it, the save's deadline, the
+  // incident it was booked as, and signals already noted as repeats.
+  double stop_deadline_ = 0;
+  std::optional<size_t> stop_incident_;
+  std::set<int> repeats_noted_;
   // Node slots: the job's nodes run on slot_[node]; spares_ are idle slots a
   // failed node's ranks can move to (with --netns, each slot is a namespace).
   std::vector<int> slot_, spares_;

@@ -1,11 +1,14 @@
 #include "runtime/worker.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "runtime/control.h"
@@ -15,6 +18,23 @@
 namespace fmstack::runtime {
 
 namespace {
+
+// Where the handlers of CoordinateSignals write: a signal handler reaches
+// only process-wide state, and this is all of it (one coordinating Worker
+// per process).
+std::atomic<int> g_signal_write_fd{-1};
+
+void ForwardSignal(int sig) {
+  const int saved = errno;
+  const int fd = g_signal_write_fd.load(std::memory_order_relaxed);
+  if (fd >= 0) {
+    const unsigned char b = static_cast<unsigned char>(sig);
+    (void)!::write(fd, &b, 1);
+  }
+  errno = saved;
+}
+
+constexpr int kCoordinated[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1};
 
 int64_t IntEnv(const char* name) {
   const char* v = std::getenv(name);
@@ -57,8 +77,54 @@ Worker::Worker(int fd, std::chrono::milliseconds heartbeat_interval)
 
 Worker::~Worker() {
   if (fd_ < 0) return;
+  for (const auto& [sig, old] : saved_handlers_) ::sigaction(sig, &old, nullptr);
+  if (!saved_handlers_.empty()) g_signal_write_fd = -1;
   stop_ = true;
   thread_.join();
+  for (const int fd : signal_pipe_) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+void Worker::CoordinateSignals() {
+  if (fd_ < 0 || signal_pipe_[0] >= 0) return;
+  if (::pipe2(signal_pipe_, O_CLOEXEC | O_NONBLOCK) != 0)
+    throw Error(fmt::format("worker: a pipe for termination signals: {}", std::strerror(errno)));
+  signal_read_ = signal_pipe_[0];
+  g_signal_write_fd = signal_pipe_[1];
+  struct sigaction sa {};
+  sa.sa_handler = &ForwardSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (const int sig : kCoordinated) {
+    struct sigaction old {};
+    ::sigaction(sig, &sa, &old);
+    saved_handlers_.emplace_back(sig, old);
+  }
+}
+
+void Worker::OnSignals() {
+  // The supervisor sends "terminate" before its own SIGTERM: read what the
+  // channel holds before telling the scheduler's signal from ours.
+  pollfd q{fd_, POLLIN, 0};
+  if (::poll(&q, 1, 0) > 0 && (q.revents & POLLIN) != 0 && !ReadCommands()) return;
+  unsigned char sigs[16];
+  const ssize_t n = ::read(signal_read_, sigs, sizeof sigs);
+  for (ssize_t i = 0; i < n; ++i) {
+    const int sig = sigs[i];
+    if (terminate_) {
+      ::signal(sig, SIG_DFL);
+      ::raise(sig);  // ends the process, as if no handler had been installed
+    }
+    Send({{"ev", "signal"}, {"sig", sig}});
+    if (reported_.insert(sig).second) {
+      const std::string m = fmt::format(
+          "fmstack: SIG{} received: the supervisor coordinates the stop (an emergency "
+          "checkpoint of the current step first)\n",
+          sigabbrev_np(sig));
+      (void)!::write(2, m.data(), m.size());
+    }
+  }
 }
 
 void Worker::Progress(int64_t step, std::string_view phase) {
@@ -122,9 +188,7 @@ void Worker::Close() {
 }
 
 void Worker::Loop() {
-  LineReader reader;
   auto next_beat = std::chrono::steady_clock::now();
-  char buf[4096];
   while (!stop_) {
     const auto now = std::chrono::steady_clock::now();
     if (now >= next_beat) {
@@ -140,39 +204,51 @@ void Worker::Loop() {
     const auto wait = std::min<std::chrono::milliseconds>(
         std::chrono::duration_cast<std::chrono::milliseconds>(next_beat - now),
         std::chrono::milliseconds(100));
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(std::max<int64_t>(wait.count(), 1))) <= 0) continue;
-    const ssize_t n = ::read(fd_, buf, sizeof buf);
-    if (n <= 0) {
-      // A child of the supervisor dies with it (PDEATHSIG). A worker on
-      // another host has this connection as its lifeline instead: the
-      // supervisor closes it to kill the worker, and a supervisor that is
-      // gone must not leave it running, holding the node.
-      if (lifeline_) {
-        const std::string m = "fmstack: the control connection to the supervisor closed: exiting\n";
-        (void)!::write(2, m.data(), m.size());
-        ::kill(::getpid(), SIGKILL);
-      }
-      return Close();
-    }
-    try {
-      for (const std::string& line : reader.Feed(buf, static_cast<size_t>(n))) {
-        std::optional<nlohmann::json> cmd = ParseLine(line);
-        if (!cmd) continue;
-        std::function<void(const nlohmann::json&)> hook;
-        {
-          const std::lock_guard lock(mu_);
-          if (auto it = hooks_.find(cmd->value("cmd", "")); it != hooks_.end()) hook = it->second;
-        }
-        if (hook) hook(*cmd);  // outside the lock: it may take the caller's locks
-        const std::lock_guard lock(mu_);
-        commands_.push_back(std::move(*cmd));
-        arrived_.notify_all();
-      }
-    } catch (const std::exception&) {
-      return Close();  // a supervisor that breaks the protocol gets no more heartbeats
-    }
+    pollfd p[2] = {{fd_, POLLIN, 0}, {signal_read_.load(), POLLIN, 0}};
+    const int polled =
+        ::poll(p, p[1].fd >= 0 ? 2 : 1, static_cast<int>(std::max<int64_t>(wait.count(), 1)));
+    if (polled <= 0) continue;
+    if (p[0].revents != 0 && !ReadCommands()) return;
+    if (p[1].fd >= 0 && (p[1].revents & POLLIN) != 0) OnSignals();
   }
+}
+
+bool Worker::ReadCommands() {
+  char buf[4096];
+  const ssize_t n = ::read(fd_, buf, sizeof buf);
+  if (n <= 0) {
+    // A child of the supervisor dies with it (PDEATHSIG). A worker on
+    // another host has this connection as its lifeline instead: the
+    // supervisor closes it to kill the worker, and a supervisor that is
+    // gone must not leave it running, holding the node.
+    if (lifeline_) {
+      const std::string m = "fmstack: the control connection to the supervisor closed: exiting\n";
+      (void)!::write(2, m.data(), m.size());
+      ::kill(::getpid(), SIGKILL);
+    }
+    Close();
+    return false;
+  }
+  try {
+    for (const std::string& line : reader_.Feed(buf, static_cast<size_t>(n))) {
+      std::optional<nlohmann::json> cmd = ParseLine(line);
+      if (!cmd) continue;
+      if (cmd->value("cmd", "") == "terminate") terminate_ = true;
+      std::function<void(const nlohmann::json&)> hook;
+      {
+        const std::lock_guard lock(mu_);
+        if (auto it = hooks_.find(cmd->value("cmd", "")); it != hooks_.end()) hook = it->second;
+      }
+      if (hook) hook(*cmd);  // outside the lock: it may take the caller's locks
+      const std::lock_guard lock(mu_);
+      commands_.push_back(std::move(*cmd));
+      arrived_.notify_all();
+    }
+  } catch (const std::exception&) {
+    Close();  // a supervisor that breaks the protocol gets no more heartbeats
+    return false;
+  }
+  return true;
 }
 
 }  // namespace fmstack::runtime

@@ -6,6 +6,8 @@
 // call is a no-op.
 #pragma once
 
+#include <signal.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -15,10 +17,13 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
+
+#include "runtime/control.h"
 
 namespace fmstack::runtime {
 
@@ -51,10 +56,22 @@ class Worker {
   // blocked: for what must interrupt it, such as aborting a collective.
   // An empty `fn` removes the hook.
   void OnArrival(std::string cmd, std::function<void(const nlohmann::json&)> fn);
+  // From here SIGTERM, SIGINT, SIGHUP and SIGUSR1 no longer end the process:
+  // each is reported to the supervisor ({"ev": "signal"}), which coordinates
+  // the stop (an emergency checkpoint, then a "stop" command at a step
+  // boundary). Schedulers signal every process of a job at once, and a
+  // worker that died of it would lose the step the save is for. After the
+  // supervisor's "terminate" command the next such signal ends the process
+  // as before. The previous handlers come back on destruction. Call at most
+  // once; a no-op when inactive. The handlers are process-wide: one
+  // coordinating Worker per process.
+  void CoordinateSignals();
 
  private:
   void Loop();
-  void Close();  // the channel ended: no command will come
+  void Close();         // the channel ended: no command will come
+  void OnSignals();     // the self-pipe has signal numbers: report, or end on "terminate"
+  bool ReadCommands();  // one read of the channel; false when it ended
 
   int fd_ = -1;
   std::atomic<bool> lifeline_{false};  // the process ends when the channel does
@@ -67,6 +84,12 @@ class Worker {
   std::map<std::string, std::function<void(const nlohmann::json&)>, std::less<>> hooks_;
   bool closed_ = false;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> terminate_{false};  // the supervisor's "terminate" arrived
+  int signal_pipe_[2] = {-1, -1};       // CoordinateSignals: handler -> Loop
+  std::atomic<int> signal_read_{-1};    // signal_pipe_[0], once it exists
+  std::set<int> reported_;              // signals already said on stderr (Loop's thread)
+  LineReader reader_;                   // Loop's thread
+  std::vector<std::pair<int, struct sigaction>> saved_handlers_;
   std::thread thread_;
 };
 

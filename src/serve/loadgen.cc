@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
-#include "serve/beast.h"
+#include "util/beast.h"
 #include "util/error.h"
 #include "util/random.h"
 

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "metrics/registry.h"
-#include "serve/beast.h"
+#include "util/beast.h"
 #include "serve/server.h"
 
 namespace fmstack::serve {

@@ -138,6 +138,10 @@ struct ResilienceSpec {
   int64_t straggler_steps = 5;      // ... for this many steps in a row: a straggler
   int64_t replica_check_every = 1;  // compare parameter replicas every N steps (0 = never)
   double notice_deadline = 120;     // a termination notice gives this long to save
+  // A stop by signal (SIGTERM/SIGINT/SIGHUP) gives this long to save; inside
+  // Slurm's KillWait and Kubernetes' terminationGracePeriodSeconds (30 s).
+  double stop_deadline = 25;
+  std::string on_hangup = "stop";  // stop | ignore: what SIGHUP (a closed terminal) does
   // checkpointless/elastic: refresh the in-memory peer replicas every N steps
   int64_t peer_replica_every = 1;
   // A lost node of a local run comes back (is repaired) this long after it
@@ -167,23 +171,23 @@ struct DataSpec {
 
 // [serve]: how `fmstack serve` runs the model (docs/specs.md, docs/serve.md).
 struct ServeSpec {
-  double kv_cache_bytes = 0;      // the KV block pool; 0 = kv_cache_share of available memory
-  double kv_cache_share = 0.2;    // used when kv_cache is written as "NN%"
-  int64_t block_size = 16;        // tokens per KV block
+  double kv_cache_bytes = 0;    // the KV block pool; 0 = kv_cache_share of available memory
+  double kv_cache_share = 0.2;  // used when kv_cache is written as "NN%"
+  int64_t block_size = 16;      // tokens per KV block
   int64_t max_batch_tokens = 2048;
   int64_t max_seqs = 64;
   bool prefix_caching = true;
   int64_t max_waiting = 1024;
   std::string host = "127.0.0.1";
   int64_t port = 8000;
-  int64_t grpc_port = 8001;       // the gRPC stream; -1 = off, 0 = any free port
-  std::string api_key_file;       // resolved against the job file's directory
-  std::string model_name;         // "" = the job's name
-  double ping_interval = 60;      // seconds
+  int64_t grpc_port = 8001;   // the gRPC stream; -1 = off, 0 = any free port
+  std::string api_key_file;   // resolved against the job file's directory
+  std::string model_name;     // "" = the job's name
+  double ping_interval = 60;  // seconds
   double max_body_bytes = 1 << 20;
   double request_timeout = 10, idle_timeout = 60, drain_timeout = 30;  // seconds
   int64_t max_connections = 4096;
-  int64_t threads = 0;            // CPU threads; 0 = all
+  int64_t threads = 0;  // CPU threads; 0 = all
 };
 
 struct JobSpec {

@@ -60,6 +60,9 @@ ResilienceSpec ReadResilience(StrictTable& root) {
   r.straggler_steps = t->Int("straggler_steps", 1, 1000000).value_or(r.straggler_steps);
   r.replica_check_every = t->Int("replica_check_every", 0, 1 << 30).value_or(r.replica_check_every);
   r.notice_deadline = t->Seconds("notice_deadline").value_or(r.notice_deadline);
+  r.stop_deadline = t->Seconds("stop_deadline").value_or(r.stop_deadline);
+  static const std::vector<std::string> kHangup = {"stop", "ignore"};
+  r.on_hangup = t->Choice("on_hangup", kHangup).value_or(r.on_hangup);
   r.peer_replica_every = t->Int("peer_replica_every", 1, 1 << 30).value_or(r.peer_replica_every);
   r.node_repair = t->Seconds("node_repair").value_or(r.node_repair);
   for (auto [key, v] : {std::pair{"restart_backoff", r.restart_backoff},
@@ -67,6 +70,7 @@ ResilienceSpec ReadResilience(StrictTable& root) {
                         {"heartbeat_timeout", r.heartbeat_timeout},
                         {"collective_timeout", r.collective_timeout},
                         {"notice_deadline", r.notice_deadline},
+                        {"stop_deadline", r.stop_deadline},
                         {"node_repair", r.node_repair}}) {
     if (!(v >= 0 && v <= 7 * 86400)) t->Fail(key, "expected a duration between 0 and 7 days");
   }

@@ -191,3 +191,49 @@ grep -q "recovered from requeue in" batch.out || fail "the requeue is not an inc
 grep -q "parameter hash  *$want" batch.out || { grep hash batch.out; fail "the hash after the requeue is not $want"; }
 grep -q "resumed from step-" batch.out || fail "the workers did not resume from a checkpoint"
 echo "slurm: batch host sn1 lost at step 100: requeued, $(grep -m1 'resumed from' batch.out | sed 's/^\[rank 0\] //'); training again $(/usr/bin/python3 -c "print(f'{$t_resumed - $t_fault:.1f}')") s after the fault; hash $want"
+
+# Stopped by Slurm (docs/resilience.md, "Stopping a run"): scancel signals
+# every process of the job at once (the supervisor in the batch step, the
+# srun steps, the workers); the workers leave the stop to the supervisor,
+# which commits an emergency checkpoint of the current step within
+# resilience.stop_deadline (inside KillWait). A rerun resumes there: 0 steps
+# redone, the fault-free hash.
+revive sn1
+stopped_at() { grep -ho "step [0-9]*: saved and stopped on request" "$1"/slurm/slurm-*.out | grep -o "[0-9]*" | head -1; }
+incidents() {  # run dir -> "kind:lost_steps ..." of every incident
+  /usr/bin/python3 - "$1/goodput.json" <<'PY'
+import json, sys
+print(" ".join(f'{i["kind"]}:{i["lost_steps"]}' for i in json.load(open(sys.argv[1]))["incidents"]))
+PY
+}
+"$FMSTACK" run job.toml --out runs/cancel > cancel.out 2> cancel.err &
+pid=$!
+wait_step runs/cancel 100
+scancel "$(cat runs/cancel/slurm/job_id)"
+wait $pid || true
+grep -q "every rank saved the current step and stopped" runs/cancel/slurm/slurm-*.out ||
+  fail "scancel: no emergency checkpoint"
+stopped=$(stopped_at runs/cancel)
+[ -n "$stopped" ] || fail "scancel: the stopped step is not named"
+[ "$(incidents runs/cancel)" = "signal:0" ] || fail "scancel: incidents '$(incidents runs/cancel)', expected one stop"
+"$FMSTACK" run job.toml --out runs/cancel > cancel2.out 2> cancel2.err || fail "the rerun after scancel"
+grep -q "resumed from step-$(printf %08d "$stopped")" cancel2.out || { grep "resumed" cancel2.out; fail "scancel: the rerun did not resume from step $stopped"; }
+grep -q "parameter hash  *$want" cancel2.out || fail "scancel + rerun: the hash is not $want"
+echo "slurm: scancel at step $stopped: saved, resumed there, hash $want"
+
+# The time limit: the batch script asks for SIGUSR1 notice_deadline (120 s)
+# before it (--signal=B:USR1@120); a limit of 1 minute set on a running job
+# brings the warning at once, and the run saves and stops before Slurm's
+# SIGTERM.
+"$FMSTACK" run job.toml --steps 100000 --out runs/limit > limit.out 2> limit.err &
+pid=$!
+wait_step runs/limit 20
+scontrol update JobId="$(cat runs/limit/slurm/job_id)" TimeLimit=1
+wait $pid || true
+grep -q "SIGUSR1.*saving the current step" runs/limit/slurm/slurm-*.out || fail "time limit: no warning seen"
+grep -q "every rank saved the current step and stopped" runs/limit/slurm/slurm-*.out ||
+  fail "time limit: no emergency checkpoint"
+stopped=$(stopped_at runs/limit)
+[ -f "runs/limit/ckpt/step-$(printf %08d "$stopped")/COMMITTED" ] || { ls runs/limit/ckpt; fail "time limit: step $stopped is not committed"; }
+[ "$(incidents runs/limit)" = "signal:0" ] || fail "time limit: incidents '$(incidents runs/limit)'"
+echo "slurm: the time limit's warning at step $stopped: saved and committed before the limit"

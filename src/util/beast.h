@@ -1,4 +1,4 @@
-// serve: Boost.Asio and Boost.Beast, included in the order Boost 1.74 needs.
+// util: Boost.Asio and Boost.Beast, included in the order Boost 1.74 needs.
 #pragma once
 
 // clang-format off

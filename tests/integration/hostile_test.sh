@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# What a careless or hostile local process must not be able to do to a run
+# (issue: termination, isolation, floods):
+# - starve the metrics endpoint: 50 slowloris and 500 idle connections,
+#   reopened as fast as they are dropped, while authenticated scrapes keep
+#   answering (p99 of 100 under 1 s) and the run trains to its fault-free
+#   hash;
+# - hang `fmstack run` after an early error: 100 starts with a directory
+#   where metrics/targets.json.tmp goes, and 100 on a full file system, each
+#   end with an error naming the path within 5 s.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+. "$root/scripts/lib/runs.sh"
+: "${FMSTACK:?path to the fmstack binary}"
+PY=/usr/bin/python3
+work=$(mktemp -d)
+bg="" flood="" mnt=""
+cleanup() {
+  [ -n "$bg" ] && kill -9 "$bg" 2>/dev/null || true
+  [ -n "$flood" ] && kill "$flood" 2>/dev/null || true
+  wait 2>/dev/null || true
+  [ -n "$mnt" ] && umount "$mnt" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+cd "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+
+bible -f gen1:1-gen20:18 > corpus.txt
+"$FMSTACK" data prepare --corpus corpus.txt --vocab 256 --held-out-every 50 --out data >/dev/null 2>&1
+tiny_job hostile 300 > job.toml
+"$FMSTACK" run job.toml --out runs/base > /dev/null 2> base.err || { tail base.err; fail "fault-free run"; }
+want=$(run_hash runs/base)
+
+# The metrics endpoint under a flood.
+"$FMSTACK" run job.toml --out runs/flooded > flooded.out 2> flooded.err &
+bg=$!
+for _ in $(seq 100); do [ -s runs/flooded/metrics/targets.json ] && break; sleep 0.1; done
+target=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))[0]["targets"][0])' runs/flooded/metrics/targets.json)
+cat > flood.py <<'PY'
+# 50 slowloris clients (a header byte every 0.5 s) and 500 idle ones, each
+# reopened as soon as the server drops it, until killed.
+import selectors, socket, sys, time
+host, port = sys.argv[1].rsplit(":", 1)
+sel = selectors.DefaultSelector()
+def open_one(kind):
+    s = socket.socket()
+    s.setblocking(False)
+    s.connect_ex((host, int(port)))
+    sel.register(s, selectors.EVENT_READ, kind)
+    if kind == "slow":
+        try: s.send(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        except OSError: pass
+for _ in range(50): open_one("slow")
+for _ in range(500): open_one("idle")
+next_drip = time.time()
+while True:
+    for key, _ in sel.select(timeout=0.1):
+        try: data = key.fileobj.recv(4096)
+        except OSError: data = b""
+        if not data:
+            sel.unregister(key.fileobj); key.fileobj.close(); open_one(key.data)
+    if time.time() >= next_drip:
+        next_drip = time.time() + 0.5
+        for key in list(sel.get_map().values()):
+            if key.data == "slow":
+                try: key.fileobj.send(b"X")
+                except OSError: pass
+PY
+$PY flood.py "$target" &
+flood=$!
+sleep 3  # the flood is in place (and its first victims reopened)
+$PY - "$target" runs/flooded/metrics/token <<'PY' > scrapes.txt || fail "scrapes under the flood: $(tail -3 scrapes.txt)"
+import http.client, sys, time
+host, port = sys.argv[1].rsplit(":", 1)
+token = open(sys.argv[2]).read().strip()
+lat = []
+for _ in range(100):
+    t0 = time.time()
+    try:
+        c = http.client.HTTPConnection(host, int(port), timeout=5)
+        c.request("GET", "/metrics", headers={"Authorization": "Bearer " + token})
+        r = c.getresponse(); body = r.read(); c.close()
+        ok = r.status == 200 and b"fmstack_step" in body
+    except OSError as e:
+        ok = False
+    lat.append(time.time() - t0 if ok else 99)
+lat.sort()
+print(f"100 scrapes under 50 slowloris + 500 idle connections: median {lat[49]*1e3:.1f} ms, "
+      f"p99 {lat[98]*1e3:.1f} ms, max {lat[99]*1e3:.1f} ms, failed {sum(l == 99 for l in lat)}")
+sys.exit(0 if lat[98] < 1.0 else 1)
+PY
+cat scrapes.txt
+kill "$flood"; wait "$flood" 2>/dev/null || true; flood=""
+wait "$bg" || { tail -20 flooded.err; fail "the flooded run did not finish"; }
+bg=""
+[ "$(run_hash runs/flooded)" = "$want" ] || fail "the flooded run's hash differs from the fault-free one"
+
+# Early errors end promptly, whatever failed first.
+starts() {  # name dir expected-words
+  local slow=0 t0 t1 rc
+  for i in $(seq 100); do
+    t0=$(date +%s%N)
+    set +e; timeout 30 "$FMSTACK" run job.toml --out "$2" > "$1.out" 2>&1; rc=$?; set -e
+    t1=$(date +%s%N)
+    [ "$rc" != 0 ] && [ "$rc" != 124 ] || { cat "$1.out"; fail "$1: start $i: exit $rc"; }
+    grep -q -- "$3" "$1.out" || { cat "$1.out"; fail "$1: start $i: the error does not say '$3'"; }
+    [ $(( (t1 - t0) / 1000000 )) -lt 5000 ] || fail "$1: start $i took $(( (t1 - t0) / 1000000 )) ms"
+    [ $(( (t1 - t0) / 1000000 )) -gt "$slow" ] && slow=$(( (t1 - t0) / 1000000 ))
+  done
+  echo "$1: 100 starts, each an error within $slow ms: $(grep -m1 -- "$3" "$1.out")"
+}
+mkdir -p runs/blocked/metrics/targets.json.tmp
+starts blocked runs/blocked "runs/blocked/metrics/targets.json"
+[ "$(id -u)" = 0 ] || fail "a full file system needs root to mount a tmpfs (run the suite as root)"
+mnt=$work/full
+mkdir -p "$mnt"
+mount -t tmpfs -o size=64k tmpfs "$mnt"
+dd if=/dev/zero of="$mnt/fill" bs=4k count=64 2>/dev/null || true
+starts full "$mnt/run" "No space left on device"
+echo "PASS"
