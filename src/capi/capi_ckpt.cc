@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -128,6 +130,16 @@ fmstack_ckpt* fmstack_ckpt_open(const fmstack_ckpt_options* o, char* err, size_t
     eo.keep = o->keep > 0 ? o->keep : 3;
     eo.pool_bytes = std::max<int64_t>(0, o->pool_bytes);
     if (o->commit_timeout_seconds > 0) eo.commit_timeout_seconds = o->commit_timeout_seconds;
+    // Under `fmstack run` the run is the job; otherwise every writer of this
+    // directory is one job, and rank 0's lock keeps two processes apart.
+    const char* run_dir = std::getenv("FMSTACK_RUN_DIR");
+    const std::string id = run_dir != nullptr && run_dir[0] != '\0'
+                               ? std::string(run_dir)
+                               : std::filesystem::absolute(o->dir).lexically_normal().string();
+    eo.owner =
+        ckpt::TierOwner{id, run_dir != nullptr && run_dir[0] != '\0'
+                                ? fmt::format("the run in {}", id)
+                                : fmt::format("the programs on libfmstack that save into {}", id)};
     auto h = std::make_unique<fmstack_ckpt>();
     h->rank = o->rank;
     h->world = o->world;

@@ -25,6 +25,9 @@ Engine::Engine(std::vector<std::unique_ptr<Tier>> tiers, EngineOptions options)
     throw Error(fmt::format("checkpoint: chunk of {} bytes: expected a multiple of 4096 up to {}",
                             options_.chunk_bytes, kMaxChunkBytes));
   }
+  if (options_.owner) {
+    for (const std::unique_ptr<Tier>& t : tiers_) t->Claim(*options_.owner, options_.rank == 0);
+  }
   // The fast tier now; the slower ones from the drain thread, so that an
   // object store that hangs cannot hold up the start.
   if (options_.collect_garbage && options_.rank == 0) CollectGarbage(0, 1);

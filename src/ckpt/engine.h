@@ -119,6 +119,9 @@ struct EngineOptions {
   // naming the step, the tier and the file that did not finish.
   double write_timeout_seconds = 1800;
   bool collect_garbage = true;  // rank 0 removes uncommitted steps on start
+  // Every tier is claimed for this job before anything is written (Tier::
+  // Claim; rank 0 also locks it); nullopt: no claim.
+  std::optional<TierOwner> owner;
   std::string fmstack_version = "0.1.0";
   Log log;  // one line per event; may be empty
   // Called at each step of the commit protocol ("shard-written",
@@ -255,6 +258,9 @@ class Engine {
   // Retain(), with a failure reported (log, Wait()'s lines) rather than
   // thrown: the step just committed stands whatever became of older ones.
   void RetainOrWarn(size_t tier);
+  // Tier::Remove, except that a step directory the engine did not write
+  // (ForeignStep) is noted and left: false then.
+  bool RemoveOrNote(Tier& tier, int64_t step);
   // Runs the first tier's retention whenever the writer asks for it, off
   // the writer's thread: removing a step can take long (on the Zen 5 VM's
   // ext4, mounted with online discard, `rm` of a 4 GB file took 1.4 s),

@@ -33,9 +33,19 @@ void Engine::Retain(size_t t) {
     // an uncommitted step newer than the newest commit (it may be in flight).
     if (s.step >= oldest_kept || pinned.count(s.step) > 0) continue;
     Point("removing", t);
-    tier.Remove(s.step);
+    if (!RemoveOrNote(tier, s.step)) continue;
     Note(fmt::format("checkpoint: {} removed from {} ({})", StepDirName(s.step), tier.name(),
                      s.committed ? fmt::format("keeping the newest {}", keep) : "never committed"));
+  }
+}
+
+bool Engine::RemoveOrNote(Tier& tier, int64_t step) {
+  try {
+    tier.Remove(step);
+    return true;
+  } catch (const ForeignStep& e) {
+    Note(fmt::format("checkpoint: {}", e.what()));  // not ours: the others still go
+    return false;
   }
 }
 
@@ -78,8 +88,7 @@ void Engine::CollectGarbage(size_t first, size_t last) {
     Tier* tier = tiers_[t].get();
     try {
       for (const StepListing& s : tier->List()) {
-        if (s.committed) continue;
-        tier->Remove(s.step);
+        if (s.committed || !RemoveOrNote(*tier, s.step)) continue;
         Note(fmt::format("checkpoint: removed incomplete {} from {} (no COMMITTED marker)",
                          StepDirName(s.step), tier->name()));
       }

@@ -404,7 +404,9 @@ std::string StepDirName(int64_t step) {
 }
 
 std::optional<int64_t> ParseStepDirName(const std::string& name) {
-  if (name.size() < 6 || name.rfind("step-", 0) != 0) return std::nullopt;
+  // 18 digits at most: every such number is an int64_t (a longer one would
+  // wrap and name another step).
+  if (name.size() < 6 || name.size() > 5 + 18 || name.rfind("step-", 0) != 0) return std::nullopt;
   int64_t v = 0;
   for (size_t i = 5; i < name.size(); ++i) {
     if (name[i] < '0' || name[i] > '9') return std::nullopt;
@@ -425,6 +427,15 @@ bool IsRankFileName(std::string_view name) {
 }
 std::string RankIndexName(int rank) {
   return fmt::format("rank-{:05d}.index.json", rank);
+}
+bool IsEngineFileName(std::string_view name) {
+  if (name.ends_with(".tmp")) name.remove_suffix(4);  // an atomic write's, in flight
+  if (name == kManifestName || name == kCommittedName || IsRankFileName(name)) return true;
+  constexpr std::string_view kPrefix = "rank-", kSuffix = ".index.json";
+  if (name.size() > 64 || !name.starts_with(kPrefix) || !name.ends_with(kSuffix)) return false;
+  const std::string_view digits =
+      name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
+  return !digits.empty() && digits.find_first_not_of("0123456789") == std::string_view::npos;
 }
 
 }  // namespace fmstack::ckpt

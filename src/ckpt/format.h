@@ -148,6 +148,10 @@ std::optional<int64_t> ParseStepDirName(const std::string& name);
 std::string RankFileName(int rank);          // "rank-00003.safetensors"
 bool IsRankFileName(std::string_view name);  // a name RankFileName gives
 std::string RankIndexName(int rank);         // "rank-00003.index.json"
+// A name the engine writes into a step directory (shards, indexes, the
+// manifest, COMMITTED, and their in-flight .tmp twins): the engine removes
+// only step directories that hold nothing else.
+bool IsEngineFileName(std::string_view name);
 inline constexpr const char* kManifestName = "manifest.json";
 inline constexpr const char* kCommittedName = "COMMITTED";
 

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <stdio.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <ctime>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "ckpt/format.h"
@@ -39,7 +41,61 @@ class PosixTier final : public Tier {
           fmt::format("{}: cannot create the {} tier's directory: {}", root_, name_, ec.message()));
   }
 
+  ~PosixTier() override {
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+  }
+
   const std::string& name() const override { return name_; }
+
+  void Claim(const TierOwner& owner, bool lock) override {
+    const std::string path = root_ + "/OWNER";
+    // Written whole under another name, then linked: a reader sees all of
+    // it or none, and of two jobs claiming at once one wins.
+    const nlohmann::json record = {{"id", owner.id}, {"job", owner.describe}, {"pid", ::getpid()}};
+    const std::string tmp = fmt::format("{}.{}", path, ::getpid());
+    {
+      AtomicFileWriter w(tmp);
+      const std::string text = record.dump() + "\n";
+      w.Write(text.data(), text.size());
+      w.Commit();
+    }
+    const bool linked = ::link(tmp.c_str(), path.c_str()) == 0;
+    const int link_errno = errno;
+    ::unlink(tmp.c_str());
+    if (linked) FsyncDir(root_);
+    if (!linked && link_errno != EEXIST) Fail("cannot create", path);
+    const std::string mine = ReadOwner(path);
+    const nlohmann::json theirs = nlohmann::json::parse(mine, nullptr, false);
+    if (theirs.is_discarded() || !theirs.is_object() || !theirs["id"].is_string())
+      throw Error(
+          fmt::format("{}: not an owner record (expected fmstack's JSON with an \"id\"); "
+                      "remove it to give the directory to {}",
+                      path, owner.describe));
+    if (theirs["id"].get<std::string>() != owner.id)
+      throw Error(fmt::format(
+          "{} is the checkpoint directory of {}; this job is {}: two jobs in one checkpoint "
+          "directory overwrite each other's steps. Point the checkpoint at another directory, or "
+          "remove {} to give this one (and its checkpoints) to this job",
+          root_, theirs.value("job", std::string("another job")), owner.describe, path));
+    if (!lock || lock_fd_ >= 0) return;
+    const std::string lock_path = root_ + "/.lock";
+    lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (lock_fd_ < 0) Fail("cannot open", lock_path);
+    if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+      char pid[32] = {};
+      (void)!::pread(lock_fd_, pid, sizeof pid - 1, 0);
+      ::close(lock_fd_);
+      lock_fd_ = -1;
+      throw Error(
+          fmt::format("{} is being written by another process of {} (pid {}): two "
+                      "writers would interleave their steps",
+                      root_, owner.describe, pid[0] != 0 ? pid : "unknown"));
+    }
+    const std::string pid = std::to_string(::getpid());
+    if (::ftruncate(lock_fd_, 0) != 0 || ::pwrite(lock_fd_, pid.data(), pid.size(), 0) < 0) {
+      // The lock holds without the pid; only a second writer's message is poorer.
+    }
+  }
   std::string Where(int64_t step, const std::string& file) const override {
     return file.empty() ? Dir(step) : Dir(step) + "/" + file;
   }
@@ -123,6 +179,20 @@ class PosixTier final : public Tier {
   bool local_reads() const override { return true; }
 
   void Remove(int64_t step) override {
+    // A step directory with a file the engine did not write is not ours
+    // (another program's, or a user's directory that happens to be named
+    // so): it is left alone, and the caller says so.
+    if (DIR* d = ::opendir(Dir(step).c_str())) {
+      std::string foreign;
+      while (const dirent* e = ::readdir(d)) {
+        const std::string_view n = e->d_name;
+        if (n != "." && n != ".." && !IsEngineFileName(n)) foreign = n;
+      }
+      ::closedir(d);
+      if (!foreign.empty())
+        throw ForeignStep(fmt::format("{}: holds '{}', which fmstack did not write: left alone",
+                                      Dir(step), foreign));
+    }
     const std::string marker = Where(step, kCommittedName);
     bool uncommitted = ::unlink(marker.c_str()) == 0;
     if (uncommitted) {
@@ -230,7 +300,20 @@ class PosixTier final : public Tier {
     if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) Fail("cannot create", dir);
   }
 
+  // The owner record, at most 64 KiB of it (a larger one is not ours).
+  static std::string ReadOwner(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) Fail("cannot open", path);
+    std::string text(65536, '\0');
+    const ssize_t n = ::read(fd, text.data(), text.size());
+    ::close(fd);
+    if (n < 0) Fail("cannot read", path);
+    text.resize(static_cast<size_t>(n));
+    return text;
+  }
+
   std::string name_, root_;
+  int lock_fd_ = -1;  // Claim with lock: held for the tier's lifetime
 };
 
 }  // namespace

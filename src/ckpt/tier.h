@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "util/error.h"
+
 namespace fmstack::ckpt {
 
 // A file being written front to back. Finish() returns once the bytes are
@@ -79,9 +81,28 @@ struct StepListing {
   bool committed = false;
 };
 
+// Tier::Remove of a step directory holding files the engine did not write.
+class ForeignStep : public Error {
+ public:
+  using Error::Error;
+};
+
+// Who writes a tier: one job. `id` is what makes two writers the same job
+// (`fmstack run`: the run directory); `describe` names it in errors.
+struct TierOwner {
+  std::string id;
+  std::string describe;
+};
+
 class Tier {
  public:
   virtual ~Tier() = default;
+  // Claims the tier for `owner` before anything is written: a tier another
+  // job claimed is refused (an Error naming both jobs), and with `lock` this
+  // process holds it for its lifetime, so that a second writer of the same
+  // job (two processes saving into one directory) is refused too. A no-op
+  // where the store cannot say (object stores).
+  virtual void Claim(const TierOwner& /*owner*/, bool /*lock*/) {}
   // "local", "shared", "object": what the logs and `ckpt ls` call it.
   virtual const std::string& name() const = 0;
   // Path or URL of a file of a step, for messages: "/nvme/job/step-00000100/manifest.json".

@@ -277,6 +277,11 @@ std::vector<std::unique_ptr<ckpt::Tier>> MakeCheckpointTiers(const spec::Checkpo
   return tiers;
 }
 
+ckpt::TierOwner CheckpointOwner(const std::string& job_name, const std::string& run_dir) {
+  const std::string dir = std::filesystem::absolute(run_dir).lexically_normal().string();
+  return {dir, fmt::format("job '{}' (run directory {})", job_name, dir)};
+}
+
 Runner AddCkptCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("ckpt", "List, verify, inspect and export checkpoints");
   cmd->require_subcommand(1);

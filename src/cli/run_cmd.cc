@@ -270,6 +270,10 @@ int RunJob(const RunArgs& args, std::span<char* const> argv) {
     if (std::getenv("SLURM_JOB_ID") == nullptr) return SubmitSlurm(args, job, layout, out, argv);
   } else {
     CheckProcessLimit(layout, args.max_procs);
+    // A checkpoint directory another job owns is refused here, once, before
+    // any worker starts (each rank's engine checks again).
+    for (const auto& tier : MakeCheckpointTiers(job.checkpoint, out + "/ckpt"))
+      tier->Claim(CheckpointOwner(job.name, out), /*lock=*/false);
   }
   runtime::SuperviseOptions o;
   o.layout = layout;

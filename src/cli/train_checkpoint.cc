@@ -51,6 +51,7 @@ void TrainCheckpointer::ReleaseState() {
 std::unique_ptr<ckpt::Engine> TrainCheckpointer::MakeEngine(bool collect_garbage) {
   ckpt::EngineOptions o;
   o.collect_garbage = collect_garbage;
+  o.owner = CheckpointOwner(job_.name, out_);  // one job per checkpoint directory
   o.rank = trainer_.rank();
   o.world = trainer_.world();
   o.keep = static_cast<int>(job_.checkpoint.keep);

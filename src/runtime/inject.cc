@@ -1,7 +1,9 @@
 #include "runtime/inject.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -86,6 +88,18 @@ std::string RequestInjection(const std::string& run_dir, const InjectRequest& r)
   if (info.state != "running" || ::kill(info.pid, 0) != 0) {
     throw Error(fmt::format("{}: the run is not live (state \"{}\", supervisor pid {} {})", run_dir,
                             info.state, info.pid, ::kill(info.pid, 0) == 0 ? "alive" : "gone"));
+  }
+  // run.json survives a supervisor killed by SIGKILL, and its pid may be
+  // another process's by now: the run is live only while its lock is held.
+  if (const int fd = ::open((run_dir + "/run.lock").c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+      fd >= 0) {
+    const bool free = ::flock(fd, LOCK_SH | LOCK_NB) == 0;
+    ::close(fd);
+    if (free)
+      throw Error(
+          fmt::format("{}: the run is not live (no `fmstack run` holds its run.lock; "
+                      "pid {} is another process)",
+                      run_dir, info.pid));
   }
   if (r.rank < 0 || r.rank >= info.world) {
     throw Error(

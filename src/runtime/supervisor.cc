@@ -74,6 +74,12 @@ RunResult Supervisor::Run() {
     wall_before_ = result_.ledger.wall();
   }
   if (OnSlurm() && o_.slurm.restart_count > slurm_requeues_) NoteRequeue();
+  if (!o_.resume_supervisor) {
+    // Requests left from an earlier run of this directory are not this run's.
+    std::vector<std::string> errors;
+    if (const size_t stale = TakeRequests(o_.run_dir, &errors).size() + errors.size(); stale > 0)
+      Note(fmt::format("{} fault injection request(s) from before this run discarded", stale));
+  }
   pending_ = o_.inject;
   for (size_t i = 0; i < pending_.size(); ++i) pending_[i].id = fmt::format("job-{}", i);
   std::erase_if(pending_, [&](const InjectRequest& r) { return fired_.contains(r.id); });

@@ -5,6 +5,12 @@
 #   reopened as fast as they are dropped, while authenticated scrapes keep
 #   answering (p99 of 100 under 1 s) and the run trains to its fault-free
 #   hash;
+# - share a checkpoint directory: a second job pointed at a first job's is
+#   refused naming both, the first's checkpoints stay intact, and cleanup
+#   leaves a planted foreign step directory and file alone; two Python
+#   processes saving into one directory: the second is refused;
+# - inject a fault into a run that is not live (its supervisor killed by
+#   SIGKILL): refused, and nothing is replayed by the next run;
 # - hang `fmstack run` after an early error: 100 starts with a directory
 #   where metrics/targets.json.tmp goes, and 100 on a full file system, each
 #   end with an error naming the path within 5 s.
@@ -95,6 +101,52 @@ kill "$flood"; wait "$flood" 2>/dev/null || true; flood=""
 wait "$bg" || { tail -20 flooded.err; fail "the flooded run did not finish"; }
 bg=""
 [ "$(run_hash runs/flooded)" = "$want" ] || fail "the flooded run's hash differs from the fault-free one"
+
+# Two jobs, one checkpoint directory.
+sed "s|^\[checkpoint\]|[checkpoint]\nlocal = \"$work/shared-ckpt\"|" job.toml > a.toml
+sed 's/^name = "hostile"/name = "other"/' a.toml > b.toml
+"$FMSTACK" run a.toml --steps 20 --out runs/a > /dev/null 2> a.err || { tail a.err; fail "job a"; }
+mkdir -p shared-ckpt/step-00000003 && echo "a user's notes" > shared-ckpt/step-00000003/notes.txt
+echo "a user's file" > shared-ckpt/README
+mkdir -p shared-ckpt/step-99999999999999999999
+set +e; "$FMSTACK" run b.toml --steps 20 --out runs/b > b.out 2> b.err; rc=$?; set -e
+[ "$rc" != 0 ] || fail "job b was let into job a's checkpoint directory"
+grep -q "shared-ckpt is the checkpoint directory of job 'hostile' (run directory $work/runs/a); this job is job 'other' (run directory $work/runs/b)" b.err ||
+  { cat b.err; fail "the second job's refusal does not name both jobs"; }
+[ ! -d runs/b/logs ] || [ -z "$(ls runs/b/logs)" ] || fail "job b started workers"
+"$FMSTACK" run a.toml --steps 30 --out runs/a > /dev/null 2> a2.err || { tail a2.err; fail "job a's rerun"; }
+"$FMSTACK" ckpt verify a.toml --out runs/a > verify.out 2>&1 || { cat verify.out; fail "job a's checkpoints after job b"; }
+grep -q "left alone" a2.err || fail "the foreign step directory was not reported"
+[ -f shared-ckpt/step-00000003/notes.txt ] && [ -f shared-ckpt/README ] && [ -d shared-ckpt/step-99999999999999999999 ] ||
+  fail "cleanup removed what fmstack did not write"
+echo "isolation: $(grep -o "shared-ckpt is the checkpoint directory of job 'hostile'" b.err); foreign files kept; $(tail -1 verify.out)"
+PYTHONPATH="$root/python" FMSTACK_LIB="$(dirname "$FMSTACK")/libfmstack.so.1" $PY - <<'PY' > py.out 2>&1 || { cat py.out; fail "two Python writers"; }
+import fmstack, numpy as np, subprocess, sys
+first = fmstack.Checkpointer("pyckpt", rank=0, world=1)
+first.save(1, {"w": np.ones(4, np.float32)})
+first.wait()
+second = subprocess.run([sys.executable, "-c", """
+import fmstack
+try:
+    fmstack.Checkpointer("pyckpt", rank=0, world=1)
+    print("a second writer was let in")
+except fmstack.Error as e:
+    print("refused:", e)
+"""], capture_output=True, text=True)
+print(second.stdout.strip(), second.stderr.strip())
+first.close()
+sys.exit(0 if "being written by another process" in second.stdout else 1)
+PY
+cat py.out
+
+# A fault injected into a run whose supervisor is gone: refused, not replayed.
+"$FMSTACK" run job.toml --out runs/dead > /dev/null 2> dead.err &
+bg=$!
+for _ in $(seq 100); do [ -s runs/dead/run.json ] && break; sleep 0.1; done
+kill -9 "$bg"; wait "$bg" 2>/dev/null || true; bg=""
+pkill -9 -f "runs/dead" 2>/dev/null || true
+set +e; "$FMSTACK" fault inject runs/dead --rank 1 --kind crash > inject.out 2>&1; rc=$?; set -e
+[ "$rc" != 0 ] && grep -q "the run is not live" inject.out || { cat inject.out; fail "an injection into a dead run was accepted"; }
 
 # Early errors end promptly, whatever failed first.
 starts() {  # name dir expected-words

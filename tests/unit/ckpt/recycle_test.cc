@@ -134,7 +134,7 @@ TEST(Recycle, OnlyShardFilesOfARemovedStepAreKept) {
   const std::unique_ptr<Tier> tier = MakePosixTier("local", dir.path.string());
   WriteShard(*tier, 1, 1 << 20, 1);
   tier->PutSmall(1, RankIndexName(0), "{}");
-  tier->Create(1, "notes.bin")->Finish();
+  tier->PutSmall(1, kManifestName, "{}");  // the engine's, but not a shard
   tier->Remove(1);
   std::vector<std::string> kept;
   for (const fs::directory_entry& e : fs::directory_iterator(dir.path / ".recycle"))
