@@ -12,7 +12,13 @@ namespace fmstack::comm::wire {
 enum Op : uint8_t { kSet = 1, kGet = 2, kWait = 3, kAdd = 4 };
 enum Status : uint8_t { kOk = 0, kTimeout = 1, kError = 2 };
 
-inline constexpr char kHello[] = "FMSTORE1";
+// The client's first message: kHello, a nonce, the time (16 hex digits of
+// Unix milliseconds) and its MAC; the server's answer: kAdmitted and its
+// MAC, or kRefused and why.
+inline constexpr char kHello[] = "FMSTORE2";
+inline constexpr char kAdmitted[] = "OK";
+inline constexpr char kRefused[] = "NO";
+inline constexpr size_t kTimeChars = 16;
 inline constexpr size_t kNonceBytes = 32;
 inline constexpr size_t kMacBytes = 32;
 

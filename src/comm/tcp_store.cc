@@ -63,28 +63,53 @@ TcpStore::TcpStore(const std::string& host, uint16_t port, const std::string& se
   if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
     throw Error(fmt::format("store: MASTER_ADDR '{}' is not an IPv4 address", host));
   }
-  const auto deadline = std::chrono::steady_clock::now() + connect_timeout;
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + connect_timeout;
+  // The handshake gets at least 10 s: a store flooded by connections
+  // without the secret drops some of ours before reading them, and each
+  // such drop is tried again.
+  const auto handshake_deadline =
+      std::max(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(10));
+  int dropped = 0;
   for (;;) {
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) break;
-    const std::string e = Errno("connect");
-    ::close(fd_);
-    fd_ = -1;
-    if (std::chrono::steady_clock::now() > deadline) {
-      throw Error(fmt::format("store: cannot reach the rendezvous store at {} within {} ms ({})",
-                              address_, connect_timeout.count(), e));
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      const std::string e = Errno("connect");
+      ::close(fd_);
+      fd_ = -1;
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw Error(fmt::format("store: cannot reach the rendezvous store at {} within {} ms ({})",
+                                address_, connect_timeout.count(), e));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  const int one = 1;
-  ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  try {
-    Handshake(secret,
-              std::max(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(10)));
-  } catch (...) {
-    ::close(fd_);
-    fd_ = -1;
-    throw;
+    const int one = 1;
+    ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    try {
+      Handshake(secret, handshake_deadline);
+      return;
+    } catch (const Dropped& e) {
+      ::close(fd_);
+      fd_ = -1;
+      ++dropped;
+      if (std::chrono::steady_clock::now() >= handshake_deadline) {
+        throw Error(fmt::format(
+            "store {}: {} connection(s) closed before the store read this process's proof "
+            "within {} ms (last: {}): the store keeps few connections waiting for a "
+            "handshake, and a flood of connections without the run's secret may be taking them",
+            address_, dropped,
+            std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                  start)
+                .count(),
+            e.what()));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10 + 10 * std::min(dropped, 10)));
+    } catch (...) {
+      ::close(fd_);
+      fd_ = -1;
+      throw;
+    }
   }
 }
 
@@ -100,15 +125,10 @@ std::string TcpStore::ReadFrame(std::chrono::steady_clock::time_point deadline) 
         deadline - std::chrono::steady_clock::now());
     pollfd p{fd_, POLLIN, 0};
     const int r = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(0, left.count())));
-    if (r == 0) throw Error(fmt::format("store {}: no answer during the handshake", address_));
+    if (r == 0) throw Dropped("no answer before the deadline");
     const ssize_t n = r > 0 ? ::recv(fd_, buf, sizeof buf, 0) : -1;
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      throw Error(
-          fmt::format("store {}: connection closed during the handshake (a wrong "
-                      "FMSTACK_STORE_SECRET is refused this way)",
-                      address_));
-    }
+    if (n <= 0) throw Dropped("closed by the store without an answer");
     in.append(buf, static_cast<size_t>(n));
   }
   return frame;
@@ -116,17 +136,26 @@ std::string TcpStore::ReadFrame(std::chrono::steady_clock::time_point deadline) 
 
 void TcpStore::Handshake(const std::string& secret,
                          std::chrono::steady_clock::time_point deadline) {
-  const std::string hello = ReadFrame(deadline);
-  if (hello.size() != sizeof kHello - 1 + kNonceBytes ||
-      hello.compare(0, sizeof kHello - 1, kHello) != 0)
-    throw Error(fmt::format("store {}: not an fmstack store (bad greeting)", address_));
-  const std::string server_nonce = hello.substr(sizeof kHello - 1);
-  const std::string client_nonce = RandomBytes(kNonceBytes);
-  SendAll(fd_, Frame(client_nonce + Mac(secret, "client", server_nonce, client_nonce)));
-  const std::string proof = ReadFrame(deadline);
-  if (!SameBytes(proof, Mac(secret, "server", client_nonce, server_nonce))) {
-    throw Error(
-        fmt::format("store {}: the server did not prove it holds the run's secret", address_));
+  const std::string nonce = RandomBytes(kNonceBytes);
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  const std::string time = fmt::format("{:016x}", now_ms);
+  try {
+    SendAll(fd_, Frame(kHello + nonce + time + Mac(secret, "client", nonce, time)));
+  } catch (const Error& e) {
+    throw Dropped(e.what());
+  }
+  const std::string answer = ReadFrame(deadline);
+  if (answer.starts_with(kRefused)) {
+    throw Error(fmt::format("store {} refused this process: {}", address_,
+                            answer.substr(sizeof kRefused - 1, 512)));
+  }
+  if (!answer.starts_with(kAdmitted) ||
+      !SameBytes(answer.substr(sizeof kAdmitted - 1), Mac(secret, "server", nonce, time))) {
+    throw Error(fmt::format(
+        "store {}: the server did not prove it holds the run's secret (not this run's store?)",
+        address_));
   }
 }
 

@@ -4,10 +4,18 @@
 // failure reports, so a survivor can name the rank that died.
 //
 // Every connection proves it holds the run's secret before it may ask
-// anything: the server sends a nonce, the client answers with its own nonce
-// and HMAC-SHA256(secret, "client" | server nonce | client nonce), the
-// server proves itself back the same way; the secret never crosses the
-// wire. The server never blocks on one client (non-blocking sockets, a
+// anything, in its first message: a nonce, the time, and HMAC-SHA256(secret,
+// "client" | nonce | time); the server refuses a time more than 5 minutes
+// off and a nonce it has seen, and proves itself back with HMAC(secret,
+// "server" | nonce | time); the secret never crosses the wire. Because a
+// rank's proof is usually in the socket when the server accepts it, a rank
+// is admitted at once; connections still without a proof are few and
+// short-lived (at most max_unauthenticated, the oldest evicted by a newer
+// one, each given handshake_timeout), so a local process without the secret
+// that floods the port cannot keep the run's ranks out. A client whose
+// connection is dropped before its proof was read tries again until its
+// deadline, and its error then says which of capacity, deadline or secret
+// it met. The server never blocks on one client (non-blocking sockets, a
 // bounded output buffer per connection) and bounds what it holds: key and
 // value sizes and the total, each refused with a clear error at the client.
 #pragma once
@@ -21,6 +29,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -34,8 +43,9 @@ struct StoreLimits {
   size_t max_key_bytes = 4096;
   size_t max_value_bytes = 64 << 20;
   size_t max_total_bytes = 512 << 20;  // keys + values held
-  size_t max_connections = 4096;
-  std::chrono::milliseconds handshake_timeout{std::chrono::seconds(10)};
+  size_t max_connections = 4096;       // authenticated
+  size_t max_unauthenticated = 128;    // waiting for their proof
+  std::chrono::milliseconds handshake_timeout{std::chrono::seconds(2)};
 };
 
 // 32 random bytes, hex: a run's store secret.
@@ -94,6 +104,11 @@ class TcpStore : public gloo::rendezvous::Store {
  private:
   std::string Request(const std::string& payload, std::chrono::milliseconds timeout,
                       bool* timed_out);
+  // The store dropped the connection before it answered (tried again).
+  class Dropped : public std::runtime_error {
+   public:
+    using std::runtime_error::runtime_error;
+  };
   void Handshake(const std::string& secret, std::chrono::steady_clock::time_point deadline);
   std::string ReadFrame(std::chrono::steady_clock::time_point deadline);
 

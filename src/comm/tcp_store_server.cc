@@ -1,7 +1,9 @@
 // The store's server: one thread, one poll loop, non-blocking sockets. A
 // connection must authenticate before anything else; what it sends and what
 // waits to be sent to it are bounded, so a client that floods, stalls or
-// never reads costs the others nothing.
+// never reads costs the others nothing, and connections without the secret
+// are bounded in number and time (tcp_store.h), their drops noted in one
+// line every 10 s at most.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -13,7 +15,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <set>
 
 #include "comm/store_wire.h"
 #include "comm/tcp_store.h"
@@ -27,11 +31,11 @@ using Clock = std::chrono::steady_clock;
 struct TcpStoreServer::State {
   struct Conn {
     std::string in, out;
-    std::string nonce;  // the server's, for this connection's handshake
-    std::string peer;   // "ip:port", for the log
+    std::string peer;  // "ip:port", for the log
     bool authed = false;
     bool closing = false;
     Clock::time_point since;
+    uint64_t seq = 0;  // order of arrival, for evicting the oldest unauthenticated
   };
   struct Waiter {
     int fd;
@@ -48,9 +52,35 @@ struct TcpStoreServer::State {
   std::map<int, Conn> conns;
   std::vector<Waiter> waiters;
   bool stop = false;
+  std::set<std::pair<uint64_t, int>> waiting;  // (seq, fd) of connections without a proof
+  size_t authed = 0;
+  uint64_t next_seq = 0;
+  std::map<std::string, int64_t> seen_nonces;  // of admitted handshakes -> their time (ms)
+  // Connections without the secret dropped since the last note, and why.
+  std::map<std::string, int64_t> drops;
+  std::string last_dropped;
+  Clock::time_point next_drop_note;
 
   void Note(const std::string& line) const {
     if (log) log(line);
+  }
+  // A connection without the secret is dropped: counted, noted in bulk.
+  void Dropped(const Conn& c, const std::string& why) {
+    ++drops[why];
+    last_dropped = c.peer;
+    NoteDrops(false);
+  }
+  void NoteDrops(bool now) {
+    if (drops.empty() || (!now && Clock::now() < next_drop_note)) return;
+    std::string what;
+    for (const auto& [why, n] : drops)
+      what += fmt::format("{}{} {}", what.empty() ? "" : ", ", n, why);
+    Note(fmt::format(
+        "store: dropped connections without the run's secret: {} (the last from {}; "
+        "at most {} wait for a handshake, {} ms each)",
+        what, last_dropped, limits.max_unauthenticated, limits.handshake_timeout.count()));
+    drops.clear();
+    next_drop_note = Clock::now() + std::chrono::seconds(10);
   }
   // Largest frame a client may send: a SET of the biggest key and value.
   size_t MaxFrame() const { return limits.max_key_bytes + limits.max_value_bytes + 64; }
@@ -125,17 +155,44 @@ struct TcpStoreServer::State {
     data[key] = value;
     return std::nullopt;
   }
+  void Refuse(int fd, const std::string& why) {
+    Conn& c = conns[fd];
+    Send(fd, Frame(kRefused + why));
+    c.closing = true;
+    Dropped(c, why.substr(0, why.find(':')));
+  }
   void Authenticate(int fd, const std::string& msg) {
     Conn& c = conns[fd];
-    const std::string client_nonce = msg.substr(0, kNonceBytes);
-    if (msg.size() != kNonceBytes + kMacBytes ||
-        !SameBytes(msg.substr(kNonceBytes), Mac(secret, "client", c.nonce, client_nonce))) {
-      Note(fmt::format("store: refused {}: it does not hold the run's secret", c.peer));
-      c.closing = true;
-      return;
+    constexpr size_t kPrefix = sizeof kHello - 1;
+    if (msg.size() != kPrefix + kNonceBytes + kTimeChars + kMacBytes ||
+        msg.compare(0, kPrefix, kHello) != 0)
+      return Refuse(fd, "not an fmstack store handshake (another program, or another version)");
+    const std::string nonce = msg.substr(kPrefix, kNonceBytes);
+    const std::string time = msg.substr(kPrefix + kNonceBytes, kTimeChars);
+    if (!SameBytes(msg.substr(kPrefix + kNonceBytes + kTimeChars),
+                   Mac(secret, "client", nonce, time)))
+      return Refuse(fd, "not this run's secret: FMSTACK_STORE_SECRET differs");
+    const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+    int64_t sent_ms = 0;
+    try {
+      sent_ms = static_cast<int64_t>(std::stoull(time, nullptr, 16));
+    } catch (const std::exception&) {
+      return Refuse(fd, "a handshake whose time is not a number");
     }
+    constexpr int64_t kWindowMs = 5 * 60 * 1000;
+    if (std::llabs(now_ms - sent_ms) > kWindowMs)
+      return Refuse(fd, fmt::format("clock skew: the client's clock is {} s off this host's "
+                                    "(5 minutes at most)",
+                                    (sent_ms - now_ms) / 1000));
+    std::erase_if(seen_nonces, [&](const auto& kv) { return kv.second < now_ms - 2 * kWindowMs; });
+    if (!seen_nonces.emplace(nonce, now_ms).second)
+      return Refuse(fd, "replayed: a handshake this store has admitted before");
     c.authed = true;
-    Send(fd, Frame(Mac(secret, "server", client_nonce, c.nonce)));
+    waiting.erase({c.seq, fd});
+    ++authed;
+    Send(fd, Frame(kAdmitted + Mac(secret, "server", nonce, time)));
   }
   void Handle(int fd, const std::string& msg) {
     if (!conns[fd].authed) return Authenticate(fd, msg);
@@ -174,27 +231,40 @@ struct TcpStoreServer::State {
     }
     Reply(fd, kError, fmt::format("unknown request (op {})", static_cast<int>(op)));
   }
-  void Accept(int listen_fd) {
+  // Takes one waiting connection; false when none is left.
+  bool Accept(int listen_fd, char* buf, size_t cap) {
     sockaddr_in from{};
     socklen_t len = sizeof from;
     const int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&from), &len,
                              SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) return;
+    if (fd < 0) return false;
     char ip[INET_ADDRSTRLEN] = "?";
     ::inet_ntop(AF_INET, &from.sin_addr, ip, sizeof ip);
     const std::string peer = fmt::format("{}:{}", ip, ntohs(from.sin_port));
-    if (conns.size() >= limits.max_connections) {
-      Note(fmt::format("store: refused {}: {} connections already", peer, conns.size()));
+    if (authed >= limits.max_connections) {
+      Note(fmt::format("store: refused {}: {} authenticated connections already", peer, authed));
       ::close(fd);
-      return;
+      return true;
     }
     const int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     Conn& c = conns[fd];
     c.peer = peer;
     c.since = Clock::now();
-    c.nonce = RandomBytes(kNonceBytes);
-    Send(fd, Frame(std::string(kHello) + c.nonce));
+    c.seq = next_seq++;
+    waiting.insert({c.seq, fd});
+    // A rank sends its proof as it connects: it is usually here already.
+    Read(fd, buf, cap);
+    // Too many without a proof: the oldest goes (a rank's proof is read
+    // at once, so the oldest waiting is the least likely to be one).
+    while (waiting.size() > limits.max_unauthenticated) {
+      const int old = waiting.begin()->second;
+      waiting.erase(waiting.begin());
+      Conn& o = conns[old];
+      if (!o.closing) Dropped(o, "evicted by newer ones");
+      o.closing = true;
+    }
+    return true;
   }
   void Read(int fd, char* buf, size_t cap) {
     Conn& c = conns[fd];
@@ -209,11 +279,12 @@ struct TcpStoreServer::State {
     std::string msg;
     while (!c.closing && TakeField(c.in, pos, msg)) Handle(fd, msg);
     c.in.erase(0, pos);
-    const size_t cap_frame = c.authed ? MaxFrame() : kNonceBytes + kMacBytes;
+    const size_t cap_frame =
+        c.authed ? MaxFrame() : sizeof kHello - 1 + kNonceBytes + kTimeChars + kMacBytes;
     if (!c.closing && PeekLength(c.in) > cap_frame) {
-      Note(fmt::format("store: dropped {}: a message of {} bytes, the limit is {}", c.peer,
-                       PeekLength(c.in), cap_frame));
       if (c.authed) {
+        Note(fmt::format("store: dropped {}: a message of {} bytes, the limit is {}", c.peer,
+                         PeekLength(c.in), cap_frame));
         Reply(fd, kError,
               fmt::format("a request of {} bytes, the limit is {}", PeekLength(c.in), cap_frame));
       }
@@ -227,8 +298,7 @@ struct TcpStoreServer::State {
     for (auto it = conns.begin(); it != conns.end();) {
       Conn& c = it->second;
       if (!c.authed && !c.closing && now - c.since > limits.handshake_timeout) {
-        Note(fmt::format("store: dropped {}: no handshake within {} ms", c.peer,
-                         limits.handshake_timeout.count()));
+        Dropped(c, "past the handshake deadline");
         c.closing = true;
       }
       if (!c.closing) {
@@ -237,6 +307,11 @@ struct TcpStoreServer::State {
       }
       const int fd = it->first;
       std::erase_if(waiters, [fd](const Waiter& w) { return w.fd == fd; });
+      if (c.authed) {
+        --authed;
+      } else {
+        waiting.erase({c.seq, fd});
+      }
       ::close(fd);
       it = conns.erase(it);
     }
@@ -319,7 +394,11 @@ void TcpStoreServer::Serve() {
     // Wake at least every 50 ms to expire waiters and handshakes.
     if (::poll(fds.data(), fds.size(), 50) < 0 && errno != EINTR) return;
     std::lock_guard lock(state_->mu);
-    if (fds[0].revents & POLLIN) state_->Accept(listen_fd_);
+    // At most 64 a round, so that the connections already in are read too.
+    if (fds[0].revents & POLLIN) {
+      for (int i = 0; i < 64 && state_->Accept(listen_fd_, buf.data(), buf.size()); ++i) {
+      }
+    }
     if (fds[1].revents & POLLIN) {
       uint64_t v;
       (void)!::read(wake_fd_, &v, sizeof v);
@@ -332,6 +411,7 @@ void TcpStoreServer::Serve() {
     }
     state_->Settle();
     state_->Sweep();
+    state_->NoteDrops(false);
   }
 }
 

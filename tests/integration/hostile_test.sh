@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # What a careless or hostile local process must not be able to do to a run
 # (issue: termination, isolation, floods):
+# - keep a recovering run's ranks out of its rendezvous store: 5,000
+#   connections without the secret held open against it (reopened as fast
+#   as they are dropped) while a rank is killed; the run recovers within its
+#   usual time, with the default backoff and with none;
 # - starve the metrics endpoint: 50 slowloris and 500 idle connections,
 #   reopened as fast as they are dropped, while authenticated scrapes keep
 #   answering (p99 of 100 under 1 s) and the run trains to its fault-free
@@ -44,10 +48,15 @@ bg=$!
 for _ in $(seq 100); do [ -s runs/flooded/metrics/targets.json ] && break; sleep 0.1; done
 target=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))[0]["targets"][0])' runs/flooded/metrics/targets.json)
 cat > flood.py <<'PY'
-# 50 slowloris clients (a header byte every 0.5 s) and 500 idle ones, each
-# reopened as soon as the server drops it, until killed.
-import selectors, socket, sys, time
+# SLOW slowloris clients (a header byte every 0.5 s) and IDLE idle ones,
+# each reopened as soon as the server drops it, until killed.
+import resource, selectors, socket, sys, time
 host, port = sys.argv[1].rsplit(":", 1)
+slow, idle = int(sys.argv[2]), int(sys.argv[3])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+if hard != resource.RLIM_INFINITY and hard < slow + idle + 64:
+    sys.exit(f"flood: {slow + idle} connections need more descriptors than the hard limit {hard}")
+resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, slow + idle + 64), hard))
 sel = selectors.DefaultSelector()
 def open_one(kind):
     s = socket.socket()
@@ -57,8 +66,8 @@ def open_one(kind):
     if kind == "slow":
         try: s.send(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
         except OSError: pass
-for _ in range(50): open_one("slow")
-for _ in range(500): open_one("idle")
+for _ in range(slow): open_one("slow")
+for _ in range(idle): open_one("idle")
 next_drip = time.time()
 while True:
     for key, _ in sel.select(timeout=0.1):
@@ -73,7 +82,7 @@ while True:
                 try: key.fileobj.send(b"X")
                 except OSError: pass
 PY
-$PY flood.py "$target" &
+$PY flood.py "$target" 50 500 &
 flood=$!
 sleep 3  # the flood is in place (and its first victims reopened)
 $PY - "$target" runs/flooded/metrics/token <<'PY' > scrapes.txt || fail "scrapes under the flood: $(tail -3 scrapes.txt)"
@@ -101,6 +110,38 @@ kill "$flood"; wait "$flood" 2>/dev/null || true; flood=""
 wait "$bg" || { tail -20 flooded.err; fail "the flooded run did not finish"; }
 bg=""
 [ "$(run_hash runs/flooded)" = "$want" ] || fail "the flooded run's hash differs from the fault-free one"
+
+# The store under a flood while a rank is killed: the recovery time against
+# the same run's without the flood, with the default backoff (1 s) and none.
+recovery() {  # run dir -> seconds of its first incident's recovery
+  $PY -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["incidents"][0]["recovery_seconds"], 2))' "$1/goodput.json"
+}
+for backoff in 1s 0s; do
+  sed "s/^restart_backoff = .*/restart_backoff = \"$backoff\"/" job.toml > store.toml
+  for flooded in no yes; do
+    dir=runs/store-$backoff-$flooded
+    "$FMSTACK" run store.toml --out "$dir" > store.out 2> store.err &
+    bg=$!
+    for _ in $(seq 200); do grep -aq '"step":5[,}]' "$dir/logs/rank0.log" 2>/dev/null && break; sleep 0.05; done
+    if [ "$flooded" = yes ]; then
+      port=$(tr '\0' '\n' < "/proc/$(pgrep -P "$bg" | head -1)/environ" | sed -n 's/^FMSTACK_STORE_PORT=//p')
+      [ -n "$port" ] || fail "the store's port was not found"
+      $PY flood.py "127.0.0.1:$port" 0 5000 &
+      flood=$!
+      sleep 3
+      kill -0 "$flood" || fail "the store flood did not start"
+    fi
+    "$FMSTACK" fault inject "$dir" --rank 1 --kind crash > /dev/null
+    wait "$bg" || { tail -20 store.err; fail "store flood ($backoff, $flooded): the run did not recover"; }
+    bg=""
+    [ -n "$flood" ] && { kill "$flood"; wait "$flood" 2>/dev/null || true; flood=""; }
+    [ "$(run_hash "$dir")" = "$want" ] || fail "store flood ($backoff, $flooded): hash differs"
+    eval "rec_$flooded=$(recovery "$dir")"
+  done
+  echo "store: a crash recovered in $rec_no s, and in $rec_yes s under 5,000 connections without the secret (backoff $backoff); $(grep -m1 'dropped connections without' store.err | sed 's/^fmstack run: //' | cut -c1-150)"
+  $PY -c "import sys; sys.exit(0 if $rec_yes < 2 * $rec_no + 3 else 1)" ||
+    fail "store flood: recovery took $rec_yes s against $rec_no s without the flood"
+done
 
 # Two jobs, one checkpoint directory.
 sed "s|^\[checkpoint\]|[checkpoint]\nlocal = \"$work/shared-ckpt\"|" job.toml > a.toml

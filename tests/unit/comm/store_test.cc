@@ -2,6 +2,7 @@
 // nothing, limits give clear errors, and a client that floods requests and
 // never reads its replies does not delay the others.
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -61,6 +62,17 @@ std::string RawFrame(int fd) {
   return frame;
 }
 
+// A client's first message, as TcpStore sends it, at Unix time `ms`.
+std::string Hello(const std::string& secret, int64_t ms, const std::string& nonce) {
+  const std::string time = fmt::format("{:016x}", ms);
+  return wire::Frame(wire::kHello + nonce + time + wire::Mac(secret, "client", nonce, time));
+}
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 TEST(Store, ClientsWithoutTheSecretGetNothing) {
   Logged log;
   TcpStoreServer server("127.0.0.1", 0, "right-secret", log.Fn());
@@ -69,20 +81,37 @@ TEST(Store, ClientsWithoutTheSecretGetNothing) {
     TcpStore wrong("127.0.0.1", server.port(), "wrong-secret", 2s);
     FAIL() << "a wrong secret was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("closed during the handshake"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("refused this process: not this run's secret"),
+              std::string::npos)
         << e.what();
   }
-  EXPECT_TRUE(log.Has("does not hold the run's secret")) << "refusal not logged";
-  // A raw client that skips the handshake and asks at once is dropped.
-  const int fd = RawConnect(server.port());
-  ASSERT_FALSE(RawFrame(fd).empty());  // the greeting
+  EXPECT_TRUE(log.Has("not this run's secret")) << "refusal not logged";
+  // A raw client that skips the handshake and asks at once is refused.
+  int fd = RawConnect(server.port());
   std::string get(1, static_cast<char>(wire::kGet));
   wire::PutField(get, "k");
   wire::PutField(get, "100");
   const std::string framed = wire::Frame(get);
   ASSERT_EQ(::send(fd, framed.data(), framed.size(), 0), static_cast<ssize_t>(framed.size()));
+  EXPECT_TRUE(RawFrame(fd).starts_with(wire::kRefused));
   EXPECT_EQ(RawFrame(fd), "");  // closed, "v" never sent
   ::close(fd);
+  // A replayed handshake, and one from a clock 10 minutes off, are refused.
+  const std::string nonce = wire::RandomBytes(wire::kNonceBytes);
+  for (const auto& [ms, why] : std::vector<std::pair<int64_t, std::string>>{
+           {NowMs(), ""}, {NowMs(), "replayed"}, {NowMs() - 600000, "clock skew"}}) {
+    fd = RawConnect(server.port());
+    const std::string hello =
+        Hello("right-secret", ms, why == "clock skew" ? wire::RandomBytes(32) : nonce);
+    ASSERT_EQ(::send(fd, hello.data(), hello.size(), 0), static_cast<ssize_t>(hello.size()));
+    const std::string answer = RawFrame(fd);
+    if (why.empty()) {
+      EXPECT_TRUE(answer.starts_with(wire::kAdmitted)) << answer;
+    } else {
+      EXPECT_TRUE(answer.starts_with(std::string(wire::kRefused) + why)) << answer;
+    }
+    ::close(fd);
+  }
   TcpStore right("127.0.0.1", server.port(), "right-secret", 2s);
   EXPECT_EQ(right.Get("k", 1s), "v");
 }
@@ -119,12 +148,9 @@ TEST(Store, AClientThatNeverReadsDoesNotDelayTheOthers) {
   // Authenticate by hand, then ask for the 8 MiB value again and again
   // without ever reading a reply.
   const int fd = RawConnect(server.port());
-  const std::string hello = RawFrame(fd);
-  const std::string server_nonce = hello.substr(8);
-  const std::string nonce = wire::RandomBytes(wire::kNonceBytes);
-  const std::string auth = wire::Frame(nonce + wire::Mac("s", "client", server_nonce, nonce));
+  const std::string auth = Hello("s", NowMs(), wire::RandomBytes(wire::kNonceBytes));
   ASSERT_EQ(::send(fd, auth.data(), auth.size(), 0), static_cast<ssize_t>(auth.size()));
-  ASSERT_FALSE(RawFrame(fd).empty());  // the server's proof
+  ASSERT_TRUE(RawFrame(fd).starts_with(wire::kAdmitted));  // the server's proof
   std::string get(1, static_cast<char>(wire::kGet));
   wire::PutField(get, "blob");
   wire::PutField(get, "1000");
@@ -151,6 +177,30 @@ TEST(Store, AClientThatNeverReadsDoesNotDelayTheOthers) {
     std::this_thread::sleep_for(50ms);
   EXPECT_TRUE(log.Has("stopped reading its replies")) << "the stalled client was not dropped";
   ::close(fd);
+}
+
+// 1,000 connections that never send anything, held open: a rank still
+// gets in at once (its proof is read as it is accepted), the flood is held
+// to max_unauthenticated and noted in one line, not one per connection.
+TEST(Store, AFloodWithoutTheSecretDoesNotKeepARankOut) {
+  Logged log;
+  StoreLimits limits;
+  limits.max_unauthenticated = 32;
+  TcpStoreServer server("127.0.0.1", 0, "s", log.Fn(), limits);
+  std::vector<int> flood;
+  for (int i = 0; i < 1000; ++i) flood.push_back(RawConnect(server.port()));
+  for (int i = 0; i < 20; ++i) {
+    TcpStore rank("127.0.0.1", server.port(), "s", 5s);
+    rank.Set("k", std::to_string(i));
+    EXPECT_EQ(rank.Get("k", 1s), std::to_string(i));
+  }
+  std::this_thread::sleep_for(300ms);
+  EXPECT_TRUE(log.Has("evicted by newer ones"));
+  {
+    const std::lock_guard lock(log.mu);
+    EXPECT_LT(log.lines.size(), 10u) << "one line per dropped connection";
+  }
+  for (const int fd : flood) ::close(fd);
 }
 
 }  // namespace
