@@ -153,6 +153,8 @@ std::string RankIndexName(int rank);         // "rank-00003.index.json"
 // only step directories that hold nothing else.
 bool IsEngineFileName(std::string_view name);
 inline constexpr const char* kManifestName = "manifest.json";
+// The largest manifest.json read (every rank parses it whole).
+inline constexpr int64_t kMaxManifestBytes = int64_t{64} << 20;
 inline constexpr const char* kCommittedName = "COMMITTED";
 
 }  // namespace fmstack::ckpt

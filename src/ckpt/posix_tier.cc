@@ -86,6 +86,9 @@ class PosixTier final : public Tier {
       (void)!::pread(lock_fd_, pid, sizeof pid - 1, 0);
       ::close(lock_fd_);
       lock_fd_ = -1;
+      // Another handle of this process (a loader beside its saver) is this
+      // process's own business; only other processes are kept out.
+      if (std::to_string(::getpid()) == pid) return;
       throw Error(
           fmt::format("{} is being written by another process of {} (pid {}): two "
                       "writers would interleave their steps",

@@ -215,6 +215,14 @@ int64_t ReadFile(Tier& tier, int64_t step, const Manifest& m, const std::string&
 
 Manifest ReadManifest(Tier& tier, int64_t step) {
   const std::string where = tier.Where(step, kManifestName);
+  // Every rank parses it whole: a size past what any state needs is refused
+  // before it is read (64 MiB holds the checksums of 16 TB of state in
+  // 8 MiB chunks).
+  if (const std::optional<int64_t> size = tier.Size(step, kManifestName);
+      size && *size > kMaxManifestBytes) {
+    throw Error(fmt::format("{}: {} bytes, more than a manifest may hold ({} bytes): not read",
+                            where, *size, kMaxManifestBytes));
+  }
   const std::optional<std::string> text = tier.ReadSmall(step, kManifestName);
   if (!text)
     throw Error(fmt::format("{}: missing (the copy is committed but has no manifest)", where));

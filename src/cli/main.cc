@@ -2,7 +2,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <filesystem>
 #include <iostream>
+#include <new>
 #include <string_view>
 #include <vector>
 
@@ -84,6 +87,20 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("catalog")) return catalog();
   } catch (const fmstack::Error& e) {
     std::cerr << "fmstack: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path the file system refused: the user's to fix, not a bug.
+    const int code = e.code().value();
+    const char* hint = code == EROFS    ? ": a read-only file system; choose a writable directory"
+                       : code == ENOSPC ? ": the disk is full; free space or choose another disk"
+                       : code == EACCES ? ": permission denied; choose a directory you can write"
+                                        : "";
+    std::cerr << "fmstack: error: " << e.path1().string() << ": " << e.code().message() << hint
+              << "\n";
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "fmstack: error: out of memory (an allocation failed); see `fmstack plan` for "
+                 "what the job needs\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "fmstack: internal error: " << e.what() << "\n";

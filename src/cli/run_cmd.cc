@@ -270,10 +270,6 @@ int RunJob(const RunArgs& args, std::span<char* const> argv) {
     if (std::getenv("SLURM_JOB_ID") == nullptr) return SubmitSlurm(args, job, layout, out, argv);
   } else {
     CheckProcessLimit(layout, args.max_procs);
-    // A checkpoint directory another job owns is refused here, once, before
-    // any worker starts (each rank's engine checks again).
-    for (const auto& tier : MakeCheckpointTiers(job.checkpoint, out + "/ckpt"))
-      tier->Claim(CheckpointOwner(job.name, out), /*lock=*/false);
   }
   runtime::SuperviseOptions o;
   o.layout = layout;
@@ -342,6 +338,13 @@ int RunJob(const RunArgs& args, std::span<char* const> argv) {
     if (is_stderr) progress.Note(fmt::format("[rank {}] {}", rank, text));
   };
   auto note = [&](const std::string& text) { progress.Note("fmstack run: " + text); };
+  // After every other check (a refused run leaves no directory behind): a
+  // checkpoint directory another job owns is refused here, once, before any
+  // worker starts; each rank's engine checks again (on Slurm, only they can).
+  if (!on_slurm) {
+    for (const auto& tier : MakeCheckpointTiers(job.checkpoint, out + "/ckpt"))
+      tier->Claim(CheckpointOwner(job.name, out), /*lock=*/false);
+  }
   const runtime::RunResult r = runtime::Supervise(o, event, line, note);
   if (r.reexec) ExecAgain(argv);
   if (!r.ledger.incidents().empty() || !r.ok()) {

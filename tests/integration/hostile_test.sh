@@ -30,6 +30,7 @@ cleanup() {
   [ -n "$flood" ] && kill "$flood" 2>/dev/null || true
   wait 2>/dev/null || true
   [ -n "$mnt" ] && umount "$mnt" 2>/dev/null || true
+  [ -n "${ro:-}" ] && umount "$ro" 2>/dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -211,4 +212,21 @@ mkdir -p "$mnt"
 mount -t tmpfs -o size=64k tmpfs "$mnt"
 dd if=/dev/zero of="$mnt/fill" bs=4k count=64 2>/dev/null || true
 starts full "$mnt/run" "No space left on device"
+# A read-only file system: the error names the path and the fix.
+ro=$work/ro
+mkdir -p "$ro"
+mount -t tmpfs -o ro,size=64k tmpfs "$ro"
+set +e; "$FMSTACK" run job.toml --out "$ro/run" > ro.out 2>&1; rc=$?; set -e
+umount "$ro"
+[ "$rc" = 2 ] && grep -q "^fmstack: error: $ro/run.*[Rr]ead-only file system" ro.out ||
+  { cat ro.out; fail "a read-only run directory: exit $rc, no clear error"; }
+echo "read-only: $(grep '^fmstack: error' ro.out)"
+
+# A manifest past the bound is refused before it is read.
+cp -r shared-ckpt big-ckpt
+step=$(dirname "$(ls -d big-ckpt/step-*/COMMITTED | tail -1)")
+truncate -s 65M "$step/manifest.json"
+set +e; "$FMSTACK" ckpt inspect big-ckpt --step "$((10#${step##*step-}))" > big.out 2>&1; set -e
+grep -q "more than a manifest may hold" big.out || { cat big.out; fail "a 65 MiB manifest was not refused"; }
+echo "manifest: $(grep -o 'manifest.json: .*' big.out | head -1)"
 echo "PASS"
