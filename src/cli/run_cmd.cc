@@ -25,6 +25,7 @@
 #include "metrics/samples.h"
 #include "runtime/supervisor.h"
 #include "spec/job_spec.h"
+#include "train/token_file.h"
 #include "util/error.h"
 #include "util/strict_table.h"
 #include "util/text_table.h"
@@ -241,6 +242,32 @@ int SubmitSlurm(const RunArgs& args, const spec::JobSpec& job, const cluster::Lo
                         .detach = args.detach});
 }
 
+// What every worker would fail on at start, said once before any starts: a
+// configuration error is never retried as a fault.
+void Preflight(const spec::JobSpec& job) {
+  if (job.data.dir.empty()) {
+    throw SpecError(job.PosOf("data"), "data.dir",
+                    "not set: run `fmstack data prepare --out DIR` and set [data] dir = \"DIR\"");
+  }
+  for (const char* split : {"train.bin", "val.bin"}) {
+    const std::string path = job.data.dir + "/" + split;
+    int64_t vocab = 0;
+    try {
+      vocab = train::TokenFileVocab(path);
+    } catch (const Error& e) {
+      throw SpecError(
+          job.PosOf("data.dir"), "data.dir",
+          fmt::format("{}; `fmstack data prepare --out {}` writes it", e.what(), job.data.dir));
+    }
+    if (vocab > job.model.vocab) {
+      throw SpecError(job.PosOf("data.dir"), "data.dir",
+                      fmt::format("{} holds tokens of a {}-token vocabulary, but model.vocab is "
+                                  "{}: prepare the data with --vocab {} or raise model.vocab",
+                                  path, vocab, job.model.vocab, job.model.vocab));
+    }
+  }
+}
+
 int RunJob(const RunArgs& args, std::span<char* const> argv) {
   const catalog::Catalog catalog = catalog::Catalog::LoadEmbedded();
   const spec::JobSpec job = spec::LoadJobSpec(args.job, catalog);
@@ -267,10 +294,14 @@ int RunJob(const RunArgs& args, std::span<char* const> argv) {
           "on Slurm, node checks run as Slurm's HealthCheckProgram (`fmstack slurm config "
           "--health-check deploy/slurm/fmstack-healthcheck.sh`), which drains failing nodes; "
           "[health] agent and --health are for the local backend");
-    if (std::getenv("SLURM_JOB_ID") == nullptr) return SubmitSlurm(args, job, layout, out, argv);
+    if (std::getenv("SLURM_JOB_ID") == nullptr) {
+      Preflight(job);
+      return SubmitSlurm(args, job, layout, out, argv);
+    }
   } else {
     CheckProcessLimit(layout, args.max_procs);
   }
+  Preflight(job);
   runtime::SuperviseOptions o;
   o.layout = layout;
   o.argv = {SelfExe(), "train", std::filesystem::absolute(args.job).string(), "--out", out};

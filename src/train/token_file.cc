@@ -52,6 +52,19 @@ void WriteTokenFile(const std::string& path, std::span<const int32_t> tokens, in
   w.Commit();
 }
 
+int64_t TokenFileVocab(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error(fmt::format("{}: cannot open the token file", path));
+  std::array<char, kHeaderSize> header{};
+  if (!f.read(header.data(), header.size()) || std::memcmp(header.data(), kMagic, 8) != 0 ||
+      Get<uint32_t>(header, 8) != kHeaderSize) {
+    throw Error(
+        fmt::format("{}: not a token file (expected magic \"FMSTOK01\" in a {}-byte header)", path,
+                    kHeaderSize));
+  }
+  return Get<uint32_t>(header, 12);
+}
+
 TokenFile TokenFile::Load(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) throw Error(fmt::format("{}: cannot open the token file", path));

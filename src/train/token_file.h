@@ -27,6 +27,11 @@ struct TokenFile {
   static TokenFile Load(const std::string& path);
 };
 
+// The vocabulary a token file was written for, from its header alone (a
+// check before anything starts). Throws Error naming the file as Load does
+// for a missing file, a bad magic or header.
+int64_t TokenFileVocab(const std::string& path);
+
 // Writes atomically (temp file, fsync, rename).
 void WriteTokenFile(const std::string& path, std::span<const int32_t> tokens, int64_t vocab);
 

@@ -121,6 +121,17 @@ AWS_ACCESS_KEY_ID=x AWS_SECRET_ACCESS_KEY=y timeout 120 "$FMSTACK" run s3down.to
 grep -q "object tier: unreachable, skipped\|object tier: cannot collect" s3down.out || { cat s3down.out; fail "S3 down: no warning naming the tier"; }
 grep -q "step-00000010 committed on local" s3down.out || fail "S3 down: the local tier did not commit"
 echo "S3 down: finished on the local tier in $(( $(date +%s) - start )) s, warned about the object tier"
+# Configuration errors every worker would hit are said once, before any
+# worker starts (never retried as faults): a data.dir without token files,
+# and data prepared for a larger vocabulary than the model's.
+sed 's|^dir = "data"|dir = "nodata"|; /^object/d; /^object_endpoint/d; /^drain_timeout/d' s3down.toml > nodata.toml
+expect nodata "key 'data.dir': nodata/train.bin: cannot open the token file; \`fmstack data prepare --out nodata\` writes it" \
+  "$FMSTACK" run nodata.toml --out runs/nodata
+[ ! -d runs/nodata/logs ] || fail "nodata: workers were started"
+"$FMSTACK" data prepare --corpus corpus.txt --vocab 300 --held-out-every 50 --out data300 >/dev/null 2>&1
+sed 's|^dir = "data"|dir = "data300"|; /^object/d; /^object_endpoint/d; /^drain_timeout/d' s3down.toml > vocab.toml
+expect vocab "data300/train.bin holds tokens of a 300-token vocabulary, but model.vocab is 256" \
+  "$FMSTACK" run vocab.toml --out runs/vocab
 # Careless use that used to leave users stuck.
 printf '[cluster]\ninstance = "zzzz"\nnodes = 2\n' > c_unknown.toml
 job j_unknown.toml c_unknown.toml
