@@ -157,9 +157,9 @@ struct TcpStoreServer::State {
   }
   void Refuse(int fd, const std::string& why) {
     Conn& c = conns[fd];
+    Dropped(c, why.substr(0, why.find(':')));  // noted before the client can read why
     Send(fd, Frame(kRefused + why));
     c.closing = true;
-    Dropped(c, why.substr(0, why.find(':')));
   }
   void Authenticate(int fd, const std::string& msg) {
     Conn& c = conns[fd];

@@ -520,7 +520,10 @@ void Supervisor::OnControl(int rank, const nlohmann::json& m) {
       max_restore_step_ = -1;
       SaveState();
     }
-    MetricsOnRestore(m.value("source", "checkpoint"), seconds);
+    // A fresh start reports step 0 restored: nothing was, and the
+    // restore-time histogram counts only real restores.
+    if (step > 0 || m.value("source", "") == "peers")
+      MetricsOnRestore(m.value("source", "checkpoint"), seconds);
     const int64_t lost = result_.ledger.RollBack(step);
     if (recovering_) result_.ledger.incidents()[*recovering_].lost_steps += lost;
     if (lost > 0) Note(fmt::format("restored step {}: {} step(s) to train again", step, lost));
