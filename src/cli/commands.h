@@ -26,6 +26,10 @@ spec::JobSpec LoadJob(const std::string& job_path, const std::string& cluster_pa
 // job sets none), then shared and object when set.
 std::vector<std::unique_ptr<ckpt::Tier>> MakeCheckpointTiers(const spec::CheckpointSpec& c,
                                                              const std::string& default_local);
+// Throws the SpecError of a job without [data] dir (`fmstack train` and
+// `fmstack run` both need one).
+void RequireDataDir(const spec::JobSpec& job);
+
 // The job that owns the checkpoint tiers of a run (ckpt::Tier::Claim): the
 // run directory, made absolute, is its identity.
 ckpt::TierOwner CheckpointOwner(const std::string& job_name, const std::string& run_dir);

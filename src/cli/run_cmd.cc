@@ -245,10 +245,7 @@ int SubmitSlurm(const RunArgs& args, const spec::JobSpec& job, const cluster::Lo
 // What every worker would fail on at start, said once before any starts: a
 // configuration error is never retried as a fault.
 void Preflight(const spec::JobSpec& job) {
-  if (job.data.dir.empty()) {
-    throw SpecError(job.PosOf("data"), "data.dir",
-                    "not set: run `fmstack data prepare --out DIR` and set [data] dir = \"DIR\"");
-  }
+  RequireDataDir(job);
   for (const char* split : {"train.bin", "val.bin"}) {
     const std::string path = job.data.dir + "/" + split;
     int64_t vocab = 0;

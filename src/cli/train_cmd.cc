@@ -185,13 +185,21 @@ struct Rehearsal {
   }
 };
 
-int RunTrain(const TrainArgs& args) {
-  const catalog::Catalog catalog = catalog::Catalog::LoadEmbedded();
-  const spec::JobSpec job = spec::LoadJobSpec(args.job, catalog);
+}  // namespace
+
+void RequireDataDir(const spec::JobSpec& job) {
   if (job.data.dir.empty()) {
     throw SpecError(job.PosOf("data"), "data.dir",
                     "not set: run `fmstack data prepare --out DIR` and set [data] dir = \"DIR\"");
   }
+}
+
+namespace {
+
+int RunTrain(const TrainArgs& args) {
+  const catalog::Catalog catalog = catalog::Catalog::LoadEmbedded();
+  const spec::JobSpec job = spec::LoadJobSpec(args.job, catalog);
+  RequireDataDir(job);
   // A worker started by `fmstack run` (or torchrun) trains data-parallel.
   const bool distributed = std::getenv("WORLD_SIZE") != nullptr;
   const bool worker = std::getenv("FMSTACK_RUN") != nullptr;

@@ -14,6 +14,7 @@
 #include <fstream>
 
 #include "runtime/supervisor_impl.h"
+#include "runtime/worker.h"
 #include "util/atomic_file.h"
 #include "util/dir_lock.h"
 #include "util/error.h"
@@ -536,7 +537,7 @@ void Supervisor::OnControl(int rank, const nlohmann::json& m) {
     // A worker got a termination signal (the scheduler's, perhaps before
     // ours): the same stop, coordinated here.
     const int sig = m["sig"].get<int>();
-    if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGUSR1)
+    if (IsCoordinatedSignal(sig))
       OnTermination(sig, false, fmt::format("SIG{} to {}", sigabbrev_np(sig), Where(rank)));
     return;
   }

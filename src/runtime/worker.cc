@@ -34,8 +34,6 @@ void ForwardSignal(int sig) {
   errno = saved;
 }
 
-constexpr int kCoordinated[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1};
-
 int64_t IntEnv(const char* name) {
   const char* v = std::getenv(name);
   char* end = nullptr;
@@ -96,7 +94,7 @@ void Worker::CoordinateSignals() {
   sa.sa_handler = &ForwardSignal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
-  for (const int sig : kCoordinated) {
+  for (const int sig : kCoordinatedSignals) {
     struct sigaction old {};
     ::sigaction(sig, &sa, &old);
     saved_handlers_.emplace_back(sig, old);

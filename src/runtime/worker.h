@@ -27,6 +27,16 @@
 
 namespace fmstack::runtime {
 
+// The termination signals a coordinating worker reports instead of dying of
+// them (Worker::CoordinateSignals); the supervisor takes a report of one of
+// these as the scheduler's stop.
+inline constexpr int kCoordinatedSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1};
+inline bool IsCoordinatedSignal(int sig) {
+  for (const int s : kCoordinatedSignals)
+    if (s == sig) return true;
+  return false;
+}
+
 class Worker {
  public:
   // The channel named by FMSTACK_CONTROL_FD, or a TCP connection to
