@@ -345,18 +345,22 @@ void Supervisor::SaveStacks(int rank, size_t incident) const {
   if (w == workers_.end() || w->pid <= 0) return;
   // The peers of a silent rank began to wait about a heartbeat timeout ago;
   // gdb must be done (and the rank killed) before their collectives give
-  // up, or they would be blamed. A second is left for the kill. (The peers
-  // of a stalled rank gave up already; they wait a collective timeout for
-  // the supervisor's word, and this budget leaves them most of it.)
+  // up, or they would be blamed. A second is left for the kill. The peers
+  // of a stalled rank gave up already, a stall grace before its detection,
+  // and wait a collective timeout for the supervisor's word: the budget is
+  // what is left of that.
   double budget = kStacksDeadlineSeconds;
   if (o_.collective_timeout > 0) {
-    budget = std::min(budget, o_.collective_timeout - o_.monitor.heartbeat_timeout - 1);
+    const double left = monitor_->AnyCollectiveFailed()
+                            ? o_.collective_timeout - StallGrace(o_.collective_timeout)
+                            : o_.collective_timeout - o_.monitor.heartbeat_timeout;
+    budget = std::min(budget, left - 1);
   }
   if (budget < 1) {
     Note(
         fmt::format("stacks of {}: not kept: the peers' collectives time out {:.1f} s after the "
                     "hang's detection, too soon for gdb",
-                    Where(rank), o_.collective_timeout - o_.monitor.heartbeat_timeout));
+                    Where(rank), budget + 1));
     return;
   }
   const auto start = Clock::now();

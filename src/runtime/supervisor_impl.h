@@ -40,6 +40,13 @@ inline double Since(Clock::time_point a, Clock::time_point b) {
 // it at most this long (less when the peers' collectives would give up sooner).
 constexpr double kStacksDeadlineSeconds = 20;
 
+// How long to wait for the other ranks' reports once one came, when more
+// than one rank has not reported: ranks enter the collective that fails up
+// to a step apart, so they time out up to a step apart.
+inline double StallGrace(double collective_timeout) {
+  return std::clamp(collective_timeout / 4, 1.0, 10.0);
+}
+
 // A signal as signalfd delivers it: who sent it and how.
 struct SignalInfo {
   int signo = 0;

@@ -14,13 +14,6 @@
 namespace fmstack::runtime::internal {
 namespace {
 
-// How long to wait for the other ranks' reports once one came, when more
-// than one rank has not reported: ranks enter the collective that fails up
-// to a step apart, so they time out up to a step apart.
-double StallGrace(double collective_timeout) {
-  return std::clamp(collective_timeout / 4, 1.0, 10.0);
-}
-
 std::string RankList(const std::vector<int>& ranks) {
   std::string s;
   for (const int r : ranks) s += fmt::format("{}{}", s.empty() ? "" : ", ", r);
