@@ -17,6 +17,11 @@ packages=(
   clang libclang-rt-14-dev libomp-dev librsvg2-bin
   libboost-dev python3-websockets
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc python3-grpcio python3-protobuf
+  # The corpus pipeline (HTML5 parser, language fingerprints, NFKC) and its
+  # test corpus: the Debian Reference in six languages.
+  libgumbo-dev libexttextcat-dev libicu-dev zlib1g-dev
+  debian-reference-en debian-reference-ja debian-reference-de debian-reference-fr
+  debian-reference-es debian-reference-it
 )
 
 if [ "${1:-}" = "--bench" ]; then
