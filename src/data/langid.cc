@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "data/html_text.h"
+#include "data/utf8.h"
 #include "util/error.h"
 #include "util/strict_table.h"
 
@@ -43,12 +44,7 @@ struct Letters {
 Letters CountLetters(std::string_view s) {
   Letters n;
   for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    size_t len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : 4;
-    if (i + len > s.size()) break;
-    char32_t cp = len == 1 ? c : len == 2 ? (c & 0x1f) : len == 3 ? (c & 0x0f) : (c & 0x07);
-    for (size_t k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3f);
-    i += len;
+    const char32_t cp = NextCodePoint(s, i);
     if ((cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || (cp >= 0xc0 && cp <= 0x24f)) {
       ++n.latin;
     } else if (cp >= 0x3040 && cp <= 0x30ff) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "data/utf8.h"
 #include "util/error.h"
 #include "util/random.h"
 #include "util/xxh3.h"
@@ -24,16 +25,6 @@ double CandidateProbability(double jaccard, int bands, int rows) {
 
 namespace {
 
-// Bytes in the UTF-8 sequence that starts with `lead`; 1 for a byte that
-// cannot start one (it then stands for itself).
-size_t SequenceLength(unsigned char lead) {
-  if (lead < 0x80) return 1;
-  if ((lead & 0xe0) == 0xc0) return 2;
-  if ((lead & 0xf0) == 0xe0) return 3;
-  if ((lead & 0xf8) == 0xf0) return 4;
-  return 1;
-}
-
 uint32_t Fold(uint64_t h) {
   return static_cast<uint32_t>(h ^ (h >> 32));
 }
@@ -46,7 +37,7 @@ std::vector<uint32_t> Shingles(std::string_view text, int ngram) {
   starts.reserve(text.size() + 1);
   for (size_t i = 0; i < text.size();) {
     starts.push_back(i);
-    i += std::min(SequenceLength(static_cast<unsigned char>(text[i])), text.size() - i);
+    i += std::min(Utf8Length(static_cast<unsigned char>(text[i])), text.size() - i);
   }
   const size_t points = starts.size();
   starts.push_back(text.size());

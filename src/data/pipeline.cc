@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <spawn.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -165,12 +166,15 @@ std::string LastLine(const std::string& log) {
   return line;
 }
 
-void RunPhase(const PipelineSpec& spec, const PipelineOptions& o, const WorkDir& dir, char phase) {
+// Returns the largest peak memory (RSS, bytes) of the phase's workers.
+int64_t RunPhase(const PipelineSpec& spec, const PipelineOptions& o, const WorkDir& dir,
+                 char phase) {
   const auto start = Clock::now();
   std::string last_error;
+  int64_t max_rss = 0;
   for (int attempt = 0;; ++attempt) {
     const std::vector<int> pending = Pending(spec, dir, phase);
-    if (pending.empty()) return;
+    if (pending.empty()) return max_rss;
     if (attempt > spec.max_retries) {
       std::string items;
       for (size_t i = 0; i < pending.size() && i < 8; ++i)
@@ -196,8 +200,10 @@ void RunPhase(const PipelineSpec& spec, const PipelineOptions& o, const WorkDir&
       for (Worker& w : workers) {
         if (w.pid <= 0) continue;
         int status = 0;
-        const pid_t got = ::waitpid(w.pid, &status, WNOHANG);
+        struct rusage usage {};
+        const pid_t got = ::wait4(w.pid, &status, WNOHANG, &usage);
         if (got == w.pid) {
+          max_rss = std::max(max_rss, static_cast<int64_t>(usage.ru_maxrss) * 1024);
           if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
             const std::string why = WIFSIGNALED(status)
                                         ? fmt::format("killed by signal {}", WTERMSIG(status))
@@ -348,11 +354,13 @@ nlohmann::json RunPipeline(const PipelineSpec& spec, const PipelineOptions& o) {
   CheckFingerprint(spec, dir);
   RemoveTemporaries(dir.work);
   const auto start = Clock::now();
-  RunPhase(spec, o, dir, 'a');
-  RunPhase(spec, o, dir, 'b');
+  const int64_t rss_a = RunPhase(spec, o, dir, 'a');
+  const int64_t rss_b = RunPhase(spec, o, dir, 'b');
   nlohmann::json dedup = ClusterDuplicates(spec, dir);
-  RunPhase(spec, o, dir, 'd');
+  const int64_t rss_d = RunPhase(spec, o, dir, 'd');
   nlohmann::json report = Report(spec, dir, dedup);
+  // The workers of this run (0 for a phase that was committed before it).
+  report["worker_peak_rss_bytes"] = {{"a", rss_a}, {"b", rss_b}, {"d", rss_d}};
   if (const Stage* t = spec.Find("tokenize")) {
     std::string text;
     for (int s = 0; s < static_cast<int>(spec.inputs.size()); ++s) {
