@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -117,7 +118,20 @@ Worker Spawn(const PipelineSpec& spec, const PipelineOptions& o, const WorkDir& 
              int rank) {
   const std::string log = fmt::format("{}/{}-worker{}.log", dir.Logs(), phase, rank);
   const std::string role = fmt::format("{}:{}:{}", phase, rank, spec.workers);
-  std::vector<std::string> args = {o.self, "data", "pipeline", spec.file, "--worker", role};
+  std::vector<std::string> args;
+  if (spec.backend == "slurm") {
+    // One job step per worker, on whichever node of the allocation is free:
+    // steps beyond the allocation's nodes wait for one.
+    args = {"srun",
+            "--nodes=1",
+            "--ntasks=1",
+            "--exact",
+            "--kill-on-bad-exit=1",
+            fmt::format("--job-name=fmstack-data-{}{}", phase, rank)};
+  }
+  for (const std::string& a : {o.self, std::string("data"), std::string("pipeline"), spec.file,
+                               std::string("--worker"), role})
+    args.push_back(a);
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -126,10 +140,10 @@ Worker Spawn(const PipelineSpec& spec, const PipelineOptions& o, const WorkDir& 
   posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
   pid_t pid = -1;
-  const int rc = posix_spawn(&pid, o.self.c_str(), &fa, nullptr, argv.data(), environ);
+  const int rc = posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0)
-    throw Error(fmt::format("cannot start {} for phase {}: {}", o.self, phase, std::strerror(rc)));
+    throw Error(fmt::format("cannot start {} for phase {}: {}", argv[0], phase, std::strerror(rc)));
   return {rank, pid, log};
 }
 
@@ -346,6 +360,13 @@ void RunWorker(const PipelineSpec& spec, char phase, int rank, int workers) {
 }
 
 nlohmann::json RunPipeline(const PipelineSpec& spec, const PipelineOptions& o) {
+  if (spec.backend == "slurm" && std::getenv("SLURM_JOB_ID") == nullptr) {
+    throw Error(fmt::format(
+        "{}: data.pipeline.backend = \"slurm\" starts its workers as job steps of an "
+        "allocation; run it inside one (sbatch --nodes=N --wrap \"fmstack data pipeline {}\", "
+        "or under salloc)",
+        spec.file, spec.file));
+  }
   const WorkDir dir(spec);
   std::error_code ec;
   for (const char* sub : {"/a", "/b", "/d", "/logs"}) fs::create_directories(dir.work + sub, ec);

@@ -24,8 +24,10 @@
 // point and started again writes the same bytes as one that was not.
 //
 // The coordinator holds OUT/work/LOCK for the run (one pipeline per
-// output). Workers are local processes of the same binary (`fmstack data
-// pipeline JOB --worker PHASE:RANK:WORKERS`).
+// output). Workers run the same binary (`fmstack data pipeline JOB
+// --worker PHASE:RANK:WORKERS`): child processes (backend "local"), or one
+// Slurm job step each inside the coordinator's allocation (backend
+// "slurm"; OUT must be on a file system every node shares).
 #pragma once
 
 #include <functional>

@@ -157,6 +157,8 @@ PipelineSpec LoadPipelineSpec(const std::string& path) {
   spec.inputs.erase(std::unique(spec.inputs.begin(), spec.inputs.end()), spec.inputs.end());
   if (spec.inputs.size() > (size_t{1} << 30)) p->Fail("inputs", "more than 2^30 input shards");
   spec.out = Resolve(base, p->String("out").value_or("corpus"));
+  static const std::vector<std::string> kBackends = {"local", "slurm"};
+  if (auto b = p->Choice("backend", kBackends)) spec.backend = *b;
   if (auto v = p->Int("workers", 1, 1024)) spec.workers = static_cast<int>(*v);
   if (auto v = p->Int("partitions", 1, 4096)) spec.partitions = static_cast<int>(*v);
   if (auto v = p->Int("max_retries", 0, 100)) spec.max_retries = static_cast<int>(*v);

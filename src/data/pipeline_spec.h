@@ -43,6 +43,7 @@ struct PipelineSpec {
   std::string name;
   std::vector<std::string> inputs;  // expanded and sorted: shard i is inputs[i]
   std::string out;                  // output directory (work files under out/work)
+  std::string backend = "local";    // "local": child processes; "slurm": one srun step each
   int workers = 2;
   int partitions = 8;   // of the dedup keys: the unit of work of the dedup step
   int max_retries = 2;  // per phase, for items whose worker died
