@@ -4,6 +4,8 @@
 #include <unicode/normalizer2.h>
 #include <unicode/unistr.h>
 
+#include <algorithm>
+
 #include "util/error.h"
 
 namespace fmstack::data {
@@ -54,10 +56,74 @@ std::string Nfkc(std::string_view text) {
   return utf8;
 }
 
+size_t Count(std::string_view text, std::string_view what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string_view::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+void ReplaceAll(std::string& text, std::string_view from, std::string_view to) {
+  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
+    text.replace(at, from.size(), to);
+}
+
+bool HasKana(std::string_view text) {
+  // U+3041..U+30FF: E3 81 81 .. E3 83 BF in UTF-8.
+  for (size_t i = 0; i + 2 < text.size(); ++i) {
+    const auto a = static_cast<unsigned char>(text[i]), b = static_cast<unsigned char>(text[i + 1]);
+    if (a == 0xe3 && (b == 0x81 || b == 0x82 || b == 0x83)) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
+std::string StripFooter(std::string_view text, const std::vector<std::string>& phrases,
+                        int last_lines) {
+  // Line starts, from the end: the lines that may be footer.
+  std::vector<size_t> starts;
+  size_t end = text.size();
+  if (end > 0 && text[end - 1] == '\n') --end;
+  for (size_t at = end; starts.size() < static_cast<size_t>(last_lines);) {
+    const size_t nl = at == 0 ? std::string_view::npos : text.rfind('\n', at - 1);
+    starts.push_back(nl == std::string_view::npos ? 0 : nl + 1);
+    if (nl == std::string_view::npos) break;
+    at = nl;
+  }
+  if (starts.empty()) return std::string(text);
+  const size_t tail = starts.back();
+  std::string out(text.substr(0, tail));
+  for (size_t k = starts.size(); k-- > 0;) {
+    const size_t from = starts[k];
+    const size_t to = k == 0 ? text.size() : starts[k - 1];
+    const std::string_view line = text.substr(from, to - from);
+    const bool footer = std::any_of(phrases.begin(), phrases.end(), [&](const std::string& p) {
+      return line.find(p) != std::string_view::npos;
+    });
+    if (!footer) out.append(line);
+  }
+  return out;
+}
+
+std::string UnifyJapanesePunctuation(std::string_view text) {
+  std::string out(text);
+  if (!HasKana(text)) return out;
+  const std::pair<std::string_view, std::string_view> pairs[] = {{"\u3001", "\uff0c"},   // 、 ，
+                                                                 {"\u3002", "\uff0e"}};  // 。 ．
+  for (const auto& [japanese, western] : pairs) {
+    const size_t j = Count(out, japanese), w = Count(out, western);
+    if (j == 0 || w == 0) continue;
+    if (j >= w) {
+      ReplaceAll(out, western, japanese);
+    } else {
+      ReplaceAll(out, japanese, western);
+    }
+  }
+  return out;
+}
+
 std::string Normalize(std::string_view text) {
-  const std::string nfkc = Nfkc(text);
+  const std::string nfkc = Nfkc(UnifyJapanesePunctuation(text));
   std::string out;
   out.reserve(nfkc.size());
   std::string line;

@@ -13,6 +13,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Typical footer lines: Japanese "reproduction prohibited" notices, as
+// Swallow-NORM removes them, and their English counterpart.
+const std::vector<std::string> kFooterPhrases = {
+    "\u7121\u65ad\u8ee2\u8f09\u3092\u7981\u305a",  // 無断転載を禁ず
+    "\u7121\u65ad\u8ee2\u8f09\u7981\u6b62",        // 無断転載禁止
+    "\u7121\u65ad\u8907\u5199\u30fb\u8ee2\u8f09\u3092\u7981\u3058\u307e"
+    "\u3059",  // 無断複写・転載を禁じます
+    "All rights reserved", "All Rights Reserved"};
+
 std::string Resolve(const std::string& base, const std::string& p) {
   return fs::path(p).is_absolute() ? p : (fs::path(base) / p).lexically_normal().string();
 }
@@ -71,6 +80,9 @@ Stage ReadStage(StrictTable& t, const std::string& base) {
                "add it to candidates");
     }
     if (auto v = t.Int("sample_bytes", 64, 1 << 20)) s.sample_bytes = static_cast<size_t>(*v);
+  } else if (s.kind == "footer") {
+    s.phrases = t.Has("phrases") ? t.StringArray("phrases") : kFooterPhrases;
+    if (auto v = t.Int("last_lines", 1, 1000)) s.last_lines = static_cast<int>(*v);
   } else if (s.kind == "quality") {
     ReadQuality(t, s.quality);
   } else if (s.kind == "url-filter") {
@@ -121,8 +133,8 @@ int PhaseOf(const std::string& kind) {
 
 const std::vector<std::string>& StageKinds() {
   static const std::vector<std::string> kKinds = {
-      "declared-language", "extract",     "normalize",     "language", "quality",
-      "url-filter",        "exact-dedup", "minhash-dedup", "tokenize"};
+      "declared-language", "extract",    "normalize",   "footer",        "language",
+      "quality",           "url-filter", "exact-dedup", "minhash-dedup", "tokenize"};
   return kKinds;
 }
 

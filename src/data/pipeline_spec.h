@@ -6,6 +6,7 @@
 //   extract            (HTML to text: html_text.h)
 //   normalize          (NFKC and white space: normalize.h)
 //   language           keep = [...]; candidates; sample_bytes   (langid.h)
+//   footer             phrases = [...]; last_lines (5)   (normalize.h: StripFooter)
 //   quality            every QualityOptions field as a key (quality.h)
 //   url-filter         block_hosts = [...]; block_hosts_file; block_url_substrings
 //   exact-dedup        (the hash of the normalized text)
@@ -33,6 +34,8 @@ struct Stage {
   std::vector<std::string> candidates;  // language (default: kWebLanguages)
   size_t sample_bytes = 4096;           // language
   QualityOptions quality;
+  std::vector<std::string> phrases;                            // footer
+  int last_lines = 5;                                          // footer
   std::vector<std::string> block_hosts, block_url_substrings;  // url-filter
   MinHashOptions minhash;
   int64_t vocab = 4096, held_out_every = 100;  // tokenize

@@ -137,6 +137,11 @@ struct ShardStages::Impl {
       if (d.text.empty()) return "empty";
       return std::nullopt;
     }
+    if (s.kind == "footer") {
+      d.text = StripFooter(d.text, s.phrases, s.last_lines);
+      if (d.text.empty()) return "empty";
+      return std::nullopt;
+    }
     if (s.kind == "language") {
       const LanguageGuess g = langid->Classify(d.text);
       d.lang = g.lang;

@@ -113,6 +113,8 @@ kind = "extract"
 [[data.pipeline.stage]]
 kind = "normalize"
 [[data.pipeline.stage]]
+kind = "footer"
+[[data.pipeline.stage]]
 kind = "language"
 keep = ["en", "ja", "de", "fr", "es", "it"]
 [[data.pipeline.stage]]

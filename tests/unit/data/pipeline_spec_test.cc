@@ -46,6 +46,9 @@ keep = ["ja"]
 [[data.pipeline.stage]]
 kind = "extract"
 [[data.pipeline.stage]]
+kind = "footer"
+last_lines = 3
+[[data.pipeline.stage]]
 kind = "quality"
 min_chars = 10
 min_hiragana = -1
@@ -56,7 +59,9 @@ preset = "fineweb"
 kind = "tokenize"
 vocab = 512
 )"));
-  ASSERT_EQ(s.stages.size(), 5u);
+  ASSERT_EQ(s.stages.size(), 6u);
+  EXPECT_EQ(s.Find("footer")->last_lines, 3);
+  EXPECT_EQ(s.Find("footer")->phrases.size(), 5u);
   EXPECT_EQ(s.workers, 3);
   EXPECT_EQ(s.inputs.size(), 1u);
   EXPECT_EQ(s.out, (j.dir / "corpus").string());

@@ -15,6 +15,28 @@ TEST(Normalize, NfkcAndWhiteSpace) {
   EXPECT_EQ(Normalize(""), "");
 }
 
+TEST(Normalize, JapanesePunctuationIsOneFormPerDocument) {
+  // Mostly 、。: the Western forms become Japanese ones (NFKC would have made them ASCII).
+  EXPECT_EQ(Normalize("これは、例です。それは，別です．あれも、そう。"),
+            "これは、例です。それは、別です。あれも、そう。\n");
+  // Mostly ，．: the Japanese forms become those, which NFKC makes ASCII.
+  EXPECT_EQ(UnifyJapanesePunctuation("これは，例です．それは、別です．あれも，そう．"),
+            "これは，例です．それは，別です．あれも，そう．");
+  // Text without kana is left alone.
+  EXPECT_EQ(UnifyJapanesePunctuation("１，２．"), "１，２．");
+}
+
+TEST(Normalize, FooterLinesGoFromTheEndOnly) {
+  const std::vector<std::string> phrases = {"無断転載を禁ず", "All rights reserved"};
+  EXPECT_EQ(StripFooter("本文です。\n無断転載を禁ず。\n続きです。\n(c) 2024 例 無断転載を禁ず\n",
+                        phrases, 2),
+            "本文です。\n無断転載を禁ず。\n続きです。\n");
+  EXPECT_EQ(StripFooter("text\nAll rights reserved.", phrases, 5), "text\n");
+  EXPECT_EQ(StripFooter("All rights reserved\n", phrases, 5), "");
+  EXPECT_EQ(StripFooter("", phrases, 5), "");
+  EXPECT_EQ(StripFooter("no footer\n", phrases, 5), "no footer\n");
+}
+
 TEST(Normalize, InvalidUtf8IsFound) {
   EXPECT_FALSE(FirstInvalidUtf8("plain ascii and 日本語"));
   EXPECT_EQ(FirstInvalidUtf8("ab\xff"), 2u);
