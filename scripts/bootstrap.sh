@@ -55,3 +55,17 @@ if [ ! -d "$root/tests/clients/node_modules/openai" ] || [ ! -d "$root/tests/cli
   echo "bootstrap: npm install (tests/clients: openai, ws)"
   (cd "$root/tests/clients" && npm install --no-audit --no-fund --loglevel=error)
 fi
+
+# The Python module (python/fmstack, docs/pytorch.md): a .pth file in the
+# system python3's site-packages names this checkout's python/, so that
+# `import fmstack` works without PYTHONPATH; the module finds libfmstack in
+# build/ beside it (or FMSTACK_BUILD_DIR, FMSTACK_LIB).
+site=$(/usr/bin/python3 -c 'import site; print(site.getsitepackages()[0])')
+pth="$site/fmstack.pth"
+if [ "$(cat "$pth" 2>/dev/null)" != "$root/python" ]; then
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" mkdir -p "$site"
+  echo "$root/python" | "${sudo_cmd[@]}" tee "$pth" > /dev/null
+  echo "bootstrap: python3 imports fmstack from $root/python ($pth)"
+fi
