@@ -29,6 +29,10 @@ std::vector<std::unique_ptr<ckpt::Tier>> MakeCheckpointTiers(const spec::Checkpo
 // Throws the SpecError of a job without [data] dir (`fmstack train` and
 // `fmstack run` both need one).
 void RequireDataDir(const spec::JobSpec& job);
+// `processes` trainers of `dp`-way data parallelism on this machine fit in
+// its available memory (a lower bound of their need); else a SpecError
+// with both numbers and what to change.
+void RequireMemory(const spec::JobSpec& job, int64_t processes, int64_t dp);
 
 // The job that owns the checkpoint tiers of a run (ckpt::Tier::Claim): the
 // run directory, made absolute, is its identity.

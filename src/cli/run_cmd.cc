@@ -299,6 +299,10 @@ int RunJob(const RunArgs& args, std::span<char* const> argv) {
     CheckProcessLimit(layout, args.max_procs);
   }
   Preflight(job);
+  if (!on_slurm) {
+    const int64_t ranks = static_cast<int64_t>(layout.nodes) * layout.procs_per_node;
+    RequireMemory(job, ranks, ranks);  // every node's processes share this machine
+  }
   runtime::SuperviseOptions o;
   o.layout = layout;
   o.argv = {SelfExe(), "train", std::filesystem::absolute(args.job).string(), "--out", out};

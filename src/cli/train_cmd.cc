@@ -18,6 +18,7 @@
 #include "cli/train_peers.h"
 #include "comm/hier_comm.h"
 #include "gpt/sgemm_peak.h"
+#include "health/checks.h"
 #include "metrics/samples.h"
 #include "runtime/supervisor.h"
 #include "runtime/worker.h"
@@ -28,6 +29,8 @@
 #include "util/error.h"
 #include "util/text_table.h"
 #include "util/units.h"
+#include "workload/memory.h"
+#include "workload/shape.h"
 
 namespace fmstack::cli {
 namespace {
@@ -194,6 +197,35 @@ void RequireDataDir(const spec::JobSpec& job) {
   }
 }
 
+void RequireMemory(const spec::JobSpec& job, int64_t processes, int64_t dp) {
+  const double params = static_cast<double>(workload::CountParams(job.model).total);
+  // A lower bound of what one trainer process holds: fp32 weights and
+  // gradients, both AdamW moments (sharded by ZeRO), and what the forward
+  // pass keeps for backward. The trainer holds more (buckets, staging).
+  const double moments = 8 * params / (job.layout.zero_stage > 0 ? static_cast<double>(dp) : 1.0);
+  const double state = 8 * params + moments;
+  const double activations = workload::ReferenceTrainerActivationBytes(
+      job.model, job.train.micro_batch, job.model.seq_len);
+  const double needed = static_cast<double>(processes) * (state + activations);
+  double available = 0;
+  try {
+    available = health::MemInfoBytes("MemAvailable");
+  } catch (const std::exception&) {
+    return;  // not Linux's /proc: nothing to check against
+  }
+  if (needed <= available) return;
+  throw SpecError(
+      job.PosOf("model"), "model",
+      fmt::format("the job needs at least {} of memory on this machine and {} is available: {} "
+                  "process(es) x ({} of weights, gradients and optimizer state for {} parameters "
+                  "+ {} of activations for micro_batch {} x seq_len {})",
+                  units::FormatBytes(needed), units::FormatBytes(available), processes,
+                  units::FormatBytes(state), units::FormatCount(params),
+                  units::FormatBytes(activations), job.train.micro_batch, job.model.seq_len),
+      "a smaller model or train.micro_batch, fewer processes on this machine, or ZeRO "
+      "(parallel.zero_stage) to shard the optimizer state");
+}
+
 namespace {
 
 int RunTrain(const TrainArgs& args) {
@@ -202,6 +234,7 @@ int RunTrain(const TrainArgs& args) {
   RequireDataDir(job);
   // A worker started by `fmstack run` (or torchrun) trains data-parallel.
   const bool distributed = std::getenv("WORLD_SIZE") != nullptr;
+  if (!distributed) RequireMemory(job, 1, 1);  // `fmstack run` checked its workers together
   const bool worker = std::getenv("FMSTACK_RUN") != nullptr;
   int threads = args.threads >= 0 ? args.threads : static_cast<int>(job.train.threads);
   if (distributed && threads == 0 && std::getenv("OMP_NUM_THREADS") != nullptr) {

@@ -132,6 +132,14 @@ expect nodata "key 'data.dir': nodata/train.bin: cannot open the token file; \`f
 sed 's|^dir = "data"|dir = "data300"|; /^object/d; /^object_endpoint/d; /^drain_timeout/d' s3down.toml > vocab.toml
 expect vocab "data300/train.bin holds tokens of a 300-token vocabulary, but model.vocab is 256" \
   "$FMSTACK" run vocab.toml --out runs/vocab
+# A model too big for this machine: refused before any worker starts, with
+# what it needs and what is available (it used to end in std::bad_alloc).
+sed 's|^dir = "data"|dir = "data300"|; /^object/d; /^object_endpoint/d; /^drain_timeout/d' s3down.toml |
+  sed '/^\[model\]/,/^\[/{/^\[model\]/!{/^\[/!d}}; s/^\[model\]$/[model]\npreset = "llama3.1-405b"/' > big.toml
+grep -q 'preset = "llama3.1-405b"' big.toml || { cat big.toml; fail "big: the job was not made"; }
+expect big-run "is available: 2 process(es) x (" "$FMSTACK" run big.toml --out runs/big
+[ ! -d runs/big/logs ] || fail "big: workers were started"
+expect big-train "of memory on this machine and" "$FMSTACK" train big.toml --out runs/big1
 # Careless use that used to leave users stuck.
 printf '[cluster]\ninstance = "zzzz"\nnodes = 2\n' > c_unknown.toml
 job j_unknown.toml c_unknown.toml
