@@ -55,8 +55,9 @@ struct RunArgs {
   bool detach = false;
 };
 
-// The merged live progress line: the slowest rank's step, rank 0's loss, the
-// job's throughput and the communication share of step time.
+// The merged live progress line: the slowest rank's step, rank 0's loss at
+// that step (not at its own newer one: after a rank is restored the two
+// differ), the job's throughput and the communication share of step time.
 class MergedProgress {
  public:
   explicit MergedProgress(int world) : step_(world, 0) {}
@@ -66,21 +67,22 @@ class MergedProgress {
     step_[rank] = e.at("step");
     const int64_t slowest = *std::min_element(step_.begin(), step_.end());
     if (rank == 0) {
-      loss_ = e.at("loss");
+      loss_[e.at("step").get<int64_t>()] = e.at("loss").get<double>();  // the newest attempt wins
       steps_ = e.at("steps");
       seconds_ += e.at("step_s").get<double>();
       exposed_ += e.at("comm_exposed_s").get<double>();
       tokens_ += e.at("tokens").get<double>();
       ++seen_;
     }
-    if (slowest == shown_ || seconds_ <= 0) return;
+    loss_.erase(loss_.begin(), loss_.lower_bound(slowest));
+    if (slowest == shown_ || seconds_ <= 0 || !loss_.contains(slowest)) return;
     shown_ = slowest;
     const double tok_s = tokens_ / seconds_;
     const double eta =
         static_cast<double>(steps_ - slowest) * seconds_ / static_cast<double>(seen_);
     const std::string line = fmt::format(
         "step {}/{} | loss {:.4f} | {:.0f} tok/s | comm {:.1f}% of step | ETA {}", slowest, steps_,
-        loss_, tok_s, 100 * exposed_ / seconds_, units::FormatSeconds(eta));
+        loss_.at(slowest), tok_s, 100 * exposed_ / seconds_, units::FormatSeconds(eta));
     line_.Show(slowest, steps_, line);
   }
   void Note(const std::string& line) const { line_.Note(line); }
@@ -89,7 +91,8 @@ class MergedProgress {
   ProgressLine line_;
   std::vector<int64_t> step_;
   int64_t shown_ = 0, steps_ = 0, seen_ = 0;
-  double loss_ = 0, seconds_ = 0, exposed_ = 0, tokens_ = 0;
+  std::map<int64_t, double> loss_;  // rank 0's, by step, from the slowest rank's on
+  double seconds_ = 0, exposed_ = 0, tokens_ = 0;
 };
 
 std::string SelfExe() {
@@ -393,11 +396,18 @@ int RunJob(const RunArgs& args, std::span<char* const> argv) {
             fmt::format("{} nodes x {} processes = {} ranks, {} over {}", layout.nodes,
                         layout.procs_per_node, layout.world(), done.at("mode").get<std::string>(),
                         done.at("transport").get<std::string>())});
-  t.AddRow({"steps", fmt::format("{} (from {})", done.at("steps").get<int64_t>(),
-                                 done.at("first").get<int64_t>())});
-  t.AddRow({"tokens", units::FormatCount(done.at("tokens").get<double>())});
-  t.AddRow({"time", units::FormatSeconds(done.at("seconds").get<double>())});
-  t.AddRow({"throughput", fmt::format("{:.0f} tokens/s", done.at("tok_s").get<double>())});
+  // Rank 0's summary covers its last attempt only: after a restart, say so.
+  const bool restarted = r.restarts > 0;
+  const std::string attempt = restarted ? " (rank 0's last attempt)" : "";
+  t.AddRow({"steps", restarted ? fmt::format("{} (the last attempt trained from step {})",
+                                             done.at("steps").get<int64_t>(),
+                                             done.at("first").get<int64_t>())
+                               : fmt::format("{} (from {})", done.at("steps").get<int64_t>(),
+                                             done.at("first").get<int64_t>())});
+  t.AddRow({"tokens" + attempt, units::FormatCount(done.at("tokens").get<double>())});
+  t.AddRow({"time" + attempt, units::FormatSeconds(done.at("seconds").get<double>())});
+  t.AddRow(
+      {"throughput" + attempt, fmt::format("{:.0f} tokens/s", done.at("tok_s").get<double>())});
   t.AddRow({"communication share of step time",
             fmt::format("{:.1f}% (rank 0, time waiting for collectives)",
                         100 * done.at("comm_share").get<double>())});
