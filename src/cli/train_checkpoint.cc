@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <string_view>
 #include <utility>
 
 #include "catalog/catalog.h"
@@ -178,7 +180,10 @@ void TrainCheckpointer::ChooseCadence(double blocking_seconds) {
   every_ = job_.checkpoint.every_steps > 0
                ? job_.checkpoint.every_steps
                : std::max<int64_t>(1, std::llround(interval / std::max(step, 1e-9)));
-  if (trainer_.rank() == 0) {
+  // Once per run: a restarted worker chooses the same cadence again.
+  const char* restarts = std::getenv("FMSTACK_RESTART_COUNT");
+  const bool first_attempt = restarts == nullptr || std::string_view(restarts) == "0";
+  if (trainer_.rank() == 0 && first_attempt) {
     note_(fmt::format("checkpoint: every {} steps = {} ({}; {:.3f} s per step)", every_,
                       units::FormatSeconds(static_cast<double>(every_) * step), why, step));
   }
