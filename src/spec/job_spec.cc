@@ -44,7 +44,7 @@ TrainSpec ReadTrain(StrictTable& root, KeyPositions& positions) {
   s.flash_attention = t->Bool("flash_attention").value_or(true);
   s.micro_batch = t->Int("micro_batch", 1, 1 << 20).value_or(1);
   s.global_batch = t->Int("global_batch", 1, int64_t{1} << 30).value_or(0);
-  s.tokens = t->Number("tokens", 0, 1e18).value_or(0);
+  s.tokens = t->Count("tokens").value_or(0);
   s.target_mfu = t->Number("target_mfu", 0.001, 1).value_or(0.4);
   s.steps = t->Int("steps", 1, int64_t{1} << 40).value_or(0);
   s.seed = t->Int("seed", 0).value_or(1337);

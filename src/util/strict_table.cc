@@ -180,7 +180,8 @@ std::optional<double> UnitValue(StrictTable& t, const toml::node* node, std::str
   // arithmetic downstream stays far from overflow).
   const double max = what == "duration" ? 100 * 365.25 * 86400.0  // a century
                      : what == "size"   ? 1e21                    // a zettabyte
-                                        : 1e15;                     // a petabyte per second
+                     : what == "count"  ? 1e18                    // tokens of a million runs
+                                        : 1e15;                    // a petabyte per second
   if (!(value <= max)) {
     t.Fail(key, fmt::format("expected a {} of at most {:g}, got {:g}", what, max, value));
   }
@@ -193,6 +194,9 @@ std::optional<double> StrictTable::Bytes(std::string_view key) {
 }
 std::optional<double> StrictTable::Seconds(std::string_view key) {
   return UnitValue(*this, Lookup(key), key, "duration", units::ParseSeconds);
+}
+std::optional<double> StrictTable::Count(std::string_view key) {
+  return UnitValue(*this, Lookup(key), key, "count", units::ParseCount);
 }
 std::optional<double> StrictTable::Bandwidth(std::string_view key) {
   return UnitValue(*this, Lookup(key), key, "bandwidth", units::ParseBandwidth);

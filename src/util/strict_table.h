@@ -46,6 +46,8 @@ class StrictTable {
   std::optional<double> Bytes(std::string_view key);
   std::optional<double> Seconds(std::string_view key);
   std::optional<double> Bandwidth(std::string_view key);
+  // A number or a string with a decimal suffix: "15T", "2.5B" (units::ParseCount).
+  std::optional<double> Count(std::string_view key);
   std::optional<StrictTable> Table(std::string_view key);
   std::vector<StrictTable> TableArray(std::string_view key);
   std::vector<std::string> StringArray(std::string_view key);

@@ -98,6 +98,22 @@ double ParseBytes(std::string_view text) {
   return Parse(text, "size", kSuffixes, "\"420GB\", \"15TB\", \"15T\", \"1.5TiB\"");
 }
 
+double ParseCount(std::string_view text) {
+  static constexpr std::array<Suffix, 12> kSuffixes = {{{"", 1},
+                                                        {"tokens", 1},
+                                                        {"k", 1e3},
+                                                        {"ktokens", 1e3},
+                                                        {"m", 1e6},
+                                                        {"mtokens", 1e6},
+                                                        {"b", 1e9},
+                                                        {"btokens", 1e9},
+                                                        {"g", 1e9},
+                                                        {"t", 1e12},
+                                                        {"ttokens", 1e12},
+                                                        {"p", 1e15}}};
+  return Parse(text, "count", kSuffixes, "\"15T\", \"2.5B\", \"800M\", \"15T tokens\"");
+}
+
 double ParseSeconds(std::string_view text) {
   static constexpr std::array<Suffix, 28> kSuffixes = {
       {{"", 1},          {"s", 1},          {"sec", 1},          {"secs", 1},

@@ -21,6 +21,9 @@ inline constexpr double kTera = 1e12, kPeta = 1e15;
 double ParseBytes(std::string_view text);      // "15TB", "420 GB", "1.5TiB", "800"
 double ParseSeconds(std::string_view text);    // "15m", "2.5h", "54d", "900s", "150min"
 double ParseBandwidth(std::string_view text);  // "3GB/s", "3200Gbps", "200MB/s" -> bytes/s
+// A count with a decimal suffix: "15T", "2.5B", "800K", "1.2M", "15T tokens"
+// (K 1e3, M 1e6, B and G 1e9, T 1e12, P 1e15).
+double ParseCount(std::string_view text);
 
 // Human-readable forms with three significant digits: "1.26 TB", "15.0 min",
 // "6.81 days", "5.88e23".

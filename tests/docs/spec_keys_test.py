@@ -11,7 +11,7 @@ import re
 import sys
 
 repo = sys.argv[1]
-GETTER = re.compile(r"\b\w+(?:->|\.)(?:Int|Number|Bool|String|Choice|Bytes|Seconds|Bandwidth|"
+GETTER = re.compile(r"\b\w+(?:->|\.)(?:Int|Number|Bool|String|Choice|Bytes|Seconds|Bandwidth|Count|"
                     r"Table|TableArray|StringArray|Has|Peek|Fail)\(\"([a-z_0-9]+)\"")
 keys = {}
 spec_dir = os.path.join(repo, "src", "spec")

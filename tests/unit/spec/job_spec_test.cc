@@ -90,7 +90,7 @@ recompute = "full"
 flash_attention = false
 micro_batch = 2
 global_batch = 64
-tokens = 1.5e13
+tokens = "15T"
 target_mfu = 0.35
 [parallel]
 dp = 4
@@ -119,6 +119,7 @@ capacity = "10TiB"
   EXPECT_EQ(job.train.precision, catalog::Precision::kFp8);
   EXPECT_EQ(job.train.state.per_param(), 8);
   EXPECT_EQ(job.train.recompute, workload::Recompute::kFull);
+  EXPECT_DOUBLE_EQ(job.train.tokens, 15e12);  // "15T": a count with a decimal suffix
   EXPECT_EQ(job.layout.dp, 4);
   EXPECT_EQ(job.layout.zero_stage, 2);
   EXPECT_FALSE(job.checkpoint.interval_auto);

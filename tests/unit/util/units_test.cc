@@ -35,6 +35,16 @@ TEST(Units, ParseSecondsAndBandwidth) {
   EXPECT_DOUBLE_EQ(ParseBandwidth("28.8Tbps"), 3.6e12);
 }
 
+TEST(Units, ParseCountTakesDecimalSuffixes) {
+  EXPECT_DOUBLE_EQ(ParseCount("15T"), 15e12);
+  EXPECT_DOUBLE_EQ(ParseCount("2.5B"), 2.5e9);
+  EXPECT_DOUBLE_EQ(ParseCount("800 M"), 800e6);
+  EXPECT_DOUBLE_EQ(ParseCount("15T tokens"), 15e12);
+  EXPECT_DOUBLE_EQ(ParseCount("1e9"), 1e9);
+  EXPECT_THROW(ParseCount("15TB"), std::invalid_argument);  // a size, not a count
+  EXPECT_THROW(ParseCount("many"), std::invalid_argument);
+}
+
 TEST(Units, Format) {
   EXPECT_EQ(FormatBytes(1.26e12), "1.26 TB");
   EXPECT_EQ(FormatBytes(420e9), "420 GB");
