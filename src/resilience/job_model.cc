@@ -7,6 +7,7 @@
 
 #include "resilience/policy.h"
 #include "util/error.h"
+#include "util/units.h"
 #include "workload/memory.h"
 #include "workload/shape.h"
 
@@ -61,7 +62,8 @@ FaultLoad ResolveFaultLoad(const spec::JobSpec& job, const catalog::Catalog& cat
   const double node_mtbf = job.cluster ? job.cluster->node_mtbf_seconds : 0;
   if (set.empty() && node_mtbf > 0) {
     load.causes.push_back(NodeCause(3600.0 / node_mtbf));
-    load.source = fmt::format("cluster.node_mtbf = {:.0f} h", node_mtbf / 3600);
+    // With its unit: a bare number is seconds, and "0 h" hid a 1270 meant as hours.
+    load.source = fmt::format("cluster.node_mtbf = {}", units::FormatSeconds(node_mtbf));
   } else {
     const bool by_default = set.empty();
     if (by_default) set = "llama3-405b";
