@@ -305,7 +305,7 @@ grep -q "broken/x.warc: byte [0-9]*: malformed: Content-Length \"many\"" broken.
   { cat broken.out; fail "the malformed WARC is not named with its byte"; }
 
 # 3. Killed mid-phase, then started again: the same bytes.
-job killed.toml killed 2
+job killed.toml killed 4  # 2 nodes x 2 processes
 "$FMSTACK" data pipeline killed.toml > killed.out 2> killed.err &
 pid=$!
 for _ in $(seq 1 600); do
