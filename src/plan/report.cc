@@ -99,7 +99,8 @@ Section ComputeSection(const Plan& p) {
   if (c.peak_flops > 0 && c.tokens > 0) {
     s.table.AddRow(
         {"peak per accelerator", units::FormatFlopRate(c.peak_flops), p.cluster->accelerator.name});
-    s.table.AddRow({"target MFU", Pct(c.target_mfu), ""});
+    s.table.AddRow({"target MFU", Pct(c.target_mfu),
+                    "train.target_mfu, an input; `fmstack sim` computes MFU from its step model"});
     s.table.AddRow({"accelerator-hours", units::FormatCount(c.accelerator_hours), ""});
     s.table.AddRow({"wall time", FormatSeconds(c.wall_seconds),
                     fmt::format("on {} accelerators", p.cluster->accelerators())});

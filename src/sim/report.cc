@@ -82,9 +82,10 @@ std::string RenderScenario(const spec::JobSpec& job, const BuiltScenario& b) {
   out += fmt::format("comm     tp {}, cp {}, pp {}, ep {}; dp {} of {} not hidden by compute\n",
                      FormatSeconds(t.tp), FormatSeconds(t.cp), FormatSeconds(t.pp), ep,
                      FormatSeconds(t.dp_exposed), FormatSeconds(t.dp));
-  out += fmt::format("speed    {:.0f} TFLOP/s per accelerator, MFU {:.1f}%; memory {} of {}\n",
-                     t.tflops_per_accelerator, 100 * t.mfu, FormatBytes(t.memory_per_accelerator),
-                     FormatBytes(c.accelerator.hbm_bytes));
+  out += fmt::format(
+      "speed    {:.0f} TFLOP/s per accelerator, MFU {:.1f}% (step model); memory {} of {}\n",
+      t.tflops_per_accelerator, 100 * t.mfu, FormatBytes(t.memory_per_accelerator),
+      FormatBytes(c.accelerator.hbm_bytes));
   if (i.steps > 0) {
     out += fmt::format("work     {} steps = {:.2f} days without faults\n", i.steps,
                        s.work_seconds / 86400);
