@@ -308,11 +308,28 @@ nlohmann::json Report(const PipelineSpec& spec, const WorkDir& dir, const nlohma
           {"phase_a_cpu_seconds", stage_seconds}};
 }
 
-// The job as it was when the work directory began: a resume with other
-// inputs or stages would mix two corpora.
+// What the work directory's content depends on: the inputs, the partitions,
+// the document bound and every stage with its parameters. Not the workers,
+// the backend or the retries: a resume may run on more or fewer workers.
 std::string Fingerprint(const PipelineSpec& spec) {
-  std::string text = ReadWholeFile(spec.file, 1 << 20);
-  for (const std::string& in : spec.inputs) text += "\n" + in;
+  nlohmann::json stages = nlohmann::json::array();
+  for (const Stage& st : spec.stages) {
+    const QualityOptions& q = st.quality;
+    stages.push_back({st.kind, st.keep, st.candidates, st.sample_bytes, st.phrases, st.last_lines,
+                      st.block_hosts, st.block_url_substrings, st.minhash.ngram, st.minhash.bands,
+                      st.minhash.rows, st.minhash.seed, st.vocab, st.held_out_every,
+                      nlohmann::json::array(
+                          {q.min_chars, q.max_chars, q.max_duplicate_lines,
+                           q.max_duplicate_line_chars, q.max_top_2gram_chars, q.max_bullet_lines,
+                           q.max_ellipsis_lines, q.max_digit_chars, q.min_words, q.max_words,
+                           q.min_mean_word_length, q.max_mean_word_length, q.max_symbol_words,
+                           q.min_alpha_words, q.min_stop_words, q.min_cjk_chars, q.min_hiragana})});
+  }
+  const std::string text = nlohmann::json{
+      {"inputs", spec.inputs},
+      {"partitions", spec.partitions},
+      {"max_document_bytes", spec.limits.max_document_bytes},
+      {"stages", stages}}.dump();
   return fmt::format("{:016x}", Xxh3(text.data(), text.size()));
 }
 
@@ -324,7 +341,8 @@ void CheckFingerprint(const PipelineSpec& spec, const WorkDir& dir) {
     const std::string theirs = ReadWholeFile(path, 64);
     if (theirs != mine) {
       throw Error(fmt::format(
-          "{}: made by another version of the job (the job file or its inputs changed); "
+          "{}: made by another version of the job (its inputs, partitions, "
+          "max_document_bytes or stages changed; workers and backend may change on a resume); "
           "remove {} to start over, or set data.pipeline.out elsewhere",
           dir.work, dir.work));
     }

@@ -320,7 +320,13 @@ total=$(ls clean/work/a | wc -l)
 [ "$committed" -lt "$total" ] || fail "the kill came after phase a ($committed of $total shards)"
 echo "killed with $committed of $total shards committed"
 sleep 0.5  # the workers die with their coordinator (PR_SET_PDEATHSIG)
+# Resumed on 3 workers instead of 4: the work done stands.
+sed -i 's/^workers = 4$/workers = 3/' killed.toml
 "$FMSTACK" data pipeline killed.toml > killed2.out 2> killed2.err || { cat killed2.err; fail "resume"; }
+# A changed stage is not mixed into the old work.
+sed 's/^vocab = 1024$/vocab = 512/' killed.toml > changed.toml
+if "$FMSTACK" data pipeline changed.toml > changed.out 2>&1; then fail "a changed job resumed old work"; fi
+grep -q "made by another version of the job" changed.out || { cat changed.out; fail "no clear refusal of a changed job"; }
 
 # A worker killed alone: its shard is redone by the next attempt.
 job worker.toml worker 2
