@@ -50,6 +50,16 @@ struct ConstMomentRun {
   std::span<const float> m, v;
 };
 
+// What sets the learning rate and batch of each step: a resume with other
+// values trains the remaining steps on another schedule.
+nlohmann::json ScheduleJson(const TrainConfig& c) {
+  return {{"train.steps", c.steps},
+          {"optim.lr", c.optim.lr},
+          {"optim.min_lr", c.optim.min_lr},
+          {"optim.warmup_steps", c.optim.warmup_steps},
+          {"tokens per step", c.tokens_per_step()}};
+}
+
 }  // namespace
 
 ckpt::Snapshot CheckpointSnapshot(Trainer& trainer) {
@@ -76,6 +86,7 @@ ckpt::Snapshot CheckpointSnapshot(Trainer& trainer) {
   s.counters = {c.step, c.step, c.tokens, c.seed, c.rng};
   s.layout = {world, trainer.sharded() ? 1 : 0};
   s.model = ShapeJson(trainer.config().shape);
+  s.model["schedule"] = ScheduleJson(trainer.config());
   if (on_device) s.device = std::make_shared<ModelDeviceSource>(trainer.model());
   auto add = [&](const std::string& name, const gpt::TensorInfo& t, int64_t begin,
                  std::span<const float> data) {
@@ -125,6 +136,19 @@ std::vector<ckpt::TensorTarget> CheckpointTargets(Trainer& trainer) {
     }
   }
   return targets;
+}
+
+std::string ScheduleChange(const Trainer& trainer, const ckpt::Manifest& m) {
+  if (!m.model.is_object() || !m.model.contains("schedule")) return "";  // an older checkpoint
+  const nlohmann::json& was = m.model["schedule"];
+  const nlohmann::json now = ScheduleJson(trainer.config());
+  std::string out;
+  for (const auto& [key, value] : now.items()) {
+    if (!was.contains(key) || was[key] == value) continue;
+    out +=
+        fmt::format("{}{} {} -> {}", out.empty() ? "" : ", ", key, was[key].dump(), value.dump());
+  }
+  return out;
 }
 
 void FinishRestore(Trainer& trainer, const ckpt::RestoreResult& r) {

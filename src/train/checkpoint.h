@@ -25,4 +25,10 @@ std::vector<ckpt::TensorTarget> CheckpointTargets(Trainer& trainer);
 // step, data position and generator state.
 void FinishRestore(Trainer& trainer, const ckpt::RestoreResult& restored);
 
+// How this trainer's schedule (train.steps, the learning rates, warm-up,
+// tokens per step) differs from the one the checkpoint was written under:
+// "train.steps 20 -> 40, ..."; "" when it does not, or the checkpoint
+// predates the record.
+std::string ScheduleChange(const Trainer& trainer, const ckpt::Manifest& manifest);
+
 }  // namespace fmstack::train

@@ -48,6 +48,11 @@ grep -q "bad.toml:4.*optim.min_lr" "$tmp/err.txt" || { cat "$tmp/err.txt"; exit 
 "$FMSTACK" train "$tmp/job.toml" --resume "$tmp/run/ckpt" --steps 82 --out "$tmp/run2" \
   >"$tmp/resume.txt" 2>/dev/null
 grep -q "82 (from 80)" "$tmp/resume.txt" || { cat "$tmp/resume.txt"; exit 1; }
+# ... and says that 82 steps is another schedule than the 80 it was written under.
+"$FMSTACK" train "$tmp/job.toml" --resume "$tmp/run/ckpt" --steps 82 --out "$tmp/run2b" \
+  >/dev/null 2>"$tmp/resume3.err"
+grep -q 'the schedule differs from the run that wrote step-00000080 (train.steps 80 -> 82)' \
+  "$tmp/resume3.err" || { cat "$tmp/resume3.err"; echo "the schedule change was not said"; exit 1; }
 mkdir -p "$tmp/corrupt"
 cp -r "$tmp/run/ckpt/step-00000080" "$tmp/corrupt/"
 shard="$tmp/corrupt/step-00000080/rank-00000.safetensors"
