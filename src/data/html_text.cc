@@ -118,23 +118,52 @@ bool NotNesting(std::string_view name) {
 }  // namespace
 
 size_t TagDepth(std::string_view html) {
-  size_t depth = 0, deepest = 0;
+  std::string lower(html);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const std::string_view h = lower;
+  std::vector<std::string> open;  // the nesting elements open, innermost last
+  size_t deepest = 0, gt = 0;     // gt: the next '>' at or after the scan (npos: none left)
+  int foreign = 0;                // inside svg or math, where "/>" closes an element
   std::string name;
-  for (size_t i = 0; i + 1 < html.size(); ++i) {
-    if (html[i] != '<') continue;
-    const bool closing = html[i + 1] == '/';
-    size_t j = i + (closing ? 2 : 1);
-    name.clear();
-    while (j < html.size() && std::isalnum(static_cast<unsigned char>(html[j])) && name.size() < 16)
-      name.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(html[j++]))));
-    if (name.empty() || NotNesting(name)) continue;
-    if (closing) {
-      depth -= depth > 0;
+  for (size_t i = h.find('<'); i != std::string_view::npos && i + 1 < h.size();
+       i = h.find('<', i + 1)) {
+    if (h.compare(i, 4, "<!--") == 0) {  // a comment holds no tags
+      const size_t end = h.find("-->", i + 4);
+      if (end == std::string_view::npos) break;
+      i = end + 2;
       continue;
     }
-    const size_t end = html.find('>', j);
-    if (end != std::string_view::npos && end > 0 && html[end - 1] == '/') continue;  // <x/>
-    deepest = std::max(deepest, ++depth);
+    const bool closing = h[i + 1] == '/';
+    size_t j = i + (closing ? 2 : 1);
+    name.clear();
+    while (j < h.size() && std::isalnum(static_cast<unsigned char>(h[j])) && name.size() < 16)
+      name.push_back(h[j++]);
+    if (name.empty()) continue;
+    if (gt != std::string_view::npos && gt < j) gt = h.find('>', j);  // each byte searched once
+    const size_t end = gt == std::string_view::npos ? h.size() : gt;
+    if (closing) {
+      // Only an end tag of an open element closes anything (gumbo ignores the rest).
+      const auto it = std::find(open.rbegin(), open.rend(), name);
+      if (it != open.rend()) {
+        for (auto k = open.rbegin(); k != it + 1; ++k) foreign -= *k == "svg" || *k == "math";
+        open.erase(std::prev(it.base()), open.end());
+      }
+      continue;
+    }
+    // Raw text: nothing until its end tag is markup.
+    if (name == "script" || name == "style" || name == "textarea" || name == "title" ||
+        name == "xmp" || name == "noembed" || name == "noframes") {
+      const size_t close = h.find("</" + name, end);
+      if (close == std::string_view::npos) break;
+      i = close;
+      continue;
+    }
+    if (NotNesting(name)) continue;
+    if (foreign > 0 && end > 0 && end < h.size() && h[end - 1] == '/') continue;  // <path/>
+    open.push_back(name);
+    foreign += name == "svg" || name == "math";
+    deepest = std::max(deepest, open.size());
   }
   return deepest;
 }

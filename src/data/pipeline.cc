@@ -195,8 +195,9 @@ int64_t RunPhase(const PipelineSpec& spec, const PipelineOptions& o, const WorkD
         items += fmt::format("{}{}", i ? ", " : "", pending[i]);
       throw Error(
           fmt::format("phase {}: item(s) {}{} not committed after {} attempt(s) "
-                      "(data.pipeline.max_retries); the workers' logs are in {}",
-                      phase, items, pending.size() > 8 ? ", ..." : "", attempt, dir.Logs()));
+                      "(data.pipeline.max_retries){}; the workers' logs are in {}",
+                      phase, items, pending.size() > 8 ? ", ..." : "", attempt,
+                      last_error.empty() ? "" : "; the last error: " + last_error, dir.Logs()));
     }
     if (attempt > 0 && o.on_note)
       o.on_note(fmt::format("phase {}: {} item(s) not committed; attempt {} of {}", phase,

@@ -195,6 +195,11 @@ PipelineSpec LoadPipelineSpec(const std::string& path) {
       t.Fail("kind", fmt::format("\"{}\" before \"extract\"", s.kind),
              "put an extract stage before the stages that read text");
     }
+    if (s.kind == "language" && spec.Find("quality")) {
+      t.Fail("kind", "\"language\" after \"quality\"",
+             "the quality rules read the language (word rules, or character rules for "
+             "Japanese): put language first");
+    }
     extracted = extracted || s.kind == "extract";
     last_phase = phase;
     spec.stages.push_back(std::move(s));

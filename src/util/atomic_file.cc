@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -43,6 +44,19 @@ void AtomicFileWriter::Commit() {
     Fail("close failed");
   }
   if (std::rename(tmp_.c_str(), path_.c_str()) != 0) Fail("rename failed");
+  // The rename itself is durable only once the directory is: what is
+  // written after this commit must not survive a crash that loses it.
+  const std::string dir = path_.find('/') == std::string::npos
+                              ? std::string(".")
+                              : path_.substr(0, std::max<size_t>(path_.rfind('/'), 1));
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0 || ::fsync(dfd) != 0) {
+    const int err = errno;
+    if (dfd >= 0) ::close(dfd);
+    throw Error(
+        fmt::format("{}: fsync of the directory after the rename: {}", dir, std::strerror(err)));
+  }
+  ::close(dfd);
 }
 
 void AtomicFileWriter::Fail(const char* what) {

@@ -39,11 +39,20 @@ TEST(HtmlText, MalformedAndDeepPagesParse) {
   EXPECT_EQ(ExtractHtmlText(deep).text, "x\n");
   for (int i = 0; i < 98500; ++i) deep += "<div>";
   EXPECT_TRUE(ExtractHtmlText(deep).too_deep);
-  // Tags a page may leave open, void elements and self-closed ones do not nest.
+  // Tags a page may leave open, void elements, self-closed ones in SVG, stray
+  // end tags and what scripts and comments hold do not nest.
   std::string flat;
-  for (int i = 0; i < 5000; ++i) flat += "<p>para<li>item<br><img src=x/><x-y/>";
-  EXPECT_EQ(TagDepth(flat), 0u);
+  for (int i = 0; i < 5000; ++i)
+    flat += "<p>para<li>item<br><img src=x/><svg><path d=x/></svg><b>b</b></z>";
+  flat += "<script>for (i=0; i<n; i++) if (a<b) x = '<div>';</script><!-- <div><div> -->";
+  EXPECT_EQ(TagDepth(flat), 1u);
   EXPECT_FALSE(ExtractHtmlText(flat).too_deep);
+  // What HTML does not close does count: "<div/>" is an open div, "</z>" closes nothing.
+  std::string hostile;
+  for (int i = 0; i < 3000; ++i) hostile += i % 2 ? "<div/>" : "<span></z>";
+  EXPECT_EQ(TagDepth(hostile), 3000u);
+  EXPECT_TRUE(ExtractHtmlText(hostile).too_deep);
+  EXPECT_EQ(TagDepth(std::string(100000, '<') + "a"), 1u);  // no '>': scanned once, not per '<'
   EXPECT_EQ(ExtractHtmlText("").text, "");
 }
 
