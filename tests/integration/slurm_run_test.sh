@@ -135,7 +135,13 @@ grep -q "parameter hash  *$want" node.out || { grep hash node.out; fail "the has
 grep -q "slurm: sn2 released from job" node.out || fail "sn2 was not released from the job"
 # The release resizes the job: sacct keeps the record before it (its steps
 # RESIZING, node 1's on sn2) and the one after (node 1's on the spare).
-sacct -j "$(cat runs/node/slurm/job_id)" --duplicates -n -P -o JobName,NodeList,State > steps.txt
+# slurmdbd records the job's end a moment after it (under ctest -j the job
+# still read RUNNING once): wait up to 30 s for it.
+for _ in $(seq 1 60); do
+  sacct -j "$(cat runs/node/slurm/job_id)" --duplicates -n -P -o JobName,NodeList,State > steps.txt
+  grep -q '^tiny|sn\[1,3\]|COMPLETED' steps.txt && break
+  sleep 0.5
+done
 grep -q '^tiny.node1|sn2|' steps.txt && grep -q '^tiny.node1|sn3|COMPLETED' steps.txt &&
   grep -q '^tiny|sn\[1,3\]|COMPLETED' steps.txt ||
   { cat steps.txt; fail "sacct does not show node 1's steps on sn2 and on the spare sn3"; }
