@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "data/utf8.h"
+
 namespace fmstack::data {
 namespace {
 
@@ -240,11 +242,7 @@ HtmlText ExtractHtmlText(std::string_view html) {
   }
   // Lines trimmed, blank ones dropped.
   std::string clean;
-  size_t start = 0;
-  while (start < r.text.size()) {
-    size_t end = r.text.find('\n', start);
-    if (end == std::string::npos) end = r.text.size();
-    std::string_view line(r.text.data() + start, end - start);
+  ForEachLine(r.text, [&](std::string_view line) {
     while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
     while (!line.empty() && (line.back() == ' ' || line.back() == '\t' || line.back() == '\r'))
       line.remove_suffix(1);
@@ -252,8 +250,7 @@ HtmlText ExtractHtmlText(std::string_view html) {
       clean.append(line);
       clean.push_back('\n');
     }
-    start = end + 1;
-  }
+  });
   r.text = std::move(clean);
   return r;
 }

@@ -93,18 +93,13 @@ void* LoadFingerprints(const std::string& listed, const std::string& conf,
                        const std::vector<std::string>& langs) {
   std::string kept;
   std::vector<std::string> found;
-  size_t start = 0;
-  while (start < listed.size()) {
-    size_t end = listed.find('\n', start);
-    if (end == std::string::npos) end = listed.size();
-    const std::string line = listed.substr(start, end - start);
-    start = end + 1;
-    if (line.empty() || line[0] == '#') continue;
+  ForEachLine(listed, [&](std::string_view line) {
+    if (line.empty() || line[0] == '#') return;
     const std::string lang = PrimaryLanguage(line.substr(0, line.find_first_of(". \t")));
-    if (std::count(langs.begin(), langs.end(), lang) == 0) continue;
-    kept += line + "\n";
+    if (std::count(langs.begin(), langs.end(), lang) == 0) return;
+    kept.append(line).push_back('\n');
     found.push_back(lang);
-  }
+  });
   for (const std::string& c : langs) {
     if (std::count(found.begin(), found.end(), c) == 0)
       throw Error(fmt::format("language id: no fingerprint for \"{}\" in {}", c, conf));

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "data/dedup.h"
+#include "data/utf8.h"
 #include "data/work_dir.h"
 #include "train/corpus.h"
 #include "util/atomic_file.h"
@@ -76,26 +77,21 @@ void WriteOutputShard(const WorkDir& dir, const std::vector<RemovedKey>& removed
   const std::string docs = ReadWholeFile(dir.ShardA(shard) + "/docs.jsonl", int64_t{1} << 40);
   std::string out;
   int64_t kept = 0, bytes = 0, exact = 0, near = 0;
-  size_t start = 0;
-  while (start < docs.size()) {
-    size_t end = docs.find('\n', start);
-    if (end == std::string::npos) end = docs.size();
-    nlohmann::json d = nlohmann::json::parse(docs.begin() + static_cast<std::ptrdiff_t>(start),
-                                             docs.begin() + static_cast<std::ptrdiff_t>(end));
-    start = end + 1;
+  ForEachLine(docs, [&](std::string_view line) {
+    nlohmann::json d = nlohmann::json::parse(line);
     const auto key = d.at("key").get<uint64_t>();
     const auto it = std::lower_bound(removed.begin(), removed.end(), key,
                                      [](const RemovedKey& r, uint64_t k) { return r.key < k; });
     if (it != removed.end() && it->key == key) {
       (it->why == RemovedWhy::kExact ? exact : near) += 1;
-      continue;
+      return;
     }
     d.erase("key");
     ++kept;
     bytes += static_cast<int64_t>(d.at("text").get_ref<const std::string&>().size());
     out += d.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     out.push_back('\n');
-  }
+  });
   AtomicFileWriter w(dir.OutShard(shard));
   w.Write(out.data(), out.size());
   w.Commit();
@@ -404,15 +400,10 @@ nlohmann::json RunPipeline(const PipelineSpec& spec, const PipelineOptions& o) {
   if (const Stage* t = spec.Find("tokenize")) {
     std::string text;
     for (int s = 0; s < static_cast<int>(spec.inputs.size()); ++s) {
-      const std::string shard = ReadWholeFile(dir.OutShard(s), int64_t{1} << 40);
-      size_t at = 0;
-      while (at < shard.size()) {
-        size_t end = shard.find('\n', at);
-        if (end == std::string::npos) end = shard.size();
-        text += nlohmann::json::parse(shard.substr(at, end - at)).at("text").get<std::string>();
+      ForEachLine(ReadWholeFile(dir.OutShard(s), int64_t{1} << 40), [&](std::string_view line) {
+        text += nlohmann::json::parse(line).at("text").get_ref<const std::string&>();
         text.push_back('\n');
-        at = end + 1;
-      }
+      });
     }
     if (text.empty()) throw Error("tokenize: no document was kept; nothing to tokenize");
     const train::PrepareReport r = train::PrepareData(

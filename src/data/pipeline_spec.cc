@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "data/langid.h"
+#include "data/utf8.h"
 #include "util/strict_table.h"
 
 namespace fmstack::data {
@@ -88,16 +89,10 @@ Stage ReadStage(StrictTable& t, const std::string& base) {
   } else if (s.kind == "url-filter") {
     s.block_hosts = t.StringArray("block_hosts");
     if (auto f = t.String("block_hosts_file")) {
-      const std::string text = ReadTextFile(Resolve(base, *f));
-      size_t start = 0;
-      while (start < text.size()) {
-        size_t end = text.find('\n', start);
-        if (end == std::string::npos) end = text.size();
-        std::string host = text.substr(start, end - start);
-        if (!host.empty() && host.back() == '\r') host.pop_back();
-        if (!host.empty() && host[0] != '#') s.block_hosts.push_back(host);
-        start = end + 1;
-      }
+      ForEachLine(ReadTextFile(Resolve(base, *f)), [&](std::string_view host) {
+        if (!host.empty() && host.back() == '\r') host.remove_suffix(1);
+        if (!host.empty() && host[0] != '#') s.block_hosts.emplace_back(host);
+      });
     }
     s.block_url_substrings = t.StringArray("block_url_substrings");
   } else if (s.kind == "minhash-dedup") {

@@ -1,13 +1,26 @@
-// data: decoding UTF-8 one code point at a time, for the stages that count
-// characters (quality rules, scripts, n-grams). A byte that cannot start a
+// data: walking text: line by line, and UTF-8 one code point at a time for
+// the stages that count characters (quality rules, scripts, n-grams). A byte that cannot start a
 // sequence, or a sequence cut by the end of the text, stands for itself:
 // the pipeline checks validity once (FirstInvalidUtf8), before these run.
 #pragma once
 
 #include <cstddef>
 #include <string_view>
+#include <utility>
 
 namespace fmstack::data {
+
+// fn(line) for each line of `text`, without its '\n'; a last line without
+// one counts, an empty text has none.
+template <class Fn>
+void ForEachLine(std::string_view text, Fn&& fn) {
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    fn(text.substr(start, end - start));
+    start = end + 1;
+  }
+}
 
 // Bytes of the sequence that `lead` starts (1 for a byte that starts none).
 inline size_t Utf8Length(unsigned char lead) {

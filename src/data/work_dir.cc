@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "data/shard_stages.h"
+#include "util/atomic_file.h"
 
 namespace fmstack::data {
 namespace {
@@ -83,29 +84,14 @@ DirCommit::~DirCommit() {
 }
 
 void DirCommit::Write(const std::string& name, const void* data, size_t bytes) {
-  const std::string path = tmp_ + "/" + name;
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(fmt::format("{}: cannot create: {}", path, std::strerror(errno)));
-  const auto* p = static_cast<const char*>(data);
-  size_t done = 0;
-  while (done < bytes) {
-    const ssize_t n = ::write(fd, p + done, bytes - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = errno;
-      ::close(fd);
-      throw Error(fmt::format("{}: write: {}", path, std::strerror(err)));
-    }
-    done += static_cast<size_t>(n);
-  }
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) throw Error(fmt::format("{}: fsync: {}", path, std::strerror(err)));
+  AtomicFileWriter file(tmp_ + "/" + name);
+  file.Write(data, bytes);
+  file.Commit();
 }
 
 void DirCommit::Commit() {
-  SyncPath(tmp_, O_RDONLY | O_DIRECTORY);
+  // Each file and the temporary directory's entries are durable already
+  // (AtomicFileWriter); the rename and its parent are what is left.
   std::error_code ec;
   fs::remove_all(dir_, ec);  // an uncommitted leftover of an older attempt
   if (::rename(tmp_.c_str(), dir_.c_str()) != 0)

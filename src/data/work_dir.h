@@ -35,7 +35,8 @@ struct WorkDir {
 // Items of a phase: input shards (a, d) or key partitions (b).
 int PhaseItems(const PipelineSpec& spec, char phase);
 
-// Writes files into DIR.tmp.PID, then renames it to DIR: the commit point.
+// Writes files into DIR.tmp.PID (each through AtomicFileWriter), then renames
+// it to DIR: the commit point.
 class DirCommit {
  public:
   explicit DirCommit(std::string dir);
