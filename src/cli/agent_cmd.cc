@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "health/agent.h"
 #include "health/node_metrics.h"
 #include "metrics/exporter.h"
@@ -199,7 +200,7 @@ Runner AddAgentCommand(CLI::App& app) {
       "a node's health agent: runs the check table (accelerators, NIC, disk, memory, "
       "clock, processes), each under its deadline");
   cmd->add_option("--checks", a->checks, "check table (TOML); default: the built-in one")
-      ->check(CLI::ExistingFile);
+      ->check(ExistingFile());
   cmd->add_option("--devices", a->devices, "accelerators: none, nvml or fake:DIR");
   cmd->add_option("--node", a->node, "this node's name (default: the host name)");
   cmd->add_option("--run-dir", a->run_dir, "the disk check's default path");

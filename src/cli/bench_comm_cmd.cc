@@ -17,6 +17,7 @@
 
 #include "cli/bench_comm_mpi.h"
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "cli/progress.h"
 #include "comm/hier_comm.h"
 #include "comm/path_tuner.h"
@@ -470,8 +471,10 @@ Runner AddBenchCommand(CLI::App& app) {
   CLI::App* cmd = bench->add_subcommand(
       "comm", "collectives: fmstack (shared memory, TCP mesh) vs OpenMPI, nccl-tests style");
   cmd->add_option("--ranks", args->ranks, "comma-separated world sizes");
-  cmd->add_option("--min", args->min, "smallest message");
-  cmd->add_option("--max", args->max, "largest message (sizes step x4)");
+  cmd->add_option("--min", args->min,
+                  "smallest message (64KiB = 65,536 bytes; 64K = 64KB = 64,000)")
+      ->check(Size());
+  cmd->add_option("--max", args->max, "largest message (sizes step x4)")->check(Size());
   cmd->add_option("--ops", args->ops,
                   "comma-separated: allreduce,allgather,reduce_scatter,alltoall");
   cmd->add_flag("!--no-mpi", args->mpi, "skip the OpenMPI peer");
@@ -480,11 +483,11 @@ Runner AddBenchCommand(CLI::App& app) {
   cmd->add_flag("--markdown", args->markdown, "tables as Markdown");
   cmd->add_option("--rounds", args->rounds,
                   "rounds of both sides back to back; per size, the round with the median ratio")
-      ->check(CLI::Range(1, 99))
+      ->check(Between(1, 99))
       ->capture_default_str();
   cmd->add_option("--sizes-per-run", args->sizes_per_run,
                   "sizes each side runs before the other runs them (0: every size in one run)")
-      ->check(CLI::Range(0, 64))
+      ->check(Between(0, 64))
       ->capture_default_str();
   cmd->add_flag("--netns", args->netns,
                 "also run the n-node layout with every node in its own network namespace (root)");

@@ -84,7 +84,8 @@ nlohmann::json Json(const serve::LoadReport& r) {
           {"itl", p(r.itl)},
           {"latency", p(r.latency)},
           {"goodput", r.goodput},
-          {"first_error", r.first_error}, {"lengths", r.lengths}};
+          {"first_error", r.first_error},
+          {"lengths", r.lengths}};
 }
 
 int RunBenchServe(BenchServeArgs a) {
@@ -134,8 +135,8 @@ int RunBenchServe(BenchServeArgs a) {
             static_cast<std::streamsize>(params.size() * sizeof(float)));
     std::ofstream j(a.weights_out + ".json");
     j << nlohmann::json{{"layers", shape->layers}, {"hidden", shape->hidden},
-                        {"heads", shape->heads}, {"ffn_hidden", shape->ffn_hidden},
-                        {"vocab", shape->vocab}, {"seq_len", shape->seq_len}}
+                        {"heads", shape->heads},   {"ffn_hidden", shape->ffn_hidden},
+                        {"vocab", shape->vocab},   {"seq_len", shape->seq_len}}
              .dump();
     if (!w || !j) throw Error(fmt::format("--weights-out {}: cannot write it", a.weights_out));
   }

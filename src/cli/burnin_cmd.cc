@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "comm/hier_comm.h"
 #include "gpt/sgemm_peak.h"
 #include "health/burnin.h"
@@ -149,15 +150,14 @@ Runner AddBurninCommand(CLI::App& app) {
       "burnin",
       "a node's burn-in: verified GEMM, memory bandwidth and (under `fmstack run`, "
       "several nodes) all-reduce, judged against expected figures");
-  cmd->add_option("--seconds", a->seconds, "measuring time per node")
-      ->check(CLI::Range(0.1, 3600.0));
-  cmd->add_option("--threads", a->threads, "BLAS/OpenMP threads")->check(CLI::Range(1, 1024));
+  cmd->add_option("--seconds", a->seconds, "measuring time per node")->check(Between(0.1, 3600.0));
+  cmd->add_option("--threads", a->threads, "BLAS/OpenMP threads")->check(Between(1, 1024));
   cmd->add_option("--expect", a->expect, "expected figures (JSON from --calibrate)")
-      ->check(CLI::ExistingFile);
+      ->check(ExistingFile());
   cmd->add_option("--calibrate", a->calibrate,
                   "write this node's figures as the expected ones (on known-good hardware)");
   cmd->add_option("--tolerance", a->tolerance, "pass at this share of the expected figure")
-      ->check(CLI::Range(0.01, 1.0));
+      ->check(Between(0.01, 1.0));
   cmd->add_flag("--json", a->json, "results as JSON");
   return [a] { return Burnin(*a); };
 }

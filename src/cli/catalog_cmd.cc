@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/glossary.h"
+#include "cli/options.h"
 #include "util/error.h"
 #include "util/text_table.h"
 #include "util/units.h"
@@ -112,8 +113,8 @@ Runner AddCatalogCommand(CLI::App& app) {
   auto dir = std::make_shared<std::string>();
   list->add_option("kind", *kind,
                    "instances, accelerators, storage, faults, presets, validation, terms or all")
-      ->check(CLI::IsMember({"all", "instances", "accelerators", "storage", "faults", "presets",
-                             "validation", "terms"}));
+      ->check(OneOf({"all", "instances", "accelerators", "storage", "faults", "presets",
+                     "validation", "terms"}));
   list->add_option("--catalog", *dir, "catalog directory (default: the built-in one)");
   return [kind, dir] {
     const catalog::Catalog c = LoadCatalog(*dir);

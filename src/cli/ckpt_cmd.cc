@@ -12,6 +12,7 @@
 #include "ckpt/tier.h"
 #include "ckpt/torch_file.h"
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "gpt/hf_names.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
@@ -306,12 +307,12 @@ Runner AddCkptCommand(CLI::App& app) {
       ->required();
   exp->add_option("--format", args->format,
                   "safetensors, or torch: torch.load() returns the state dict")
-      ->check(CLI::IsMember({"safetensors", "torch"}))
+      ->check(OneOf({"safetensors", "torch"}))
       ->default_val("safetensors");
   exp->add_option("--names", args->names,
                   "hf: GPT2LMHeadModel's state_dict names and Conv1D (in, out) weights; "
                   "fmstack: as saved")
-      ->check(CLI::IsMember({"hf", "fmstack"}))
+      ->check(OneOf({"hf", "fmstack"}))
       ->default_val("hf");
   return [=] {
     if (ls->parsed()) return Ls(*args);

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "cli/progress.h"
 #include "data/pipeline.h"
 #include "train/corpus.h"
@@ -158,10 +159,10 @@ Runner AddDataCommand(CLI::App& app) {
                       "text file, or \"kjv\": the King James Bible (Debian bible-kjv)");
   prepare->add_option("--out", args->options.out_dir, "output directory");
   prepare->add_option("--vocab", args->options.vocab, "vocabulary size, 256..65536")
-      ->check(CLI::Range(256, 65536));
+      ->check(Between(256, 65536));
   prepare
       ->add_option("--held-out-every", args->options.held_out_every, "every Nth line is held out")
-      ->check(CLI::Range(2, 1000000));
+      ->check(Between(2, 1000000));
   auto pipe = std::make_shared<PipelineArgs>();
   CLI::App* pipeline = data->add_subcommand(
       "pipeline",

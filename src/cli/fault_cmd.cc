@@ -11,6 +11,7 @@
 
 #include "catalog/catalog.h"
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "cli/report_sim.h"
 #include "metrics/goodput.h"
 #include "metrics/report_html.h"
@@ -138,14 +139,12 @@ Runner AddFaultCommand(CLI::App& app) {
   CLI::App* inject = fault->add_subcommand(
       "inject", "inject a fault into a live `fmstack run` (RUN_DIR is its --out directory)");
   inject->add_option("run_dir", a->run_dir, "the run's directory")->required();
-  inject->add_option("--rank", a->rank, "the rank to hit")
-      ->required()
-      ->check(CLI::NonNegativeNumber);
+  inject->add_option("--rank", a->rank, "the rank to hit")->required()->check(NonNegative());
   inject->add_option("--kind", a->kind, "what to break")
       ->required()
-      ->check(CLI::IsMember(spec::InjectKinds()));
+      ->check(OneOf(spec::InjectKinds()));
   inject->add_option("--at-step", a->at_step, "once the rank completed this step (default now)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   return [a] { return Inject(*a); };
 }
 
@@ -163,9 +162,8 @@ Runner AddReportCommand(CLI::App& app) {
   cmd->add_option("--vs-sim", a->vs_sim,
                   "the run's job file: put the ledger beside what `fmstack sim` predicts for it "
                   "under the fault load the run met")
-      ->check(CLI::ExistingFile);
-  cmd->add_option("--trials", a->trials, "simulator seeds for --vs-sim")
-      ->check(CLI::Range(1, 100000));
+      ->check(ExistingFile());
+  cmd->add_option("--trials", a->trials, "simulator seeds for --vs-sim")->check(Between(1, 100000));
   return [a] { return Report(*a); };
 }
 

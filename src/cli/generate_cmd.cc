@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "gpt/layout.h"
 #include "gpt/model.h"
 #include "gpt/sgemm_peak.h"
@@ -55,8 +56,8 @@ int RunGenerate(const GenerateArgs& args) {
   const train::BpeTokenizer& tok = m.tokenizer;
   auto model = gpt::CreateModel(shape, {.max_batch = 1});
   std::copy(m.params.begin(), m.params.end(), model->params().begin());
-  std::cerr << fmt::format("generate: {} ({} params) from {}\n", shape.name,
-                           model->params().size(), m.source);
+  std::cerr << fmt::format("generate: {} ({} params) from {}\n", shape.name, model->params().size(),
+                           m.source);
 
   std::vector<int32_t> context = tok.Encode(args.prompt);
   if (context.empty()) context.push_back(tok.Encode("\n").front());
@@ -83,16 +84,14 @@ Runner AddGenerateCommand(CLI::App& app) {
   cmd->add_option("--ckpt", args->ckpt,
                   "checkpoint: a run's ckpt/ directory (its newest step) or one step-N directory")
       ->required()
-      ->check(CLI::ExistingDirectory);
+      ->check(ExistingDirectory());
   cmd->add_option("--prompt", args->prompt, "text to continue");
-  cmd->add_option("--tokens", args->tokens, "tokens to generate")->check(CLI::PositiveNumber);
-  cmd->add_option("--temperature", args->temperature, "0 = greedy")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-k", args->top_k, "sample among the k likeliest tokens")
-      ->check(CLI::PositiveNumber);
+  cmd->add_option("--tokens", args->tokens, "tokens to generate")->check(Positive());
+  cmd->add_option("--temperature", args->temperature, "0 = greedy")->check(NonNegative());
+  cmd->add_option("--top-k", args->top_k, "sample among the k likeliest tokens")->check(Positive());
   cmd->add_option("--seed", args->seed, "sampling seed");
   cmd->add_option("--tokenizer", args->tokenizer, "tokenizer file (default: the training data's)");
-  cmd->add_option("--threads", args->threads, "CPU threads (0 = all)")
-      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--threads", args->threads, "CPU threads (0 = all)")->check(NonNegative());
   return [args] { return RunGenerate(*args); };
 }
 

@@ -6,10 +6,12 @@
 #include <filesystem>
 #include <iostream>
 #include <new>
+#include <optional>
 #include <string_view>
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "gpt/blas_core.h"
 #include "util/error.h"
 
@@ -44,7 +46,7 @@ int main(int argc, char** argv) {
     if (std::find(verbs.begin(), verbs.end(), argv[1]) == verbs.end()) {
       std::cerr << fmt::format("fmstack: no command \"{}\" {}; `fmstack help` lists them\n",
                                argv[1], fmstack::DidYouMeanOrList(argv[1], verbs, "commands"));
-      return 2;
+      return fmstack::cli::kExitBadInput;
     }
   }
   // `fmstack help [VERB]`, as git and most CLIs take it.
@@ -60,12 +62,18 @@ int main(int argc, char** argv) {
       }
     }
     std::cerr << fmt::format("fmstack: no command \"{}\"; `fmstack help` lists them\n", argv[2]);
-    return 2;
+    return fmstack::cli::kExitBadInput;
+  }
+  // An unknown option: CLI11 would say only that an argument was not expected.
+  if (const std::optional<std::string> unknown = fmstack::cli::UnknownOption(
+          app, std::span<char* const>(argv + 1, static_cast<size_t>(argc - 1)))) {
+    std::cerr << *unknown << "\n";
+    return fmstack::cli::kExitBadInput;
   }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return fmstack::cli::ReportParseError(app, e);
   }
   try {
     if (app.got_subcommand("plan")) return plan();
@@ -87,7 +95,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("catalog")) return catalog();
   } catch (const fmstack::Error& e) {
     std::cerr << "fmstack: error: " << e.what() << "\n";
-    return 2;
+    return fmstack::cli::kExitBadInput;
   } catch (const std::filesystem::filesystem_error& e) {
     // A path the file system refused: the user's to fix, not a bug.
     const int code = e.code().value();
@@ -97,14 +105,14 @@ int main(int argc, char** argv) {
                                         : "";
     std::cerr << "fmstack: error: " << e.path1().string() << ": " << e.code().message() << hint
               << "\n";
-    return 2;
+    return fmstack::cli::kExitBadInput;
   } catch (const std::bad_alloc&) {
     std::cerr << "fmstack: error: out of memory (an allocation failed); see `fmstack plan` for "
                  "what the job needs\n";
-    return 2;
+    return fmstack::cli::kExitBadInput;
   } catch (const std::exception& e) {
     std::cerr << "fmstack: internal error: " << e.what() << "\n";
-    return 3;
+    return fmstack::cli::kExitInternal;
   }
   return 1;
 }

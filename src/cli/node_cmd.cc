@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "runtime/inject.h"
 #include "runtime/nodes.h"
 #include "util/error.h"
@@ -137,15 +138,13 @@ Runner AddNodeCommand(CLI::App& app) {
     c->add_option("--reason", a->reason, "why, for the event log");
     c->add_flag("--dry-run", a->dry_run, "say what would happen; change nothing");
     c->add_option("--timeout", a->timeout, "seconds to wait for the supervisor's answer")
-        ->check(CLI::PositiveNumber);
+        ->check(Positive());
     acts.emplace_back(op, c);
   }
   CLI::App* aut =
       cmd->add_subcommand("auto", "the kill switch: automatic actions on failed checks on or off");
   aut->add_option("run_dir", a->run_dir, "the run's directory (its --out)")->required();
-  aut->add_option("state", *auto_state, "on or off")
-      ->required()
-      ->check(CLI::IsMember({"on", "off"}));
+  aut->add_option("state", *auto_state, "on or off")->required()->check(OneOf({"on", "off"}));
   aut->add_option("--reason", a->reason, "why, for the event log");
   aut->add_flag("--dry-run", a->dry_run, "say what would happen; change nothing");
   return [a, list, acts, aut, auto_state] {

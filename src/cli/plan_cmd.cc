@@ -4,6 +4,7 @@
 
 #include "catalog/catalog.h"
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "plan/plan.h"
 #include "plan/report.h"
 #include "spec/job_spec.h"
@@ -38,17 +39,17 @@ Runner AddPlanCommand(CLI::App& app) {
   auto args = std::make_shared<PlanArgs>();
   CLI::App* cmd =
       app.add_subcommand("plan", "size a job: memory, compute, time, cost, checkpoints, storage");
-  cmd->add_option("job", args->job, "job spec (TOML)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("job", args->job, "job spec (TOML)")->required()->check(ExistingFile());
   cmd->add_option("--cluster", args->cluster, "cluster spec (TOML); overrides the job's [cluster]")
-      ->check(CLI::ExistingFile);
+      ->check(ExistingFile());
   cmd->add_option("--format", args->format, "output format")
-      ->check(CLI::IsMember({"table", "json", "markdown"}));
+      ->check(OneOf({"table", "json", "markdown"}));
   cmd->add_option("--days", args->options.deadline_days,
                   "deadline for 'accelerators to finish in D days', 0.001 to 36500")
-      ->check(CLI::Range(0.001, 36500.0).description("days from 0.001 to 36500"));
+      ->transform(Days(0.001, 36500.0));
   cmd->add_option("--observed-hours", args->options.observed_hours,
                   "accelerator-hours a real run took: report the MFU it implies")
-      ->check(CLI::PositiveNumber);
+      ->check(Positive());
   cmd->add_option("--catalog", args->catalog_dir, "catalog directory (default: the built-in one)");
   return [args] { return RunPlan(*args); };
 }

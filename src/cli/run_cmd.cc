@@ -19,6 +19,7 @@
 
 #include "catalog/catalog.h"
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "cli/progress.h"
 #include "cli/run_slurm.h"
 #include "health/checks.h"
@@ -452,31 +453,30 @@ Runner AddRunCommand(CLI::App& app, std::span<char* const> argv) {
   if (command_mode) {
     cmd->add_option("command", args->command, "the program to run on every rank")->required();
   } else {
-    cmd->add_option("job", args->job, "job spec (TOML)")->required()->check(CLI::ExistingFile);
+    cmd->add_option("job", args->job, "job spec (TOML)")->required()->check(ExistingFile());
   }
-  cmd->add_option("--nodes", args->nodes, "nodes (overrides cluster.nodes)")
-      ->check(CLI::PositiveNumber);
+  cmd->add_option("--nodes", args->nodes, "nodes (overrides cluster.nodes)")->check(Positive());
   cmd->add_option("--procs-per-node", args->procs_per_node,
                   "worker processes per node (overrides cluster.procs_per_node)")
-      ->check(CLI::PositiveNumber);
+      ->check(Positive());
   cmd->add_option("--out", args->out, "output directory (default runs/<job name>)");
   cmd->add_option("--steps", args->steps, "optimizer steps (overrides train.steps)")
-      ->check(CLI::PositiveNumber);
+      ->check(Positive());
   cmd->add_option("--until", args->until,
                   "stop after this step (the learning-rate schedule still spans train.steps)")
-      ->check(CLI::PositiveNumber);
+      ->check(Positive());
   cmd->add_option("--resume", args->resume,
                   "checkpoint to start from when the run has none of its own: a run's ckpt/ "
                   "directory or a step-N directory in it (any world size or ZeRO stage)")
-      ->check(CLI::ExistingDirectory);
+      ->check(ExistingDirectory());
   cmd->add_option("--transport", args->transport,
                   "auto: shared memory inside a node, TCP across nodes; tcp: the TCP mesh "
                   "everywhere; gloo: Gloo everywhere (the reference)")
-      ->check(CLI::IsMember({"auto", "tcp", "gloo"}));
+      ->check(OneOf({"auto", "tcp", "gloo"}));
   cmd->add_option("--backend", args->backend,
                   "where the ranks run (default: cluster.backend): local processes, or a Slurm "
                   "batch job with a srun step per rank")
-      ->check(CLI::IsMember({"local", "slurm"}));
+      ->check(OneOf({"local", "slurm"}));
   cmd->add_option("--partition", args->partition,
                   "Slurm partition (default: cluster.partition, else the cluster's default)");
   cmd->add_flag("--detach", args->detach,
@@ -485,11 +485,11 @@ Runner AddRunCommand(CLI::App& app, std::span<char* const> argv) {
                 "put every node in its own network namespace on a bridge (root; cluster.netns)");
   cmd->add_option("--grace", args->grace,
                   "seconds the other workers get to exit after one fails, before SIGTERM/SIGKILL")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   cmd->add_option("--max-restarts", args->max_restarts,
                   "automatic restarts after a fault (default: resilience.max_restarts for a job, "
                   "0 for a command, as torchrun)")
-      ->check(CLI::Range(0, 1000));
+      ->check(Between(0, 1000));
   cmd->add_option("--metrics-listen", args->metrics_listen,
                   "serve Prometheus metrics at HOST:PORT/metrics (PORT 0: any free one; off: "
                   "none); RUN_DIR/metrics/ has the bearer token and a file_sd target file")
@@ -497,18 +497,18 @@ Runner AddRunCommand(CLI::App& app, std::span<char* const> argv) {
   cmd->add_option("--peak-gflops", args->peak_gflops,
                   "the whole group's peak matmul GFLOP/s, for MFU (fmstack_mfu); on the local "
                   "backend this machine's sgemm: `fmstack burnin --threads N` measures it")
-      ->check(CLI::PositiveNumber);
+      ->check(Positive());
   cmd->add_flag("--health", args->health,
                 "start a health agent on every node slot (the built-in checks; a job's [health] "
                 "table configures them)");
   cmd->add_option("--max-procs", args->max_procs,
                   "most worker processes the local backend may start (default 8 x cores, at "
                   "least 16)")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(Between(1, 1 << 20));
   cmd->add_option("--heartbeat-timeout", args->heartbeat_timeout,
                   "a command's rank that sent heartbeats and then none for this long is hung "
                   "(jobs: resilience.heartbeat_timeout)")
-      ->check(CLI::PositiveNumber);
+      ->check(Positive());
   return [args, argv] {
     if (args->command.empty()) return RunJob(*args, argv);
     if (args->max_restarts < 0) args->max_restarts = 0;

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "gpt/decoder.h"
 #include "gpt/sgemm_peak.h"
 #include "serve/engine.h"
@@ -144,21 +145,21 @@ Runner AddServeCommand(CLI::App& app) {
       app.add_subcommand("serve", "serve a trained model over an OpenAI-compatible API");
   cmd->add_option("job", args->job, "job file (its [serve] section)")
       ->required()
-      ->check(CLI::ExistingFile);
+      ->check(ExistingFile());
   cmd->add_option("--ckpt", args->ckpt,
                   "checkpoint: a run directory, its ckpt/ directory (the newest step) or a step "
                   "directory")
       ->required()
-      ->check(CLI::ExistingDirectory);
+      ->check(ExistingDirectory());
   cmd->add_option("--tokenizer", args->tokenizer, "tokenizer file (default: the training data's)");
   cmd->add_option("--host", args->host, "address to listen on (default serve.host)");
   cmd->add_option("--port", args->port, "port (default serve.port; 0 = any free)")
-      ->check(CLI::Range(0, 65535));
+      ->check(Between(0, 65535));
   cmd->add_option("--grpc-port", args->grpc_port,
                   "gRPC stream port (default serve.grpc_port; 0 = any free, -1 = off)")
-      ->check(CLI::Range(-1, 65535));
+      ->check(Between(-1, 65535));
   cmd->add_option("--threads", args->threads, "CPU threads (default serve.threads; 0 = all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   cmd->add_option("--catalog", args->catalog, "hardware catalog directory");
   return [args] { return RunServe(*args); };
 }

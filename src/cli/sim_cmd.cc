@@ -11,6 +11,7 @@
 #include "catalog/catalog.h"
 #include "cli/commands.h"
 #include "cli/glossary.h"
+#include "cli/options.h"
 #include "cli/progress.h"
 #include "resilience/policy.h"
 #include "sim/monte_carlo.h"
@@ -247,30 +248,30 @@ Runner AddSimCommand(CLI::App& app) {
   auto args = std::make_shared<SimArgs>();
   CLI::App* cmd = app.add_subcommand(
       "sim", "play a job out on a simulated cluster with faults: goodput, time to train, cost");
-  cmd->add_option("job", args->job, "job spec (TOML)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("job", args->job, "job spec (TOML)")->required()->check(ExistingFile());
   cmd->add_option("--cluster", args->cluster, "cluster spec (TOML); overrides the job's [cluster]")
-      ->check(CLI::ExistingFile);
+      ->check(ExistingFile());
   cmd->add_option("--policy", args->policy,
                   "recovery policy (default: the job's [resilience] policy); all = compare")
-      ->check(CLI::IsMember({"checkpoint", "checkpointless", "elastic", "all"}));
+      ->check(OneOf({"checkpoint", "checkpointless", "elastic", "all"}));
   cmd->add_option("--trials", args->trials, "Monte Carlo trials per policy")
-      ->check(CLI::Range(1, 1000000));
+      ->check(Between(1, 1000000));
   cmd->add_option("--seed", args->seed, "seed of the fault traces");
   cmd->add_option("--days", args->days,
                   "simulate a fixed window of D days, at most 36500 (default: until the job's "
                   "tokens are trained)")
-      ->check(CLI::Range(1e-6, 36500.0));
+      ->transform(Days(1e-6, 36500.0));
   cmd->add_option("--spares", args->spares, "spare nodes (default: cluster.spares)")
-      ->check(CLI::Range(0, 1 << 20));
+      ->check(Between(0, 1 << 20));
   cmd->add_option("--threads", args->threads, "worker threads (default: all cores)");
   cmd->add_flag("--tcp", args->tcp, "no EFA/InfiniBand: TCP over the instance network");
   cmd->add_option("--efficiency", args->efficiency,
                   fmt::format("matmul efficiency (achieved / peak), default {} (calibrated: "
                               "fmstack validate)",
                               sim::StepOptions{}.compute_efficiency))
-      ->check(CLI::Range(0.01, 1.0));
+      ->check(Between(0.01, 1.0));
   cmd->add_option("--format", args->format, "output format")
-      ->check(CLI::IsMember({"table", "markdown", "json"}));
+      ->check(OneOf({"table", "markdown", "json"}));
   cmd->add_option("--json", args->json_path, "also write the results as JSON to this file");
   cmd->add_option("--svg", args->svg_path, "write a timeline plot (SVG) to this file");
   cmd->add_flag("--search", args->search,

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "cluster/slurm_config.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
@@ -73,9 +74,9 @@ Runner AddSlurmCommand(CLI::App& app) {
       "config", "write slurm.conf, topology.conf (node -> rack leaf -> spine) and gres.conf");
   config->add_option("job", a->job, "job spec (TOML) with its [cluster]")
       ->required()
-      ->check(CLI::ExistingFile);
+      ->check(ExistingFile());
   config->add_option("--cluster", a->cluster, "a cluster file instead of the job's [cluster]")
-      ->check(CLI::ExistingFile);
+      ->check(ExistingFile());
   config->add_option("--out", a->out, "directory for the files (default slurm/)");
   config->add_option("--catalog", a->catalog_dir, "catalog directory");
   cluster::SlurmConfigOptions& o = a->options;
@@ -88,9 +89,9 @@ Runner AddSlurmCommand(CLI::App& app) {
                      "NodeAddr = BASE + (10 + i), e.g. 10.77.0. (default: by name)");
   config->add_option("--partition", o.partition, "the partition (default fmstack)");
   config->add_option("--cpus", o.cpus, "CPUs per node (default: the instance's vCPUs)")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(Between(1, 1 << 20));
   config->add_option("--memory-mb", o.memory_mb, "RealMemory per node (default: the instance's)")
-      ->check(CLI::Range(1, 1 << 30));
+      ->check(Between(1, 1 << 30));
   config->add_option("--state-dir", o.state_dir, "StateSaveLocation");
   config->add_option("--spool-dir", o.spool_dir, "SlurmdSpoolDir (one directory per node below)");
   config->add_option("--log-dir", o.log_dir, "where slurmctld and slurmd log");
@@ -101,13 +102,13 @@ Runner AddSlurmCommand(CLI::App& app) {
   config->add_option("--accounting-host", o.accounting_host,
                      "slurmdbd's address: jobs and steps are recorded for sacct (default: none)");
   config->add_option("--slurmctld-port", o.slurmctld_port, "SlurmctldPort (default Slurm's, 6817)")
-      ->check(CLI::Range(1, 65535));
+      ->check(Between(1, 65535));
   config
       ->add_option("--accounting-port", o.accounting_port,
                    "slurmdbd's port, AccountingStoragePort (default Slurm's, 6819)")
-      ->check(CLI::Range(1, 65535));
+      ->check(Between(1, 65535));
   config->add_option("--health-check-interval", o.health_check_interval, "seconds")
-      ->check(CLI::Range(1, 86400));
+      ->check(Between(1, 86400));
   return [a, config] { return config->parsed() ? Config(*a) : 1; };
 }
 

@@ -13,6 +13,7 @@
 
 #include "catalog/catalog.h"
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "cli/progress.h"
 #include "cli/train_checkpoint.h"
 #include "cli/train_peers.h"
@@ -551,22 +552,22 @@ int RunTrain(const TrainArgs& args) {
 Runner AddTrainCommand(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
   CLI::App* cmd = app.add_subcommand("train", "train the job's GPT model on this machine's CPU");
-  cmd->add_option("job", args->job, "job spec (TOML)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("job", args->job, "job spec (TOML)")->required()->check(ExistingFile());
   cmd->add_option("--steps", args->steps, "optimizer steps (overrides train.steps)")
-      ->check(CLI::PositiveNumber);
+      ->check(Positive());
   cmd->add_option("--until", args->until,
                   "stop after this step (the learning-rate schedule still spans train.steps)")
-      ->check(CLI::PositiveNumber);
+      ->check(Positive());
   cmd->add_option("--threads", args->threads, "CPU threads (overrides train.threads; 0 = all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   cmd->add_option("--resume", args->resume,
                   "checkpoint to start from when the run has none of its own: a run's ckpt/ "
                   "directory or one step-N directory in it (any world size or ZeRO stage)")
-      ->check(CLI::ExistingDirectory);
+      ->check(ExistingDirectory());
   cmd->add_option("--out", args->out, "output directory (default runs/<job name>)");
   cmd->add_option("--peak-gflops", args->peak_gflops,
                   "MFU denominator (default: measure sgemm on the model's shapes)")
-      ->check(CLI::PositiveNumber);
+      ->check(Positive());
   return [args] { return RunTrain(*args); };
 }
 

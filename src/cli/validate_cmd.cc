@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "sim/validation.h"
 #include "util/text_table.h"
 
@@ -116,11 +117,11 @@ Runner AddValidateCommand(CLI::App& app) {
                          "the step model against published training runs: each source's figure, "
                          "fmstack's, and the error");
   cmd->add_option("--format", *format, "output format")
-      ->check(CLI::IsMember({"table", "markdown", "json"}));
+      ->check(OneOf({"table", "markdown", "json"}));
   cmd->add_option("--catalog", *dir, "catalog directory (default: the built-in one)");
   cmd->add_option("--efficiency", *efficiency,
                   "matmul efficiency (achieved / peak) to try instead of the calibrated one")
-      ->check(CLI::Range(0.01, 1.0));
+      ->check(Between(0.01, 1.0));
   return [format, dir, efficiency] { return Run(*format, *dir, *efficiency); };
 }
 

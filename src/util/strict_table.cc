@@ -165,6 +165,17 @@ std::optional<double> UnitValue(StrictTable& t, const toml::node* node, std::str
   double value = 0;
   if (node->is_number()) {
     value = node->value<double>().value_or(0);
+    // A bare duration or bandwidth is a guess at its unit (1270: seconds or
+    // hours? 400: Gb/s or GB/s?); 0 is 0 in any unit. Sizes are bytes and
+    // counts have no unit.
+    if (value != 0 && (what == "duration" || what == "bandwidth")) {
+      t.Fail(key, fmt::format("a bare number {:g} has no unit; write the {} with one, e.g. "
+                              "{}",
+                              value, what,
+                              what == "duration"
+                                  ? fmt::format("\"{:g}h\" or \"{:g}s\"", value, value)
+                                  : fmt::format("\"{:g}GB/s\" or \"{:g}Gbps\"", value, value)));
+    }
   } else if (node->is_string()) {
     try {
       value = parse(node->value<std::string>().value_or(""));

@@ -18,6 +18,27 @@ Every command's `--help`, generated from the program
 docs.cli_reference fails when this page and the program differ. The README
 and the other pages show the commands in use; the job file's keys are in
 [specs.md](specs.md) and the terms in [glossary.md](glossary.md).
+
+## Exit status
+
+Every command exits with one of these (src/cli/options.h;
+[mistakes.md](mistakes.md) shows the errors behind status 2):
+
+| status | meaning |
+|---|---|
+| 0 | done |
+| 1 | the work ran and its result is a failure: a run that gave up after its restarts, `ckpt verify` that found a problem, a burn-in or health check that failed, a bench request that failed |
+| 2 | bad input, nothing started: an unknown or out-of-range option, a missing file, a job or cluster file that does not parse or check, a configuration the pre-flight check refuses, an allocation that cannot be made |
+| 3 | an internal error: a bug in fmstack; the message says what failed |
+| 75 | a worker of `fmstack run` that stops so that its supervisor recovers it (seen only in a rank's log) |
+| 128 + N | `fmstack run` stopped by signal N (SIGTERM: 143) after its emergency checkpoint; the rerun resumes from it |
+
+An option's error names the command and the option, says what was expected,
+and suggests the nearest option, value or file name (`--stpe` gets
+`--steps`, `Examples/job.toml` gets `examples/job.toml`). Sizes keep binary
+prefixes binary and decimal ones decimal (`64KiB` is 65,536 bytes, `64K` and
+`64KB` are 64,000); `--days` takes a number of days or a duration (`30d`,
+`12h`, `2w`).
 """
 
 

@@ -19,7 +19,7 @@ fence='```'
   echo '$ echo one; echo two; echo three'
   printf '%s\n' one ... three
   echo '$ fmstack plan no-such.toml 2>&1 | head -1'
-  echo 'job: File does not exist: .* (re)'
+  echo "fmstack plan: error: job: no file 'no-such.toml'.* (re)"
   echo "$fence"
   echo "${fence}usage"
   echo 'fmstack plan JOB.toml [--days D]'

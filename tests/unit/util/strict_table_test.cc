@@ -41,6 +41,28 @@ TEST(StrictTable, IntegerRejectsFractionsAndStrings) {
   EXPECT_THROW(t.Int("b"), SpecError);
 }
 
+TEST(StrictTable, ABareDurationOrBandwidthIsRefusedWithAnExample) {
+  const toml::table doc = ParseTomlText(
+      "mtbf = 1270\nzero = 0\nwith_unit = \"1270h\"\nnet = 400\nbytes = 800\ntokens = 15e12\n",
+      "t.toml");
+  StrictTable t(doc, "t.toml", "");
+  try {
+    t.Seconds("mtbf");
+    FAIL();
+  } catch (const SpecError& e) {
+    EXPECT_EQ(e.key(), "mtbf");
+    EXPECT_NE(std::string(e.what()).find("a bare number 1270 has no unit; write the duration "
+                                         "with one, e.g. \"1270h\" or \"1270s\""),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(t.Seconds("zero"), 0);
+  EXPECT_EQ(t.Seconds("with_unit"), 1270 * 3600.0);
+  EXPECT_THROW(t.Bandwidth("net"), SpecError);
+  EXPECT_EQ(t.Bytes("bytes"), 800);     // a size's bare number is bytes (docs/specs.md)
+  EXPECT_EQ(t.Count("tokens"), 15e12);  // a count has no unit
+}
+
 TEST(StrictTable, SyntaxErrorHasPosition) {
   try {
     ParseTomlText("a = 1\nb = = 2\n", "t.toml");
