@@ -34,6 +34,14 @@ void RequireDataDir(const spec::JobSpec& job);
 // with both numbers and what to change.
 void RequireMemory(const spec::JobSpec& job, int64_t processes, int64_t dp);
 
+// The checkpoint a run would resume from (the newest committed one of
+// run_dir's tiers, else `resume`'s) was written under the schedule this job
+// trains (train.steps after `steps_override`, learning rates, warm-up,
+// tokens per step); else a SpecError naming what changed and the flag that
+// accepts it (--allow-schedule-change).
+void RequireSameSchedule(const spec::JobSpec& job, int64_t steps_override,
+                         const std::string& run_dir, const std::string& resume);
+
 // The job that owns the checkpoint tiers of a run (ckpt::Tier::Claim): the
 // run directory, made absolute, is its identity.
 ckpt::TierOwner CheckpointOwner(const std::string& job_name, const std::string& run_dir);

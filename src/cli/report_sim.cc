@@ -11,9 +11,28 @@
 #include "sim/monte_carlo.h"
 #include "util/error.h"
 #include "util/text_table.h"
+#include "util/units.h"
 
 namespace fmstack::cli {
 namespace {
+
+// The widest 95% range of sim's ETTR that still judges a run (50 points).
+constexpr double kWidestJudgedRange = 0.5;
+
+// A line when the job's restart cost (what sim charges a recovery) is more
+// than 10x away from what this run's recoveries took: then the comparison
+// tests that setting, not the run. "" otherwise.
+std::string RecoveryModelNote(double run_recovery_seconds, int faults, double model_seconds) {
+  if (faults == 0 || run_recovery_seconds <= 0 || model_seconds <= 0) return "";
+  const double measured = run_recovery_seconds / faults;
+  const double ratio = model_seconds / measured;
+  if (ratio <= 10 && ratio >= 0.1) return "";
+  return fmt::format(
+      "note: sim charges {} per restart (resilience.restart) and this run's recoveries took {} "
+      "each ({:.3g}x): the shares compare that setting, not the run; set [resilience] restart to "
+      "what bench/recovery.sh measures on this machine for a like-for-like comparison\n",
+      units::FormatSeconds(model_seconds), units::FormatSeconds(measured), ratio);
+}
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -131,14 +150,25 @@ VsSim CompareWithSim(const metrics::Ledger& ledger, const spec::JobSpec& job, in
   out.json["ettr"] = {
       {"run", rows[0].run}, {"sim", t.ettr.mean}, {"lo", t.ettr.lo}, {"hi", t.ettr.hi}};
   const bool inside = rows[0].run >= t.ettr.lo - 1e-12 && rows[0].run <= t.ettr.hi + 1e-12;
+  // A range over half the scale judges nothing: too few faults fix the rate.
+  const bool judged = t.ettr.hi - t.ettr.lo <= kWidestJudgedRange;
   out.json["within_range"] = inside;
+  out.json["judged"] = judged;
+  const std::string verdict =
+      judged
+          ? fmt::format("the run's goodput is {} sim's 95% range\n", inside ? "inside" : "outside")
+          : fmt::format(
+                "no verdict: sim's 95% range ({:.1f}-{:.1f}%) is too wide to judge the "
+                "run; {} fault(s) in {:.1f} s of training are too few to fix their rate\n",
+                100 * t.ettr.lo, 100 * t.ettr.hi, faults, played);
   out.text = fmt::format(
       "vs fmstack sim ({} trials, policy {}, {} fault(s) in {:.1f} s of training as causes; "
       "step {:.3f} s and save {:.3f} s measured here; restart {:.1f} s, peer rebuild {:.1f} s "
       "from [resilience]; sim's shares are of its mean wall time, its ETTR the mean of each "
-      "trial's):\n{}the run's goodput is {} sim's 95% range\n",
+      "trial's):\n{}{}{}",
       trials, job.resilience.policy, faults, played, step, s.checkpoint_blocking, s.restart_seconds,
-      s.peer_rebuild_seconds, table.RenderText(), inside ? "inside" : "outside");
+      s.peer_rebuild_seconds, table.RenderText(),
+      RecoveryModelNote(restart, faults, s.restart_seconds), verdict);
   return out;
 }
 

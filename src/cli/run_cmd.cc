@@ -42,6 +42,7 @@ struct RunArgs {
   std::string out;
   int64_t steps = 0, until = 0;
   std::string resume;
+  bool allow_schedule_change = false;
   std::string transport = "auto";
   double grace = 5;
   bool netns = false;
@@ -248,7 +249,7 @@ int SubmitSlurm(const RunArgs& args, const spec::JobSpec& job, const cluster::Lo
 
 // What every worker would fail on at start, said once before any starts: a
 // configuration error is never retried as a fault.
-void Preflight(const spec::JobSpec& job) {
+void Preflight(const spec::JobSpec& job, const RunArgs& args, const std::string& out) {
   RequireDataDir(job);
   for (const char* split : {"train.bin", "val.bin"}) {
     const std::string path = job.data.dir + "/" + split;
@@ -267,6 +268,7 @@ void Preflight(const spec::JobSpec& job) {
                                   path, vocab, job.model.vocab, job.model.vocab));
     }
   }
+  if (!args.allow_schedule_change) RequireSameSchedule(job, args.steps, out, args.resume);
 }
 
 int RunJob(const RunArgs& args, std::span<char* const> argv) {
@@ -296,13 +298,13 @@ int RunJob(const RunArgs& args, std::span<char* const> argv) {
           "--health-check deploy/slurm/fmstack-healthcheck.sh`), which drains failing nodes; "
           "[health] agent and --health are for the local backend");
     if (std::getenv("SLURM_JOB_ID") == nullptr) {
-      Preflight(job);
+      Preflight(job, args, out);
       return SubmitSlurm(args, job, layout, out, argv);
     }
   } else {
     CheckProcessLimit(layout, args.max_procs);
   }
-  Preflight(job);
+  Preflight(job, args, out);
   if (!on_slurm) {
     const int64_t ranks = static_cast<int64_t>(layout.nodes) * layout.procs_per_node;
     RequireMemory(job, ranks, ranks);  // every node's processes share this machine
@@ -465,6 +467,9 @@ Runner AddRunCommand(CLI::App& app, std::span<char* const> argv) {
   cmd->add_option("--until", args->until,
                   "stop after this step (the learning-rate schedule still spans train.steps)")
       ->check(Positive());
+  cmd->add_flag("--allow-schedule-change", args->allow_schedule_change,
+                "resume a checkpoint written under another schedule (train.steps, learning "
+                "rates, warm-up, tokens per step): the steps after it follow the new one");
   cmd->add_option("--resume", args->resume,
                   "checkpoint to start from when the run has none of its own: a run's ckpt/ "
                   "directory or a step-N directory in it (any world size or ZeRO stage)")

@@ -146,7 +146,7 @@ std::optional<int64_t> TrainCheckpointer::Resume(std::optional<int64_t> max_step
         ckpt::StepDirName(r->step), r->tier_name,
         units::FormatBytes(static_cast<double>(r->bytes_read)), r->seconds,
         r->rejected.empty() ? "" : fmt::format(", {} copies rejected", r->rejected.size())));
-    const std::string change = train::ScheduleChange(trainer_, r->manifest);
+    const std::string change = train::ScheduleChange(trainer_.config(), r->manifest);
     if (!change.empty()) {
       note_(
           fmt::format("checkpoint: the schedule differs from the run that wrote {} ({}): the "

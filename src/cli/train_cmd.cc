@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <filesystem>
 #include <iostream>
@@ -12,6 +13,8 @@
 #include <utility>
 
 #include "catalog/catalog.h"
+#include "ckpt/restore.h"
+#include "ckpt/tier.h"
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "cli/progress.h"
@@ -24,6 +27,7 @@
 #include "runtime/supervisor.h"
 #include "runtime/worker.h"
 #include "spec/job_spec.h"
+#include "train/checkpoint.h"
 #include "train/corpus.h"
 #include "train/trainer.h"
 #include "util/dir_lock.h"
@@ -44,6 +48,7 @@ struct TrainArgs {
   std::string resume;
   std::string out;
   double peak_gflops = 0;
+  bool allow_schedule_change = false;
 };
 
 train::TrainConfig ConfigFromSpec(const spec::JobSpec& job, int64_t steps_override) {
@@ -198,6 +203,62 @@ void RequireDataDir(const spec::JobSpec& job) {
   }
 }
 
+namespace {
+
+// The newest committed step of `tier` no newer than `limit`, with its
+// manifest; nullopt when it holds none that reads.
+std::optional<std::pair<int64_t, ckpt::Manifest>> NewestManifest(ckpt::Tier& tier,
+                                                                 std::optional<int64_t> limit) {
+  std::vector<int64_t> steps;
+  for (const ckpt::StepListing& l : tier.List()) {
+    if (l.committed && (!limit || l.step <= *limit)) steps.push_back(l.step);
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  for (const int64_t step : steps) {
+    try {
+      return std::pair{step, ckpt::ReadManifest(tier, step)};
+    } catch (const Error&) {
+      // A bad copy: the workers fall back past it the same way.
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+void RequireSameSchedule(const spec::JobSpec& job, int64_t steps_override,
+                         const std::string& run_dir, const std::string& resume) {
+  // What the workers restore: the run's own newest checkpoint, else --resume's.
+  // A run that saved anything has its local tier; looking creates nothing.
+  std::optional<std::pair<int64_t, ckpt::Manifest>> newest;
+  std::string where;
+  const std::string local =
+      job.checkpoint.local_dir.empty() ? run_dir + "/ckpt" : job.checkpoint.local_dir;
+  if (std::filesystem::is_directory(local)) {
+    for (const auto& tier : MakeCheckpointTiers(job.checkpoint, run_dir + "/ckpt")) {
+      const auto found = NewestManifest(*tier, std::nullopt);
+      if (found && (!newest || found->first > newest->first)) {
+        newest = found;
+        where = tier->Where(found->first, "");
+      }
+    }
+  }
+  if (!newest && !resume.empty()) {
+    ckpt::CheckpointDir dir = ckpt::OpenCheckpointDir(resume);
+    newest = NewestManifest(*dir.tier, dir.step);
+    if (newest) where = dir.tier->Where(newest->first, "");
+  }
+  if (!newest) return;
+  const std::string change =
+      train::ScheduleChange(ConfigFromSpec(job, steps_override), newest->second);
+  if (change.empty()) return;
+  throw SpecError(job.PosOf("train"), "train",
+                  fmt::format("{} was written under another schedule ({}): the steps after it "
+                              "would follow the new one; add --allow-schedule-change to continue "
+                              "under the new schedule, or keep the values it was written under",
+                              where, change));
+}
+
 void RequireMemory(const spec::JobSpec& job, int64_t processes, int64_t dp) {
   const double params = static_cast<double>(workload::CountParams(job.model).total);
   // A lower bound of what one trainer process holds: fp32 weights and
@@ -222,9 +283,9 @@ void RequireMemory(const spec::JobSpec& job, int64_t processes, int64_t dp) {
                   "+ {} of activations for micro_batch {} x seq_len {})",
                   units::FormatBytes(needed), units::FormatBytes(available), processes,
                   units::FormatBytes(state), units::FormatCount(params),
-                  units::FormatBytes(activations), job.train.micro_batch, job.model.seq_len),
-      "a smaller model or train.micro_batch, fewer processes on this machine, or ZeRO "
-      "(parallel.zero_stage) to shard the optimizer state");
+                  units::FormatBytes(activations), job.train.micro_batch, job.model.seq_len) +
+          "; use a smaller model or train.micro_batch, fewer processes on this machine, or ZeRO "
+          "(parallel.zero_stage) to shard the optimizer state");
 }
 
 namespace {
@@ -237,6 +298,10 @@ int RunTrain(const TrainArgs& args) {
   const bool distributed = std::getenv("WORLD_SIZE") != nullptr;
   if (!distributed) RequireMemory(job, 1, 1);  // `fmstack run` checked its workers together
   const bool worker = std::getenv("FMSTACK_RUN") != nullptr;
+  const std::string out = args.out.empty() ? "runs/" + job.name : args.out;
+  // Under `fmstack run` the supervisor checked before starting the workers.
+  if (!worker && !args.allow_schedule_change)
+    RequireSameSchedule(job, args.steps, out, args.resume);
   int threads = args.threads >= 0 ? args.threads : static_cast<int>(job.train.threads);
   if (distributed && threads == 0 && std::getenv("OMP_NUM_THREADS") != nullptr) {
     threads = std::atoi(std::getenv("OMP_NUM_THREADS"));
@@ -269,7 +334,6 @@ int RunTrain(const TrainArgs& args) {
   // another process than at the start.
   const auto lead = [&trainer] { return trainer.rank() == 0; };
   const ProgressLine progress;
-  const std::string out = args.out.empty() ? "runs/" + job.name : args.out;
   std::filesystem::create_directories(out);
   // Under `fmstack run` the supervisor holds the directory for all ranks;
   // under another launcher, rank 0 does.
@@ -564,6 +628,9 @@ Runner AddTrainCommand(CLI::App& app) {
                   "checkpoint to start from when the run has none of its own: a run's ckpt/ "
                   "directory or one step-N directory in it (any world size or ZeRO stage)")
       ->check(ExistingDirectory());
+  cmd->add_flag("--allow-schedule-change", args->allow_schedule_change,
+                "resume a checkpoint written under another schedule (train.steps, learning "
+                "rates, warm-up, tokens per step): the steps after it follow the new one");
   cmd->add_option("--out", args->out, "output directory (default runs/<job name>)");
   cmd->add_option("--peak-gflops", args->peak_gflops,
                   "MFU denominator (default: measure sgemm on the model's shapes)")

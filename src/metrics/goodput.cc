@@ -1,8 +1,10 @@
 #include "metrics/goodput.h"
 
+#include <fmt/chrono.h>
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <ctime>
 
 #include "util/text_table.h"
 #include "util/units.h"
@@ -74,6 +76,13 @@ nlohmann::json Ledger::ToJson() const {
                               {"decision", i.decision},
                               {"what", i.what}});
   }
+  j["attempts"] = nlohmann::json::array();
+  for (const Attempt& a : attempts_) {
+    j["attempts"].push_back({{"started_unix", a.started_unix},
+                             {"at", a.at},
+                             {"from_step", a.from_step},
+                             {"end", a.end}});
+  }
   return j;
 }
 
@@ -92,6 +101,10 @@ Ledger Ledger::FromJson(const nlohmann::json& j) {
                             i.value("at", 0.0), i.value("detect_seconds", -1.0),
                             i.value("recovery_seconds", -1.0), i.value("lost_steps", int64_t{0}),
                             i.value("decision", ""), i.value("what", "")});
+  }
+  for (const nlohmann::json& a : j.value("attempts", nlohmann::json::array())) {
+    l.attempts_.push_back({a.value("started_unix", int64_t{0}), a.value("at", 0.0),
+                           a.value("from_step", int64_t{-1}), a.value("end", "")});
   }
   return l;
 }
@@ -112,6 +125,24 @@ std::string Ledger::RenderText() const {
   }
   t.AddRow({"wall", fmt::format("{:.2f}", wall_), "100.0%", ""});
   std::string out = t.RenderText();
+  if (attempts_.size() > 1) {
+    TextTable a({"attempt", "started", "at wall", "from step", "ended"},
+                {TextTable::Align::kRight, TextTable::Align::kLeft, TextTable::Align::kRight,
+                 TextTable::Align::kRight, TextTable::Align::kLeft});
+    for (size_t i = 0; i < attempts_.size(); ++i) {
+      const Attempt& x = attempts_[i];
+      const std::time_t t0 = static_cast<std::time_t>(x.started_unix);
+      std::tm tm{};
+      gmtime_r(&t0, &tm);
+      a.AddRow({std::to_string(i + 1), fmt::format("{:%Y-%m-%d %H:%M:%S} UTC", tm),
+                fmt::format("{:.2f} s", x.at),
+                x.from_step > 0    ? std::to_string(x.from_step)
+                : x.from_step == 0 ? "scratch"
+                                   : "-",
+                x.end});
+    }
+    out += "\n" + a.RenderText();
+  }
   if (incidents_.empty()) return out + "no faults\n";
   TextTable f(
       {"#", "fault", "rank", "step", "detected in", "recovered in", "steps lost", "decision"});

@@ -26,6 +26,15 @@ struct Incident {
   std::string what;              // the detail that names the rank and cause
 };
 
+// One `fmstack run` of the run directory: a rerun after a failure, a stop or
+// a finished run with more steps continues the same ledger.
+struct Attempt {
+  int64_t started_unix = 0;  // wall-clock start, seconds since the epoch
+  double at = 0;             // the ledger's wall seconds when it started
+  int64_t from_step = -1;    // the step it restored (0: from scratch; -1: none reported)
+  std::string end;           // running, finished, stopped, failed, restarting
+};
+
 class Ledger {
  public:
   // Seconds booked per bucket, by name.
@@ -41,12 +50,15 @@ class Ledger {
   double wall() const { return wall_; }
   std::vector<Incident>& incidents() { return incidents_; }
   const std::vector<Incident>& incidents() const { return incidents_; }
+  std::vector<Attempt>& attempts() { return attempts_; }
+  const std::vector<Attempt>& attempts() const { return attempts_; }
 
   // productive / wall.
   double Goodput() const;
   nlohmann::json ToJson() const;
   static Ledger FromJson(const nlohmann::json& j);
-  // The buckets (seconds and share; "other" = wall less the rest) and the incidents.
+  // The buckets (seconds and share; "other" = wall less the rest), the
+  // attempts when there were several, and the incidents.
   std::string RenderText() const;
 
  private:
@@ -54,6 +66,7 @@ class Ledger {
   std::map<int64_t, double> steps_;  // productive time of every kept step
   double wall_ = 0;
   std::vector<Incident> incidents_;
+  std::vector<Attempt> attempts_;
 };
 
 }  // namespace fmstack::metrics

@@ -73,6 +73,14 @@ RunResult Supervisor::Run() {
   if (o_.resume_supervisor) {
     LoadState();
     wall_before_ = result_.ledger.wall();
+  } else {
+    ContinueLedger();
+    result_.ledger.attempts().push_back(
+        {.started_unix = std::chrono::duration_cast<std::chrono::seconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count(),
+         .at = wall_before_,
+         .end = "running"});
   }
   if (OnSlurm() && o_.slurm.restart_count > slurm_requeues_) NoteRequeue();
   if (!o_.resume_supervisor) {
@@ -130,10 +138,12 @@ RunResult Supervisor::Run() {
   result_.seconds = Since(start_, Clock::now());
   result_.ledger.SetWall(wall_before_ + result_.seconds);
   SaveState();
-  WriteInfo(result_.reexec        ? "restarting"
-            : result_.finished    ? "finished"
-            : result_.interrupted ? "stopped"
-                                  : "failed");
+  const char* state = result_.reexec        ? "restarting"
+                      : result_.finished    ? "finished"
+                      : result_.interrupted ? "stopped"
+                                            : "failed";
+  if (!result_.ledger.attempts().empty()) result_.ledger.attempts().back().end = state;
+  WriteInfo(state);
   const std::string ledger = result_.ledger.ToJson().dump(1) + "\n";
   AtomicFileWriter w(o_.run_dir + "/goodput.json");
   w.Write(ledger.data(), ledger.size());
@@ -263,11 +273,14 @@ void Supervisor::SpawnRanks(const std::vector<int>& ranks, const std::string& ba
     if (fd >= 0) ::close(fd);
   }
   for (const auto& w : started) {
-    // A restarted rank appends, so a rank's log tells its whole story.
+    // Every start appends, so a rank's log tells its whole story: each
+    // attempt of the run (a rerun of the directory) and each restart in it.
     std::ofstream& log = logs_[w.rank];
-    if (!log.is_open()) {
-      log.open(fmt::format("{}/logs/rank{}.log", o_.run_dir, w.rank),
-               banner.empty() ? std::ios::trunc : std::ios::app);
+    if (!log.is_open())
+      log.open(fmt::format("{}/logs/rank{}.log", o_.run_dir, w.rank), std::ios::app);
+    if (attempt_marked_.insert(w.rank).second) {
+      log << fmt::format("---- attempt {} of this run directory ----\n",
+                         std::max<size_t>(1, result_.ledger.attempts().size()));
     }
     if (!banner.empty()) log << banner << "\n";
     workers_[w.rank] = w;
@@ -525,6 +538,8 @@ void Supervisor::OnControl(int rank, const nlohmann::json& m) {
     // restore-time histogram counts only real restores.
     if (step > 0 || m.value("source", "") == "peers")
       MetricsOnRestore(m.value("source", "checkpoint"), seconds);
+    if (!result_.ledger.attempts().empty() && result_.ledger.attempts().back().from_step < 0)
+      result_.ledger.attempts().back().from_step = step;
     const int64_t lost = result_.ledger.RollBack(step);
     if (recovering_) result_.ledger.incidents()[*recovering_].lost_steps += lost;
     if (lost > 0) Note(fmt::format("restored step {}: {} step(s) to train again", step, lost));

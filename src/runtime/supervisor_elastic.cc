@@ -134,7 +134,7 @@ void Supervisor::MaybeGrow() {
                                        node, slot_[node], from_world, ActiveWorld());
   result_.ledger.incidents().push_back({.kind = "grow",
                                         .step = monitor_->MaxStep(),
-                                        .at = Since(start_, now),
+                                        .at = RunSeconds(now),
                                         .decision = "grow: " + d.reason,
                                         .what = what});
   recovering_ = result_.ledger.incidents().size() - 1;

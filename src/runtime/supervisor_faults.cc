@@ -80,6 +80,31 @@ void Supervisor::LoadState() {
   // The wall time of the supervisor before the restart is the ledger's so far.
 }
 
+void Supervisor::ContinueLedger() {
+  const std::string path = o_.run_dir + "/goodput.json";
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec) return;                                  // the directory's first run
+  constexpr uintmax_t kMaxLedgerBytes = 64 << 20;  // a million incidents' worth
+  std::string why;
+  if (size > kMaxLedgerBytes) {
+    why = fmt::format("{} bytes, over the {} a ledger may hold", size, kMaxLedgerBytes);
+  } else {
+    std::ifstream in(path);
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    try {
+      if (j.is_discarded() || !j.is_object()) throw Error("not a JSON object");
+      result_.ledger = metrics::Ledger::FromJson(j);
+      wall_before_ = result_.ledger.wall();
+      return;
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+  }
+  Note(fmt::format("{}: the earlier runs' ledger is unreadable ({}); this run starts a fresh one",
+                   path, why));
+}
+
 void Supervisor::Reap() {
   int status = 0;
   pid_t pid;
@@ -318,7 +343,7 @@ void Supervisor::Fire(const InjectRequest& r) {
     result_.ledger.incidents().push_back(
         {.kind = "supervisor-restart",
          .step = monitor_->MaxStep(),
-         .at = Since(start_, Clock::now()),
+         .at = RunSeconds(Clock::now()),
          .decision = "restart: the new supervisor resumes from the newest checkpoint",
          .what = "fault injection: the supervisor restarts"});
     ++history_.restarts;
@@ -401,7 +426,7 @@ void Supervisor::Detect(const Seen& seen) {
         {.kind = std::string(resilience::EventName(seen.event.kind)),
          .rank = seen.event.rank,
          .step = seen.event.step,
-         .at = Since(start_, detected_at_),
+         .at = RunSeconds(detected_at_),
          .recovery_seconds = 0,
          .decision = "carry on: " + d.reason,
          .what = seen.what});
@@ -416,7 +441,7 @@ void Supervisor::Detect(const Seen& seen) {
   inc.kind = std::string(resilience::EventName(seen.event.kind));
   inc.rank = seen.event.rank;
   inc.step = seen.event.step;
-  inc.at = Since(start_, detected_at_);
+  inc.at = RunSeconds(detected_at_);
   inc.what = seen.what;
   inc.decision = fmt::format("{}: {}", resilience::VerbName(d.verb), d.reason);
   if (fired_at_) {

@@ -271,6 +271,11 @@ class Supervisor {
   // Moves `node`'s ranks to the first healthy spare slot; false when none is.
   bool MoveToSpare(int node);
   void LoadState();
+  // A rerun of the run directory continues the ledger of the runs before it
+  // (RUN_DIR/goodput.json): their incidents, attempts and wall time.
+  void ContinueLedger();
+  // Seconds into the run's whole life (every attempt's wall time) at `t`.
+  double RunSeconds(Clock::time_point t) const { return wall_before_ + Since(start_, t); }
   void WriteInfo(const std::string& state) const;
   std::string Where(int rank) const {
     return fmt::format("rank {} (node {}, local rank {})", rank, rank / o_.layout.procs_per_node,
@@ -314,6 +319,7 @@ class Supervisor {
   // The current attempt.
   std::vector<cluster::WorkerProcess> workers_;
   std::vector<std::ofstream> logs_;
+  std::set<int> attempt_marked_;  // ranks whose log has this attempt's marker
   std::vector<Stream> streams_;
   std::vector<int> control_fd_;  // by rank; -1 when closed
   std::vector<bool> alive_;

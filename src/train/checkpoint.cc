@@ -138,10 +138,10 @@ std::vector<ckpt::TensorTarget> CheckpointTargets(Trainer& trainer) {
   return targets;
 }
 
-std::string ScheduleChange(const Trainer& trainer, const ckpt::Manifest& m) {
+std::string ScheduleChange(const TrainConfig& config, const ckpt::Manifest& m) {
   if (!m.model.is_object() || !m.model.contains("schedule")) return "";  // an older checkpoint
   const nlohmann::json& was = m.model["schedule"];
-  const nlohmann::json now = ScheduleJson(trainer.config());
+  const nlohmann::json now = ScheduleJson(config);
   std::string out;
   for (const auto& [key, value] : now.items()) {
     if (!was.contains(key) || was[key] == value) continue;

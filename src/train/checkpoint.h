@@ -29,6 +29,6 @@ void FinishRestore(Trainer& trainer, const ckpt::RestoreResult& restored);
 // tokens per step) differs from the one the checkpoint was written under:
 // "train.steps 20 -> 40, ..."; "" when it does not, or the checkpoint
 // predates the record.
-std::string ScheduleChange(const Trainer& trainer, const ckpt::Manifest& manifest);
+std::string ScheduleChange(const TrainConfig& config, const ckpt::Manifest& manifest);
 
 }  // namespace fmstack::train

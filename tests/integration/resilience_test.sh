@@ -154,6 +154,24 @@ at_step = 12"
 done
 cat table.txt
 
+# A run's history survives its reruns: the crashed and recovered run, rerun
+# with more steps, keeps the crash in its ledger and report, appends to its
+# logs with a marker per attempt, and a schedule change needs the flag.
+rc=0
+"$FMSTACK" run crash.toml --steps 84 --out runs/crash > more.out 2> more.err || rc=$?
+[ "$rc" = 2 ] && grep -q "was written under another schedule (train.steps 80 -> 84).*--allow-schedule-change" more.err ||
+  { cat more.err; fail "a rerun with more steps: exit $rc, expected 2 naming the schedule change"; }
+[ "$(grep -c -- '---- attempt' runs/crash/logs/rank0.log)" = 1 ] || fail "the refused rerun started workers"
+"$FMSTACK" run crash.toml --steps 84 --allow-schedule-change --out runs/crash > more.out 2> more.err ||
+  { tail -20 more.err; fail "the rerun with --allow-schedule-change"; }
+grep -q -- "---- attempt 2 of this run directory ----" runs/crash/logs/rank0.log ||
+  fail "the rerun's log has no attempt marker"
+grep -q '"ev":"step".*"step":12[,}]' runs/crash/logs/rank0.log || fail "the first attempt's steps left the log"
+"$FMSTACK" report runs/crash > report.out || fail "report after the rerun"
+grep -q "^ *1 *crash *1 " report.out || { cat report.out; fail "the rerun's report lost the crash"; }
+grep -Eq "^ *2 .* 80 +finished" report.out || { cat report.out; fail "the report does not show attempt 2 from step 80"; }
+echo "history: the rerun to 84 steps kept the crash, two attempts in the report and the log"
+
 # Spares: a node that loses its link, or hangs, hands its ranks to a spare
 # slot (its own network namespace with --netns) instead of being repaired,
 # and the result is still bit-identical.
