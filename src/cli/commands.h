@@ -34,6 +34,10 @@ void RequireDataDir(const spec::JobSpec& job);
 // with both numbers and what to change.
 void RequireMemory(const spec::JobSpec& job, int64_t processes, int64_t dp);
 
+// "N GB of memory is available on this machine (MemAvailable)", for an
+// out-of-memory error; says so when /proc/meminfo cannot be read.
+std::string MemoryAvailableText();
+
 // The checkpoint a run would resume from (the newest committed one of
 // run_dir's tiers, else `resume`'s) was written under the schedule this job
 // trains (train.steps after `steps_override`, learning rates, warm-up,

@@ -14,6 +14,7 @@
 #include "cli/options.h"
 #include "gpt/blas_core.h"
 #include "util/error.h"
+#include "util/huge_pages.h"
 
 int main(int argc, char** argv) {
   // First, before OpenBLAS is used: a CPU newer than the OpenBLAS build gets its fast kernels.
@@ -106,9 +107,12 @@ int main(int argc, char** argv) {
     std::cerr << "fmstack: error: " << e.path1().string() << ": " << e.code().message() << hint
               << "\n";
     return fmstack::cli::kExitBadInput;
-  } catch (const std::bad_alloc&) {
-    std::cerr << "fmstack: error: out of memory (an allocation failed); see `fmstack plan` for "
-                 "what the job needs\n";
+  } catch (const std::bad_alloc& e) {
+    // An AllocationError says what and how much; a plain one only that it failed.
+    const bool named = dynamic_cast<const fmstack::AllocationError*>(&e) != nullptr;
+    std::cerr << "fmstack: error: out of memory: " << (named ? e.what() : "an allocation failed")
+              << "; " << fmstack::cli::MemoryAvailableText()
+              << "; `fmstack plan` shows what the job needs\n";
     return fmstack::cli::kExitBadInput;
   } catch (const std::exception& e) {
     std::cerr << "fmstack: internal error: " << e.what() << "\n";

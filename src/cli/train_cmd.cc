@@ -259,6 +259,15 @@ void RequireSameSchedule(const spec::JobSpec& job, int64_t steps_override,
                               where, change));
 }
 
+std::string MemoryAvailableText() {
+  try {
+    return units::FormatBytes(health::MemInfoBytes("MemAvailable")) +
+           " of memory is available on this machine (MemAvailable)";
+  } catch (const std::exception&) {
+    return "the memory available is unknown (no /proc/meminfo)";
+  }
+}
+
 void RequireMemory(const spec::JobSpec& job, int64_t processes, int64_t dp) {
   const double params = static_cast<double>(workload::CountParams(job.model).total);
   // A lower bound of what one trainer process holds: fp32 weights and

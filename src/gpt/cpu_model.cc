@@ -25,9 +25,9 @@ class CpuModel final : public Model {
       : p_(ParamLayout::For(shape)),
         a_(ActivationLayout::For(p_, options.max_batch,
                                  options.max_seq > 0 ? options.max_seq : shape.seq_len)),
-        params_(p_.total),
-        grads_(p_.total),
-        acts_(a_.total),
+        params_(NamedFloats("the model's parameters", p_.total)),
+        grads_(NamedFloats("the model's gradients", p_.total)),
+        acts_(NamedFloats("the model's activations", a_.total)),
         targets_(a_.B * a_.T),
         math_(options.matmul) {
     if (a_.T > p_.maxT) {

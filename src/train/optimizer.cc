@@ -198,8 +198,8 @@ std::vector<DecayRange> DecayRanges(const gpt::ParamLayout& layout) {
 
 AdamW::AdamW(const OptimConfig& config, const gpt::ParamLayout& layout)
     : config_(config),
-      m_(layout.total, 0.0f),
-      v_(layout.total, 0.0f),
+      m_(NamedFloats("AdamW's first moments", layout.total)),
+      v_(NamedFloats("AdamW's second moments", layout.total)),
       decay_(DecayRanges(layout)) {}
 
 void AdamW::Update(std::span<float> params, std::span<const float> grads, int64_t step, double lr,

@@ -1,11 +1,16 @@
 #include "util/huge_pages.h"
 
+#include <fmt/format.h>
 #include <sys/mman.h>
 
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <new>
 #include <string_view>
+
+#include "util/units.h"
 
 namespace fmstack {
 namespace {
@@ -24,7 +29,11 @@ void* MapHugePages(size_t bytes) {
   const size_t size = RoundUp(bytes);
   void* raw = ::mmap(nullptr, size + kHugePageBytes, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) throw std::bad_alloc();
+  if (raw == MAP_FAILED) {
+    throw AllocationError(fmt::format("mapping {} failed: {}",
+                                      units::FormatBytes(static_cast<double>(size)),
+                                      std::strerror(errno)));
+  }
   const auto start = reinterpret_cast<uintptr_t>(raw);
   const uintptr_t aligned = RoundUp(start);
   if (aligned > start) ::munmap(raw, aligned - start);
@@ -34,6 +43,16 @@ void* MapHugePages(size_t bytes) {
   // A hint: EINVAL on a kernel without THP leaves ordinary pages, which work.
   (void)::madvise(p, size, MADV_HUGEPAGE);
   return p;
+}
+
+HugeFloats NamedFloats(std::string_view what, size_t n, float value) {
+  try {
+    return HugeFloats(n, value);
+  } catch (const std::bad_alloc& e) {
+    throw AllocationError(fmt::format("{}: {} ({} floats) could not be allocated ({})", what,
+                                      units::FormatBytes(4.0 * static_cast<double>(n)), n,
+                                      e.what()));
+  }
 }
 
 void UnmapHugePages(void* p, size_t bytes) noexcept {

@@ -18,12 +18,26 @@
 #include <cstdint>
 #include <new>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace fmstack {
 
+// An allocation that failed, saying what and how much (main prints it with
+// the memory available): a std::bad_alloc for code that catches those.
+class AllocationError : public std::bad_alloc {
+ public:
+  explicit AllocationError(std::string what) : what_(std::move(what)) {}
+  const char* what() const noexcept override { return what_.c_str(); }
+
+ private:
+  std::string what_;
+};
+
 // The region of `bytes` (>= kHugePageBytes) mapped and advised; throws
-// std::bad_alloc when the mapping fails. Release with UnmapHugePages.
+// AllocationError naming the size when the mapping fails. Release with
+// UnmapHugePages.
 void* MapHugePages(size_t bytes);
 void UnmapHugePages(void* p, size_t bytes) noexcept;
 
@@ -55,6 +69,10 @@ struct HugePageAllocator {
 
 // A float buffer on huge pages where it is large enough.
 using HugeFloats = std::vector<float, HugePageAllocator<float>>;
+
+// `n` floats of `value`; a failed allocation is an AllocationError that
+// names `what` ("the model's parameters") and the bytes.
+HugeFloats NamedFloats(std::string_view what, size_t n, float value = 0.0f);
 
 // This process's anonymous memory on huge pages now, in bytes
 // (AnonHugePages of /proc/self/smaps_rollup), or -1 where the kernel does

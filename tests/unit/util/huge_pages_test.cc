@@ -59,3 +59,21 @@ TEST(HugePages, TheModeIsTheKernelsBracketedWord) {
 
 }  // namespace
 }  // namespace fmstack
+
+namespace fmstack {
+namespace {
+
+TEST(HugePages, AFailedAllocationSaysWhatAndHowMuch) {
+  // 4 PB: more than any machine maps, under the vector's own size limit.
+  try {
+    const HugeFloats floats = NamedFloats("the test's buffer", size_t{1} << 50);
+    FAIL() << "allocated " << floats.size() << " floats";
+  } catch (const AllocationError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("the test's buffer: 4.50 PB (1125899906842624 floats)"), std::string::npos)
+        << what;
+  }
+}
+
+}  // namespace
+}  // namespace fmstack
