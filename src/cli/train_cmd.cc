@@ -194,23 +194,19 @@ struct Rehearsal {
   }
 };
 
-}  // namespace
-
-void RequireDataDir(const spec::JobSpec& job) {
-  if (job.data.dir.empty()) {
-    throw SpecError(job.PosOf("data"), "data.dir",
-                    "not set: run `fmstack data prepare --out DIR` and set [data] dir = \"DIR\"");
-  }
-}
-
-namespace {
-
 // The newest committed step of `tier` no newer than `limit`, with its
-// manifest; nullopt when it holds none that reads.
+// manifest; nullopt when it holds none that reads, or cannot be listed (an
+// unreachable tier: the workers' engine says so and goes on without it).
 std::optional<std::pair<int64_t, ckpt::Manifest>> NewestManifest(ckpt::Tier& tier,
                                                                  std::optional<int64_t> limit) {
+  std::vector<ckpt::StepListing> listing;
+  try {
+    listing = tier.List();
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
   std::vector<int64_t> steps;
-  for (const ckpt::StepListing& l : tier.List()) {
+  for (const ckpt::StepListing& l : listing) {
     if (l.committed && (!limit || l.step <= *limit)) steps.push_back(l.step);
   }
   std::sort(steps.rbegin(), steps.rend());
@@ -257,44 +253,6 @@ void RequireSameSchedule(const spec::JobSpec& job, int64_t steps_override,
                               "would follow the new one; add --allow-schedule-change to continue "
                               "under the new schedule, or keep the values it was written under",
                               where, change));
-}
-
-std::string MemoryAvailableText() {
-  try {
-    return units::FormatBytes(health::MemInfoBytes("MemAvailable")) +
-           " of memory is available on this machine (MemAvailable)";
-  } catch (const std::exception&) {
-    return "the memory available is unknown (no /proc/meminfo)";
-  }
-}
-
-void RequireMemory(const spec::JobSpec& job, int64_t processes, int64_t dp) {
-  const double params = static_cast<double>(workload::CountParams(job.model).total);
-  // A lower bound of what one trainer process holds: fp32 weights and
-  // gradients, both AdamW moments (sharded by ZeRO), and what the forward
-  // pass keeps for backward. The trainer holds more (buckets, staging).
-  const double moments = 8 * params / (job.layout.zero_stage > 0 ? static_cast<double>(dp) : 1.0);
-  const double state = 8 * params + moments;
-  const double activations = workload::ReferenceTrainerActivationBytes(
-      job.model, job.train.micro_batch, job.model.seq_len);
-  const double needed = static_cast<double>(processes) * (state + activations);
-  double available = 0;
-  try {
-    available = health::MemInfoBytes("MemAvailable");
-  } catch (const std::exception&) {
-    return;  // not Linux's /proc: nothing to check against
-  }
-  if (needed <= available) return;
-  throw SpecError(
-      job.PosOf("model"), "model",
-      fmt::format("the job needs at least {} of memory on this machine and {} is available: {} "
-                  "process(es) x ({} of weights, gradients and optimizer state for {} parameters "
-                  "+ {} of activations for micro_batch {} x seq_len {})",
-                  units::FormatBytes(needed), units::FormatBytes(available), processes,
-                  units::FormatBytes(state), units::FormatCount(params),
-                  units::FormatBytes(activations), job.train.micro_batch, job.model.seq_len) +
-          "; use a smaller model or train.micro_batch, fewer processes on this machine, or ZeRO "
-          "(parallel.zero_stage) to shard the optimizer state");
 }
 
 namespace {

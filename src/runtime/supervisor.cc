@@ -151,26 +151,6 @@ RunResult Supervisor::Run() {
   return result_;
 }
 
-void Supervisor::NoteRequeue() {
-  slurm_requeues_ = o_.slurm.restart_count;
-  const std::string what = fmt::format(
-      "Slurm requeued job {} (restart {}): a node of the allocation, or its batch host with the "
-      "supervisor, was lost",
-      o_.slurm.job_id, o_.slurm.restart_count);
-  Note(what);
-  result_.ledger.incidents().push_back(
-      {.kind = "requeue",
-       .step = 0,  // the lost supervisor's last step is not known here
-       .at = 0,
-       .decision = "restart: a new supervisor continues the run in the new allocation; the "
-                   "workers resume from the newest checkpoint",
-       .what = what});
-  recovering_ = result_.ledger.incidents().size() - 1;
-  detected_at_ = start_;  // Slurm's own delay before the requeue is not counted
-  ++history_.restarts;
-  SaveState();
-}
-
 void Supervisor::Spawn() {
   const int world = o_.layout.world();
   control_fd_.assign(static_cast<size_t>(world), -1);

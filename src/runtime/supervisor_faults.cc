@@ -1,5 +1,5 @@
-// The supervisor's faults: how they are seen, decided and carried out,
-// and the state that survives a supervisor restart.
+// The supervisor's faults: how they are seen, decided and carried out
+// (supervisor_state.cc keeps what survives a restart).
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
@@ -28,82 +28,6 @@ namespace {
 constexpr double kSlurmdProbeSeconds = 0.5;
 
 }  // namespace
-
-void Supervisor::WriteInfo(const std::string& state) const {
-  WriteRunInfo(o_.run_dir, {static_cast<int>(::getpid()), o_.layout.world(), o_.layout.nodes,
-                            o_.layout.procs_per_node, o_.netns, o_.job_name, state});
-}
-
-void Supervisor::SaveState() const {
-  nlohmann::json j;
-  j["restarts"] = history_.restarts;
-  j["last_nonfinite_step"] = history_.last_nonfinite_step;
-  j["futile_restarts"] = history_.futile_restarts;
-  j["max_restore_step"] = max_restore_step_;
-  j["slurm_requeues"] = slurm_requeues_;
-  j["fired"] = fired_;
-  j["ledger"] = result_.ledger.ToJson();
-  const std::string text = j.dump(1) + "\n";
-  AtomicFileWriter w(o_.run_dir + "/supervisor.json");
-  w.Write(text.data(), text.size());
-  w.Commit();
-}
-
-void Supervisor::LoadState() {
-  const std::string path = o_.run_dir + "/supervisor.json";
-  if (!std::filesystem::exists(path)) return;  // the first attempt saved nothing yet
-  std::ifstream in(path);
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) {
-    Note(fmt::format("supervisor: {} unreadable; the restarted supervisor starts a fresh ledger",
-                     path));
-    return;
-  }
-  history_.restarts = j.value("restarts", 0);
-  history_.last_nonfinite_step = j.value("last_nonfinite_step", int64_t{-1});
-  history_.futile_restarts = j.value("futile_restarts", 0);
-  max_restore_step_ = j.value("max_restore_step", int64_t{-1});
-  slurm_requeues_ = j.value("slurm_requeues", 0);
-  for (const std::string& id : j.value("fired", std::vector<std::string>{})) fired_.insert(id);
-  try {
-    result_.ledger = metrics::Ledger::FromJson(j.value("ledger", nlohmann::json::object()));
-  } catch (const std::exception& e) {
-    Note(fmt::format("supervisor: the ledger in {} is malformed ({}); starting a fresh one", path,
-                     e.what()));
-  }
-  // The incident that restarted the supervisor recovers in this attempt.
-  if (!result_.ledger.incidents().empty() &&
-      result_.ledger.incidents().back().recovery_seconds < 0) {
-    recovering_ = result_.ledger.incidents().size() - 1;
-    detected_at_ = start_;  // the exec in between is a few milliseconds
-  }
-  // The wall time of the supervisor before the restart is the ledger's so far.
-}
-
-void Supervisor::ContinueLedger() {
-  const std::string path = o_.run_dir + "/goodput.json";
-  std::error_code ec;
-  const uintmax_t size = std::filesystem::file_size(path, ec);
-  if (ec) return;                                  // the directory's first run
-  constexpr uintmax_t kMaxLedgerBytes = 64 << 20;  // a million incidents' worth
-  std::string why;
-  if (size > kMaxLedgerBytes) {
-    why = fmt::format("{} bytes, over the {} a ledger may hold", size, kMaxLedgerBytes);
-  } else {
-    std::ifstream in(path);
-    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-    try {
-      if (j.is_discarded() || !j.is_object()) throw Error("not a JSON object");
-      result_.ledger = metrics::Ledger::FromJson(j);
-      wall_before_ = result_.ledger.wall();
-      return;
-    } catch (const std::exception& e) {
-      why = e.what();
-    }
-  }
-  Note(fmt::format("{}: the earlier runs' ledger is unreadable ({}); this run starts a fresh one",
-                   path, why));
-}
 
 void Supervisor::Reap() {
   int status = 0;
